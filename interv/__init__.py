@@ -1,0 +1,83 @@
+"""interv: causal interpretability for transformers.
+
+Attention *concentration* (how a head spreads its weights) and causal *effect* (how
+much the target output changes when a component is intervened on) are different
+questions. interv measures both, for the same scope, and never lets one stand in
+for the other.
+
+Importing ``interv`` is cheap and has no side effects: the public names below are
+resolved lazily on first use, so neither torch, transformer-lens nor matplotlib is
+imported until a function that needs them is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from interv.errors import IntervError
+
+__version__ = "0.1.0"
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    # concentration metrics (pure math)
+    "entropy": "interv.metrics.concentration",
+    "normalized_entropy": "interv.metrics.concentration",
+    "effective_support": "interv.metrics.concentration",
+    "max_weight": "interv.metrics.concentration",
+    "top_k_mass": "interv.metrics.concentration",
+    "available_keys": "interv.metrics.concentration",
+    "sink_split": "interv.metrics.sink",
+    "SinkSplit": "interv.metrics.sink",
+    "entropy_change": "interv.metrics.sink",
+    "EntropyChange": "interv.metrics.sink",
+    "clr": "interv.metrics.compositional",
+    "aitchison_distance": "interv.metrics.compositional",
+    "aitchison_split": "interv.metrics.compositional",
+    "AitchisonSplit": "interv.metrics.compositional",
+    "compare_rows": "interv.metrics.compare",
+    # models and tasks
+    "load_model": "interv.models.loading",
+    "PromptPairs": "interv.tasks.pairs",
+    "TokenizedPairs": "interv.tasks.tokenized",
+    "load_task": "interv.tasks.builtin",
+}
+
+__all__ = ["IntervError", "__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'interv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.metrics.compare import compare_rows
+    from interv.metrics.compositional import (
+        AitchisonSplit,
+        aitchison_distance,
+        aitchison_split,
+        clr,
+    )
+    from interv.metrics.concentration import (
+        available_keys,
+        effective_support,
+        entropy,
+        max_weight,
+        normalized_entropy,
+        top_k_mass,
+    )
+    from interv.metrics.sink import EntropyChange, SinkSplit, entropy_change, sink_split
+    from interv.models.loading import load_model
+    from interv.tasks.builtin import load_task
+    from interv.tasks.pairs import PromptPairs
+    from interv.tasks.tokenized import TokenizedPairs
