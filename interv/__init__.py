@@ -13,7 +13,7 @@ imported until a function that needs them is touched.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interv.errors import IntervError
 
@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "SinkSplit": "interv.metrics.sink",
     "entropy_change": "interv.metrics.sink",
     "EntropyChange": "interv.metrics.sink",
+    "mean_entropy_change": "interv.metrics.sink",
     "clr": "interv.metrics.compositional",
     "aitchison_distance": "interv.metrics.compositional",
     "aitchison_split": "interv.metrics.compositional",
@@ -58,26 +59,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
-
-
-if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
-    from interv.metrics.compare import compare_rows
-    from interv.metrics.compositional import (
-        AitchisonSplit,
-        aitchison_distance,
-        aitchison_split,
-        clr,
-    )
-    from interv.metrics.concentration import (
-        available_keys,
-        effective_support,
-        entropy,
-        max_weight,
-        normalized_entropy,
-        top_k_mass,
-    )
-    from interv.metrics.sink import EntropyChange, SinkSplit, entropy_change, sink_split
-    from interv.models.loading import load_model
-    from interv.tasks.builtin import load_task
-    from interv.tasks.pairs import PromptPairs
-    from interv.tasks.tokenized import TokenizedPairs

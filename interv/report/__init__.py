@@ -1,0 +1,1 @@
+"""Consumers of results: text, tables and plots. Nothing here touches a model."""
