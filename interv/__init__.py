@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "PromptPairs": "interv.tasks.pairs",
     "TokenizedPairs": "interv.tasks.tokenized",
     "load_task": "interv.tasks.builtin",
+    "available_tasks": "interv.tasks.builtin",
 }
 
 __all__ = ["IntervError", "__version__", *sorted(_EXPORTS)]

@@ -1,0 +1,367 @@
+"""Clean/corrupted prompt pairs with a target and a foil: the text form of a task.
+
+A causal experiment compares a model on a *clean* prompt, where it should produce the
+*target* token next, with a *corrupted* prompt that differs in the one piece of
+information the behaviour depends on (for indirect-object identification: which name
+was repeated). The *foil* is the competing answer, so ``logit(target) - logit(foil)``
+measures the behaviour. Clean and corrupted prompts of a pair must have the same token
+length, so that activations can be patched position by position.
+
+:class:`PromptPairs` holds the strings; :meth:`PromptPairs.tokenize` turns them into a
+:class:`~interv.tasks.tokenized.TokenizedPairs` for one model's tokenizer, which is
+where everything that depends on the tokenizer is checked.
+
+JSONL format (:meth:`PromptPairs.from_jsonl`, :meth:`PromptPairs.to_jsonl`): one JSON
+object per line, one line per pair; blank lines are skipped::
+
+    {"clean": "When Mary and John went to the store, John gave a drink to",
+     "corrupted": "When Mary and John went to the store, Paul gave a drink to",
+     "target": " Mary", "foil": " John"}
+
+Keys: ``clean``, ``corrupted``, ``target`` (strings, required); ``foil`` (string,
+optional, but then on every line or on none); ``answer_position`` (int, optional,
+see :class:`PromptPairs`). Other keys are rejected, so a typo does not go unnoticed.
+
+BOS convention of :meth:`PromptPairs.tokenize`: given a ``TransformerBridge``, each
+prompt is tokenized with the bridge's own ``to_tokens(prompt, prepend_bos=...)``, so
+the tokens are exactly what the bridge would run. Given a bare Hugging Face tokenizer,
+interv tokenizes with ``add_special_tokens=False`` and, when ``prepend_bos=True``,
+prepends ``tokenizer.bos_token_id`` itself (the SmolLM2 tokenizer adds no BOS of its
+own, the bridge does). Targets and foils are always tokenized without BOS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interv.errors import IntervError
+from interv.tasks.tokenized import PADDING_SIDES, TokenizedPairs
+
+__all__ = ["PromptPairs"]
+
+_REQUIRED_KEYS = ("clean", "corrupted", "target")
+_OPTIONAL_KEYS = ("foil", "answer_position")
+
+
+@dataclass(frozen=True)
+class PromptPairs:
+    """Clean/corrupted prompt pairs, each with a target and optionally a foil token.
+
+    Lists are accepted for the sequence fields and stored as tuples.
+
+    Attributes:
+        clean: the clean prompts, one per pair.
+        corrupted: the corrupted prompts, same count; each must tokenize to as many
+            tokens as its clean prompt (checked by :meth:`tokenize`).
+        targets: the correct next token after each clean prompt, as text, usually with
+            its leading space (``" Mary"``); must be a single token.
+        foils: the competing next token per pair (single token), or None when the task
+            has no foil (then logit-difference metrics are unavailable).
+        answer_positions: per pair, the index of the prompt token whose next-token
+            prediction is scored, counted in the prompt's own tokens (BOS and padding
+            excluded); negative values count from the end. None means ``-1`` for every
+            pair: the prediction right after the prompt.
+        name: the task's name, carried into the scope of every result.
+        description: one sentence saying what the task tests.
+    """
+
+    clean: tuple[str, ...]
+    corrupted: tuple[str, ...]
+    targets: tuple[str, ...]
+    foils: tuple[str, ...] | None = None
+    answer_positions: tuple[int, ...] | None = None
+    name: str = "custom"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("clean", "corrupted", "targets", "foils", "answer_positions"):
+            value = getattr(self, field)
+            if value is None and field in ("foils", "answer_positions"):
+                continue
+            object.__setattr__(self, field, _as_tuple(field, value))
+        n_pairs = len(self.clean)
+        if n_pairs == 0:
+            raise IntervError("PromptPairs needs at least one pair; got an empty set")
+        for field in ("corrupted", "targets", "foils", "answer_positions"):
+            value = getattr(self, field)
+            if value is not None and len(value) != n_pairs:
+                raise IntervError(
+                    f"{field} has {len(value)} entries but clean has {n_pairs}; "
+                    "every pair needs one of each"
+                )
+        for field in ("clean", "corrupted", "targets", "foils"):
+            for i, text in enumerate(getattr(self, field) or ()):
+                if not isinstance(text, str):
+                    raise IntervError(f"{field}[{i}] must be a str; got {text!r}")
+        for field in ("targets", "foils"):
+            for i, text in enumerate(getattr(self, field) or ()):
+                if text == "":
+                    raise IntervError(f"{field}[{i}] is the empty string; expected one token")
+        for i, position in enumerate(self.answer_positions or ()):
+            if isinstance(position, bool) or not isinstance(position, int):
+                raise IntervError(f"answer_positions[{i}] must be an int; got {position!r}")
+        if self.foils is not None:
+            for i, (target, foil) in enumerate(zip(self.targets, self.foils, strict=True)):
+                if target == foil:
+                    raise IntervError(
+                        f"pair {i} has the same target and foil {target!r}; the logit "
+                        "difference would be 0 by construction"
+                    )
+
+    @property
+    def n_pairs(self) -> int:
+        """Number of prompt pairs."""
+        return len(self.clean)
+
+    def __len__(self) -> int:
+        return self.n_pairs
+
+    @classmethod
+    def from_jsonl(
+        cls, path: str | Path, *, name: str | None = None, description: str = ""
+    ) -> PromptPairs:
+        """Read pairs from a JSONL file (format in the module docstring).
+
+        ``name`` defaults to the file's stem. Malformed lines raise an
+        :class:`~interv.errors.IntervError` naming the line number and the key.
+        """
+        path = Path(path)
+        records: list[tuple[int, dict[str, Any]]] = []
+        with path.open(encoding="utf-8") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if line.strip():
+                    records.append((line_number, _parse_jsonl_line(path, line_number, line)))
+        if not records:
+            raise IntervError(f"{path} holds no pairs; expected one JSON object per line")
+        with_foil = [number for number, record in records if "foil" in record]
+        if with_foil and len(with_foil) != len(records):
+            without = next(number for number, record in records if "foil" not in record)
+            raise IntervError(
+                f"{path}: line {with_foil[0]} has a 'foil' but line {without} has none; "
+                "give a foil on every line or on none"
+            )
+        with_position = any("answer_position" in record for _, record in records)
+        return cls(
+            clean=tuple(record["clean"] for _, record in records),
+            corrupted=tuple(record["corrupted"] for _, record in records),
+            targets=tuple(record["target"] for _, record in records),
+            foils=tuple(record["foil"] for _, record in records) if with_foil else None,
+            answer_positions=(
+                tuple(record.get("answer_position", -1) for _, record in records)
+                if with_position
+                else None
+            ),
+            name=path.stem if name is None else name,
+            description=description,
+        )
+
+    def to_jsonl(self, path: str | Path) -> None:
+        """Write the pairs as JSONL (format in the module docstring); name and
+        description are not stored."""
+        with Path(path).open("w", encoding="utf-8") as handle:
+            for i in range(self.n_pairs):
+                record: dict[str, Any] = {
+                    "clean": self.clean[i],
+                    "corrupted": self.corrupted[i],
+                    "target": self.targets[i],
+                }
+                if self.foils is not None:
+                    record["foil"] = self.foils[i]
+                if self.answer_positions is not None:
+                    record["answer_position"] = self.answer_positions[i]
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def tokenize(
+        self,
+        model_or_tokenizer: Any,
+        *,
+        prepend_bos: bool = True,
+        padding_side: str = "right",
+        n_ctx: int | None = None,
+    ) -> TokenizedPairs:
+        """Tokenize every pair, check it, and pad the batch.
+
+        Args:
+            model_or_tokenizer: a ``TransformerBridge`` (its ``to_tokens`` and
+                ``tokenizer`` are used) or a Hugging Face tokenizer.
+            prepend_bos: put the BOS token first in every prompt (see the module
+                docstring for how, per input kind).
+            padding_side: ``"right"`` or ``"left"``. Padding uses the tokenizer's pad
+                token (else its EOS, else its BOS); ``attention_mask`` marks it.
+            n_ctx: context limit in tokens (BOS included). Default: ``model.cfg.n_ctx``
+                for a model; no limit for a bare tokenizer unless given.
+
+        Returns:
+            A :class:`TokenizedPairs` with ``[batch, pos]`` tokens and mask, and the
+            ``[batch]`` answer positions moved to the padded layout.
+
+        Raises:
+            IntervError: clean and corrupted token lengths differ (the pair, both
+                texts and both lengths are named); a target or foil is not exactly
+                one token (its tokenization is shown); a prompt exceeds ``n_ctx``;
+                an answer position lies outside its prompt.
+        """
+        if padding_side not in PADDING_SIDES:
+            raise IntervError(f"padding_side must be one of {PADDING_SIDES}; got {padding_side!r}")
+        tokenizer, encode_prompt = _prompt_encoder(model_or_tokenizer, prepend_bos)
+        if n_ctx is None and hasattr(model_or_tokenizer, "to_tokens"):
+            n_ctx = int(model_or_tokenizer.cfg.n_ctx)
+        n_bos = 1 if prepend_bos else 0
+
+        clean_ids, corrupted_ids, answer_positions = [], [], []
+        for i in range(self.n_pairs):
+            clean = encode_prompt(self.clean[i])
+            corrupted = encode_prompt(self.corrupted[i])
+            if len(clean) != len(corrupted):
+                raise IntervError(
+                    f"pair {i}: clean prompt {self.clean[i]!r} has {len(clean)} tokens but "
+                    f"corrupted prompt {self.corrupted[i]!r} has {len(corrupted)}; the two "
+                    "prompts of a pair must have equal token length"
+                )
+            if n_ctx is not None and len(clean) > n_ctx:
+                raise IntervError(
+                    f"pair {i}: prompt {self.clean[i]!r} has {len(clean)} tokens, longer "
+                    f"than the model's context of n_ctx={n_ctx} tokens"
+                )
+            n_prompt_tokens = len(clean) - n_bos
+            position = -1 if self.answer_positions is None else self.answer_positions[i]
+            if not -n_prompt_tokens <= position < n_prompt_tokens:
+                raise IntervError(
+                    f"pair {i}: answer position {position} is outside the prompt "
+                    f"{self.clean[i]!r}, which has {n_prompt_tokens} tokens (valid "
+                    f"{-n_prompt_tokens}..{n_prompt_tokens - 1}, BOS not counted)"
+                )
+            clean_ids.append(clean)
+            corrupted_ids.append(corrupted)
+            answer_positions.append(n_bos + position % n_prompt_tokens)
+
+        lengths = torch.tensor([len(ids) for ids in clean_ids])
+        n_positions = int(lengths.max())
+        if padding_side == "left":
+            answer_positions_tensor = torch.tensor(answer_positions) + (n_positions - lengths)
+        else:
+            answer_positions_tensor = torch.tensor(answer_positions)
+        pad_id = _pad_token_id(tokenizer) if bool((lengths < n_positions).any()) else 0
+        return TokenizedPairs(
+            clean_tokens=_pad(clean_ids, pad_id, padding_side),
+            corrupted_tokens=_pad(corrupted_ids, pad_id, padding_side),
+            attention_mask=_pad(
+                [torch.ones(len(ids), dtype=torch.bool) for ids in clean_ids],
+                False,
+                padding_side,
+            ),
+            answer_positions=answer_positions_tensor,
+            target_ids=_single_token_ids(tokenizer, "target", self.targets),
+            foil_ids=None
+            if self.foils is None
+            else _single_token_ids(tokenizer, "foil", self.foils),
+            padding_side=padding_side,
+            name=self.name,
+        )
+
+
+def _as_tuple(field: str, value: Any) -> tuple[Any, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise IntervError(
+            f"{field} must be a list or tuple (one entry per pair); got {type(value).__name__} "
+            f"{value!r:.80}"
+        )
+    return tuple(value)
+
+
+def _parse_jsonl_line(path: Path, line_number: int, line: str) -> dict[str, Any]:
+    where = f"{path}, line {line_number}"
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise IntervError(f"{where}: not valid JSON ({error.msg})") from error
+    if not isinstance(record, dict):
+        raise IntervError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    allowed = _REQUIRED_KEYS + _OPTIONAL_KEYS
+    for key in record:
+        if key not in allowed:
+            raise IntervError(f"{where}: unknown key {key!r}; allowed keys are {allowed}")
+    for key in _REQUIRED_KEYS:
+        if key not in record:
+            raise IntervError(f"{where}: missing key {key!r}; required keys are {_REQUIRED_KEYS}")
+    for key in ("clean", "corrupted", "target", "foil"):
+        if key in record and not isinstance(record[key], str):
+            raise IntervError(f"{where}: key {key!r} must be a string; got {record[key]!r}")
+    position = record.get("answer_position", -1)
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise IntervError(f"{where}: key 'answer_position' must be an integer; got {position!r}")
+    return record
+
+
+def _prompt_encoder(model_or_tokenizer: Any, prepend_bos: bool) -> tuple[Any, Any]:
+    """The tokenizer, and a function mapping a prompt to its 1-D ``[pos]`` token ids."""
+    if hasattr(model_or_tokenizer, "to_tokens"):
+        model = model_or_tokenizer
+        if model.tokenizer is None:
+            raise IntervError(
+                "the model has no tokenizer; build a TokenizedPairs from token ids instead"
+            )
+
+        def encode_with_model(prompt: str) -> torch.Tensor:
+            tokens = model.to_tokens(prompt, prepend_bos=prepend_bos, truncate=False)
+            return tokens[0].to("cpu", torch.int64)
+
+        return model.tokenizer, encode_with_model
+
+    tokenizer = model_or_tokenizer
+    if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
+        raise IntervError(
+            "tokenize needs a TransformerBridge or a Hugging Face tokenizer; got "
+            f"{type(tokenizer).__name__}"
+        )
+    if prepend_bos and tokenizer.bos_token_id is None:
+        raise IntervError(
+            "prepend_bos=True but the tokenizer has no BOS token (bos_token_id is None); "
+            "pass prepend_bos=False"
+        )
+
+    def encode_with_tokenizer(prompt: str) -> torch.Tensor:
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if prepend_bos:
+            ids = [tokenizer.bos_token_id, *ids]
+        return torch.tensor(ids, dtype=torch.int64)
+
+    return tokenizer, encode_with_tokenizer
+
+
+def _single_token_ids(tokenizer: Any, field: str, texts: tuple[str, ...]) -> torch.Tensor:
+    """``[batch]`` ids of ``texts``, each of which must be exactly one token (no BOS)."""
+    ids = []
+    for i, text in enumerate(texts):
+        token_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(token_ids) != 1:
+            pieces = [tokenizer.decode([token_id]) for token_id in token_ids]
+            raise IntervError(
+                f"{field} {text!r} of pair {i} must be a single token; it tokenizes to "
+                f"{len(token_ids)} tokens {pieces}"
+            )
+        ids.append(token_ids[0])
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def _pad_token_id(tokenizer: Any) -> int:
+    for attribute in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        token_id = getattr(tokenizer, attribute, None)
+        if token_id is not None:
+            return int(token_id)
+    raise IntervError(
+        "prompts of different lengths need padding, but the tokenizer has no pad, EOS or "
+        "BOS token; give it a pad token (tokenizer.pad_token = ...)"
+    )
+
+
+def _pad(sequences: list[torch.Tensor], value: Any, padding_side: str) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(
+        sequences, batch_first=True, padding_value=value, padding_side=padding_side
+    )
