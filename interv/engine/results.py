@@ -1,0 +1,159 @@
+"""Typed results of an intervention run.
+
+An :class:`InterventionResult` holds, for every intervention and prompt, the target
+metric's value, next to the clean and corrupted baselines of the same prompts, the
+normalized recovery, each intervention's semantics sentence, the metric's definition
+and unit, and the scope (model, task, prompts, answer positions). It never touches a
+model: reports and plots consume it.
+
+Normalized recovery of prompt ``i`` under intervention ``j``:
+``(m[j, i] - m_corrupted[i]) / (m_clean[i] - m_corrupted[i])``; 1 = the clean value,
+0 = the corrupted value (dimensionless). It is NaN where the denominator is within
+``recovery_atol`` of 0 (the pair does not separate the runs); those prompts are counted
+in :attr:`InterventionResult.n_undefined_recovery`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["InterventionResult", "MetricInfo", "Scope", "normalized_recovery"]
+
+
+def normalized_recovery(
+    values: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, atol: float
+) -> torch.Tensor:
+    """``(values - corrupted) / (clean - corrupted)``, NaN where ``|clean - corrupted| <= atol``.
+
+    Args:
+        values: ``[..., n_prompts]`` metric values under an intervention.
+        clean: ``[n_prompts]`` clean baseline.
+        corrupted: ``[n_prompts]`` corrupted baseline.
+        atol: absolute tolerance on the denominator, in the metric's unit.
+
+    Returns:
+        Same shape as ``values``; dimensionless (1 = clean, 0 = corrupted).
+    """
+    denominator = clean - corrupted
+    defined = denominator.abs() > atol
+    safe = torch.where(defined, denominator, torch.ones_like(denominator))
+    return torch.where(defined, (values - corrupted) / safe, torch.nan)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Name, unit and one-sentence definition of the target metric of a result."""
+
+    name: str
+    unit: str
+    definition: str
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the numbers of a result are about.
+
+    Attributes:
+        model_name: ``model.cfg.model_name``.
+        task_name: the task's name.
+        n_prompts: number of prompt pairs.
+        n_positions: padded prompt length, in tokens.
+        answer_positions: the scored position of each prompt.
+        padding_side: ``"right"`` or ``"left"``.
+    """
+
+    model_name: str
+    task_name: str
+    n_prompts: int
+    n_positions: int
+    answer_positions: tuple[int, ...]
+    padding_side: str
+
+
+@dataclass(frozen=True, eq=False)
+class InterventionResult:
+    """Per-intervention, per-prompt target metric values with their baselines.
+
+    Attributes:
+        values: ``[n_interventions, n_prompts]`` metric under each intervention.
+        clean: ``[n_prompts]`` metric on the clean run (no intervention).
+        corrupted: ``[n_prompts]`` metric on the corrupted run (no intervention).
+        recovery: ``[n_interventions, n_prompts]`` normalized recovery (dimensionless),
+            NaN where undefined.
+        n_undefined_recovery: number of prompts whose clean and corrupted baselines
+            are within ``recovery_atol`` (their recovery is NaN for every intervention).
+        recovery_atol: tolerance on ``|clean - corrupted|``, in the metric's unit.
+        descriptions: the semantics sentence of each intervention.
+        kinds: the class name of each intervention.
+        base_runs: the run each intervention modified (``"clean"``/``"corrupted"``).
+        metric: the metric's name, unit and definition.
+        scope: model, task, prompts and positions.
+    """
+
+    values: torch.Tensor
+    clean: torch.Tensor
+    corrupted: torch.Tensor
+    recovery: torch.Tensor
+    n_undefined_recovery: int
+    recovery_atol: float
+    descriptions: tuple[str, ...]
+    kinds: tuple[str, ...]
+    base_runs: tuple[str, ...]
+    metric: MetricInfo
+    scope: Scope
+
+    @property
+    def n_interventions(self) -> int:
+        """Number of interventions (rows of :attr:`values`)."""
+        return int(self.values.shape[0])
+
+    def mean(self) -> torch.Tensor:
+        """``[n_interventions]`` mean metric over prompts, in the metric's unit."""
+        return self.values.mean(-1)
+
+    def mean_recovery(self) -> torch.Tensor:
+        """``[n_interventions]`` normalized recovery of the prompt-mean metric.
+
+        ``(mean m - mean m_corrupted) / (mean m_clean - mean m_corrupted)``, the usual
+        aggregate of patching studies (dimensionless; NaN if the means are within
+        ``recovery_atol``). Differs from the mean of per-prompt :attr:`recovery`.
+        """
+        return normalized_recovery(
+            self.mean(), self.clean.mean(), self.corrupted.mean(), self.recovery_atol
+        )
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One plain dict per intervention x prompt, for tables and reports.
+
+        Keys: ``intervention`` (index), ``kind``, ``semantics``, ``base_run``,
+        ``prompt`` (index), ``answer_position``, ``value``, ``clean``, ``corrupted``,
+        ``recovery``, ``metric``, ``unit``, ``metric_definition``, ``model``, ``task``,
+        ``n_prompts``.
+        """
+        records = []
+        for j in range(self.n_interventions):
+            for i in range(self.scope.n_prompts):
+                records.append(
+                    {
+                        "intervention": j,
+                        "kind": self.kinds[j],
+                        "semantics": self.descriptions[j],
+                        "base_run": self.base_runs[j],
+                        "prompt": i,
+                        "answer_position": self.scope.answer_positions[i],
+                        "value": float(self.values[j, i]),
+                        "clean": float(self.clean[i]),
+                        "corrupted": float(self.corrupted[i]),
+                        "recovery": float(self.recovery[j, i]),
+                        "metric": self.metric.name,
+                        "unit": self.metric.unit,
+                        "metric_definition": self.metric.definition,
+                        "model": self.scope.model_name,
+                        "task": self.scope.task_name,
+                        "n_prompts": self.scope.n_prompts,
+                    }
+                )
+        return records
