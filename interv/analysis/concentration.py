@@ -1,0 +1,393 @@
+"""Concentration of every head of a model, reduced inside the hooks as patterns appear.
+
+For each layer, head and requested query position this computes the row metrics of
+:mod:`interv.metrics` (entropy, normalized entropy, sink mass, content entropy,
+content normalized entropy, number of available keys) plus two *value-aware*
+numbers that say how much of what the head writes comes from the sink:
+
+- the weighted contribution of key ``i`` to head ``h``'s output is the vector
+  ``a_i * v_i W_O^h`` (``[d_model]``, residual-stream units); its norm is
+  ``a_i * ||v_i W_O^h||`` because ``a_i >= 0``;
+- ``contribution_norm = sum_i a_i ||v_i W_O^h||`` over the available keys
+  (residual-stream units; an upper bound on ``||z_h W_O^h||`` by the triangle
+  inequality);
+- ``sink_contribution_share = sum_{i in S} a_i ||v_i W_O^h|| / contribution_norm``
+  (fraction in [0, 1]), to be read next to ``sink_mass = sum_{i in S} a_i``: a sink
+  that takes most of the mass but writes small vectors has a share far below its mass.
+
+Memory: nothing quadratic in the context is kept. A forward hook on
+``blocks.{L}.attn.hook_v`` (which fires before the pattern hook of the same layer)
+stores the per-key norms ``||v_i W_O^h||`` (``[batch, head_index, key_pos]``); a
+forward hook on ``blocks.{L}.attn.hook_pattern`` reduces the pattern, in chunks of
+query rows, to per-(batch, head, query) numbers and returns None, so the pattern is
+freed as soon as the model is done with it. Under grouped-query attention query head
+``h`` reads value head ``h // (n_heads // n_key_value_heads)``.
+
+Masks and padding: key ``j`` is available for query ``t`` iff ``j <= t`` (causal) and
+``j`` is a real token (attention mask). Query positions and sink positions are counted
+from each prompt's first real token, so a left-padded prompt gives the numbers of the
+same prompt run alone (the bridge derives rotary/learned positions from the mask).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv.analysis._inputs import PromptBatch, prompt_batch
+from interv.engine.sites import kv_head_of, pattern_hook, value_hook
+from interv.errors import IntervError
+from interv.metrics.concentration import normalized_entropy
+from interv.metrics.sink import sink_split
+
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["METRICS", "HeadConcentration", "concentration"]
+
+METRICS: dict[str, str] = {
+    "entropy": "nats",
+    "normalized_entropy": "fraction of log(n)",
+    "sink_mass": "fraction of the row's mass",
+    "content_entropy": "nats",
+    "content_normalized_entropy": "fraction of log(n - |S|)",
+    "sink_contribution_share": "fraction of the contribution norm",
+    "contribution_norm": "residual-stream norm",
+}
+"""Per-(batch, layer, head, query) metrics of :class:`HeadConcentration` and their units."""
+
+REDUCTIONS = ("mean", "median")
+SINK_CONVENTION = "key positions counted from each prompt's first real token"
+MASK_RULE = "causal AND padding (key j available for query t iff j <= t and j is real)"
+# Upper bound on the float64 elements of one chunk of query rows: [batch, head, chunk, key].
+_CHUNK_ELEMENTS = 1 << 19
+
+
+@dataclass(frozen=True, eq=False)
+class HeadConcentration:
+    """Concentration numbers of every head for every prompt and query position.
+
+    Metric tensors (see :data:`METRICS`) are float64 ``[batch, layer, head_index,
+    query]``, where ``query`` indexes :attr:`query_positions`. Entries of queries that
+    lie beyond a prompt's end are NaN and not counted as undefined.
+
+    Attributes:
+        entropy: ``H(a)`` in nats, in ``[0, log n]``.
+        normalized_entropy: ``H(a) / log n`` in [0, 1]; NaN (undefined) where ``n <= 1``.
+        sink_mass: ``s = sum_{i in S} a_i`` in [0, 1].
+        content_entropy: ``H(q)`` in nats of the content distribution
+            ``q = a_{not S} / (1 - s)``; NaN where ``s = 1`` or no content key.
+        content_normalized_entropy: ``H(q) / log(n - |S|)``; NaN where ``n - |S| <= 1``.
+        sink_contribution_share: ``sum_{i in S} a_i ||v_i W_O^h|| / contribution_norm``
+            in [0, 1]; NaN where the contribution norm is 0.
+        contribution_norm: ``sum_i a_i ||v_i W_O^h||`` in residual-stream units.
+        n_available_keys: ``[batch, query]`` int64 number of available keys ``n`` (the
+            same for every layer and head; 0 for queries beyond a prompt's end).
+        query_positions: the requested query positions, counted from each prompt's first
+            real token (negative ones from its last real token, -1 = last).
+        query_index: ``[batch, query]`` int64 position of each query in the prompt
+            counted from its first real token; -1 where the query is beyond the prompt.
+        sink_positions: the sink set ``S`` as positions counted from each prompt's
+            first real token (only the ones a query can see are used).
+        model_name: name of the model (scope).
+        prompt_lengths: number of real tokens of each prompt (scope).
+        unit: entropy unit, ``"nats"``.
+    """
+
+    entropy: torch.Tensor
+    normalized_entropy: torch.Tensor
+    sink_mass: torch.Tensor
+    content_entropy: torch.Tensor
+    content_normalized_entropy: torch.Tensor
+    sink_contribution_share: torch.Tensor
+    contribution_norm: torch.Tensor
+    n_available_keys: torch.Tensor
+    query_positions: tuple[int, ...]
+    query_index: torch.Tensor
+    sink_positions: tuple[int, ...]
+    model_name: str
+    prompt_lengths: tuple[int, ...]
+    unit: str = "nats"
+    sink_convention: str = SINK_CONVENTION
+    mask_rule: str = MASK_RULE
+
+    @property
+    def n_prompts(self) -> int:
+        """Number of prompts (the batch size)."""
+        return len(self.prompt_lengths)
+
+    @property
+    def query_is_real(self) -> torch.Tensor:
+        """``[batch, query]`` bool: the query position lies inside the prompt."""
+        return self.query_index >= 0
+
+    def metric(self, name: str) -> torch.Tensor:
+        """The ``[batch, layer, head_index, query]`` tensor of metric ``name``."""
+        if name not in METRICS:
+            raise IntervError(f"unknown metric {name!r}; choose one of {tuple(METRICS)}")
+        return getattr(self, name)
+
+    @property
+    def n_undefined(self) -> dict[str, int]:
+        """Per metric, the number of NaN entries at real queries (undefined, e.g. ``n <= 1``)."""
+        real = self.query_is_real[:, None, None, :]
+        return {name: int((self.metric(name).isnan() & real).sum()) for name in METRICS}
+
+    def per_prompt(self, name: str) -> torch.Tensor:
+        """Mean of metric ``name`` over each prompt's defined, real query entries.
+
+        Returns:
+            ``[batch, layer, head_index]`` float64 in the metric's unit; NaN where a
+            prompt has no defined entry. This is the per-prompt distribution that
+            travels with every mean.
+        """
+        return self.metric(name).nanmean(dim=-1)
+
+    def per_head(self, name: str, reduce: str = "mean") -> torch.Tensor:
+        """Metric ``name`` per head: ``reduce`` over prompts of :meth:`per_prompt`.
+
+        Args:
+            name: one of :data:`METRICS`.
+            reduce: ``"mean"`` or ``"median"`` over prompts (each prompt weighs the
+                same, whatever its number of queries).
+
+        Returns:
+            ``[layer, head_index]`` float64 in the metric's unit.
+        """
+        if reduce not in REDUCTIONS:
+            raise IntervError(f"reduce must be one of {REDUCTIONS}; got {reduce!r}")
+        per_prompt = self.per_prompt(name)
+        if reduce == "mean":
+            return per_prompt.nanmean(dim=0)
+        return per_prompt.nanmedian(dim=0).values
+
+    def per_head_spread(self, name: str) -> torch.Tensor:
+        """``[layer, head_index]`` standard deviation over prompts of :meth:`per_prompt`."""
+        per_prompt = self.per_prompt(name)
+        centered = per_prompt - per_prompt.nanmean(dim=0)
+        defined = (~per_prompt.isnan()).sum(dim=0)
+        variance = centered.square().nansum(dim=0) / (defined - 1).clamp(min=1)
+        return torch.where(defined > 1, variance.sqrt(), torch.nan)
+
+    @property
+    def scope(self) -> str:
+        """One line naming model, prompts, lengths, queries, sink, mask rule and unit."""
+        lengths = sorted(self.prompt_lengths)
+        return (
+            f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
+            f"tokens; {len(self.query_positions)} query positions; sink positions "
+            f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
+            f"entropy unit {self.unit}"
+        )
+
+
+def concentration(
+    model: TransformerBridge,
+    prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    sink: int | Sequence[int] = 0,
+    query_positions: Sequence[int] | None = None,
+) -> HeadConcentration:
+    """Concentration metrics of every layer and head, computed without an attention cache.
+
+    Args:
+        model: a transformer-lens ``TransformerBridge`` exposing ``hook_pattern`` and
+            ``hook_v`` on every block.
+        prompts_or_tokens: a string or list of strings (tokenized with
+            ``model.to_tokens``, BOS prepended, right-padded), a ``[batch, pos]`` (or
+            ``[pos]``) int token tensor, or a :class:`~interv.TokenizedPairs` (its clean
+            tokens and attention mask).
+        attention_mask: ``[batch, pos]`` bool, True at real tokens, for a token tensor
+            with padding (left or right; the real tokens of a prompt must be contiguous).
+        sink: sink key position(s) ``S``, counted from each prompt's first real token
+            (default 0: BOS).
+        query_positions: query positions counted from each prompt's first real token
+            (negative: from its last real token); default every position of the
+            longest prompt.
+
+    Returns:
+        A :class:`HeadConcentration` with float64 ``[batch, layer, head_index, query]``
+        metrics and its scope.
+    """
+    batch = prompt_batch(model, prompts_or_tokens, attention_mask)
+    sink_positions = _check_positions(sink, "sink", allow_negative=False)
+    if query_positions is None:
+        queries = tuple(range(int(batch.lengths.max())))
+    else:
+        queries = _check_positions(query_positions, "query_positions", allow_negative=True)
+    query_index = _query_index(queries, batch.lengths)
+    reducer = _Reducer(model, batch, sink_positions, query_index)
+    fwd_hooks: list[tuple[str, Any]] = []
+    for layer in range(model.cfg.n_layers):
+        fwd_hooks.append((value_hook(layer), reducer.value_hook(layer)))
+        fwd_hooks.append((pattern_hook(layer), reducer.pattern_hook(layer)))
+    device = torch.device(model.cfg.device or "cpu")
+    forward_mask = None if batch.forward_mask is None else batch.forward_mask.to(device)
+    with torch.no_grad(), model.hooks(fwd_hooks=fwd_hooks):
+        model(batch.tokens.to(device), attention_mask=forward_mask, return_type=None)
+    return HeadConcentration(
+        **reducer.results(),
+        n_available_keys=reducer.n_available_keys,
+        query_positions=queries,
+        query_index=query_index,
+        sink_positions=sink_positions,
+        model_name=str(getattr(model.cfg, "model_name", "unknown")),
+        prompt_lengths=tuple(int(n) for n in batch.lengths),
+    )
+
+
+def _check_positions(
+    positions: int | Sequence[int], what: str, *, allow_negative: bool
+) -> tuple[int, ...]:
+    values = [positions] if isinstance(positions, int) else positions
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | torch.Tensor):
+        raise IntervError(f"{what} must be an int or a sequence of ints; got {positions!r}")
+    result = []
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise IntervError(f"{what} must contain ints; got {value!r} in {positions!r}")
+        if value < 0 and not allow_negative:
+            raise IntervError(
+                f"{what} must be >= 0 (counted from each prompt's first real token); got {value}"
+            )
+        result.append(value)
+    if not result:
+        raise IntervError(f"{what} must name at least one position; got an empty sequence")
+    if len(set(result)) != len(result):
+        raise IntervError(f"{what} must not repeat a position; got {list(result)}")
+    return tuple(result)
+
+
+def _query_index(queries: tuple[int, ...], lengths: torch.Tensor) -> torch.Tensor:
+    """``[batch, query]`` position of each query from the first real token; -1 if outside."""
+    requested = torch.tensor(queries, dtype=torch.int64)[None, :]
+    lengths = lengths[:, None]
+    index = torch.where(requested < 0, lengths + requested, requested)
+    inside = (index >= 0) & (index < lengths)
+    if not bool(inside.any(dim=0).all()):
+        outside = queries[int((~inside.any(dim=0)).nonzero()[0, 0])]
+        longest = int(lengths.max())
+        raise IntervError(
+            f"query position {outside} lies outside every prompt; the longest prompt has "
+            f"{longest} tokens (valid positions -{longest}..{longest - 1})"
+        )
+    return torch.where(inside, index, -1)
+
+
+class _Reducer:
+    """Hook callbacks that turn each layer's pattern into per-query numbers, then drop it."""
+
+    def __init__(
+        self,
+        model: TransformerBridge,
+        batch: PromptBatch,
+        sink_positions: tuple[int, ...],
+        query_index: torch.Tensor,
+    ) -> None:
+        cfg = model.cfg
+        self._model = model
+        device = torch.device(cfg.device or "cpu")
+        self._value_heads = torch.tensor(
+            [kv_head_of(cfg, h) for h in range(cfg.n_heads)], device=device
+        )
+        n_batch, n_pos = batch.tokens.shape
+        real_query = query_index >= 0
+        # absolute query positions in the padded tensor (a real position where unused)
+        query_abs = batch.first_real[:, None] + query_index.clamp(min=0)
+        relative_key = torch.arange(n_pos)[None, :] - batch.first_real[:, None]  # [batch, key]
+        is_sink = torch.zeros(n_batch, n_pos, dtype=torch.bool)
+        for position in sink_positions:
+            is_sink |= relative_key == position
+        self._query_abs = query_abs.to(device)
+        self._real_query = real_query.to(device)
+        self._real_key = batch.real.to(device)
+        self._is_sink = is_sink.to(device)
+        # n = number of real keys at or before the query (padding is contiguous)
+        self.n_available_keys = torch.where(real_query, query_index + 1, 0)  # [batch, query]
+        shape = (n_batch, cfg.n_layers, cfg.n_heads, query_index.shape[1])
+        self._out = {name: torch.full(shape, torch.nan, dtype=torch.float64) for name in METRICS}
+        self._value_norms: torch.Tensor | None = None
+        self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
+
+    def _masks(self, start: int, stop: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Key and sink masks ``[batch, 1, query, key]``: queries ``start:stop``, keys ``:n_keys``.
+
+        Key ``j`` is available iff ``j <= t`` (causal), ``j`` is real and query ``t`` is
+        real; a sink key counts only where it is available.
+        """
+        query_abs = self._query_abs[:, start:stop, None]
+        keys = torch.arange(n_keys, device=query_abs.device)
+        real_key = self._real_key[:, None, :n_keys]
+        key_mask = (keys <= query_abs) & real_key & self._real_query[:, start:stop, None]
+        sink_mask = key_mask & self._is_sink[:, None, :n_keys]
+        return key_mask[:, None], sink_mask[:, None]
+
+    def value_hook(self, layer: int) -> Any:
+        """Hook on ``hook_v`` storing ``||v_i W_O^h||`` as ``[batch, head_index, key_pos]``."""
+
+        def hook(values: torch.Tensor, hook: Any) -> None:
+            w_out = self._model.blocks[layer].attn.W_O.detach().to(torch.float64)
+            # ||v W||^2 = v (W W^T) v^T with the [d_head, d_head] Gram matrix of each head
+            gram = w_out @ w_out.transpose(-1, -2)  # [head_index, d_head, d_head]
+            per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
+            squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
+            self._value_norms = squared.clamp(min=0).sqrt()
+
+        return hook
+
+    def pattern_hook(self, layer: int) -> Any:
+        """Hook on ``hook_pattern`` reducing it to per-query numbers for ``layer``."""
+
+        def hook(pattern: torch.Tensor, hook: Any) -> None:
+            if self._value_norms is None:
+                raise IntervError(
+                    f"hook_v of layer {layer} did not fire before its hook_pattern; this model's "
+                    "attention order is not supported by interv.concentration"
+                )
+            n_query = self._query_abs.shape[1]
+            batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
+            for start in range(0, n_query, self._chunk):
+                stop = min(start + self._chunk, n_query)
+                query_abs = self._query_abs[:, start:stop]
+                # keys after the chunk's last query are causally masked: leave them out
+                n_keys = int(query_abs.max()) + 1
+                # [batch, query, head, key] -> [batch, head, query, key]
+                rows = pattern.detach()[batch_index, :, query_abs, :n_keys]
+                self._reduce(layer, start, stop, rows.transpose(1, 2))
+            self._value_norms = None
+
+        return hook
+
+    def _reduce(self, layer: int, start: int, stop: int, rows: torch.Tensor) -> None:
+        n_keys = rows.shape[-1]
+        key_mask, sink_mask = self._masks(start, stop, n_keys)
+        split = sink_split(rows, sink=sink_mask, key_mask=key_mask)
+        values = {
+            "entropy": split.entropy,
+            "normalized_entropy": normalized_entropy(rows, key_mask=key_mask),
+            "sink_mass": split.sink_mass,
+            "content_entropy": split.content_entropy,
+            "content_normalized_entropy": split.content_normalized_entropy,
+        }
+        weights = torch.where(key_mask, rows.to(torch.float64), 0.0)
+        # [batch, head, query, key]
+        contribution = weights * self._value_norms[:, :, None, :n_keys]
+        total = contribution.sum(dim=-1)
+        from_sink = torch.where(sink_mask, contribution, 0.0).sum(dim=-1)
+        values["contribution_norm"] = total
+        values["sink_contribution_share"] = torch.where(total > 0, from_sink / total, torch.nan)
+        real = self._real_query[:, None, start:stop]
+        for name, value in values.items():
+            self._out[name][:, layer, :, start:stop] = torch.where(real, value, torch.nan).cpu()
+
+    def results(self) -> dict[str, torch.Tensor]:
+        """The filled ``[batch, layer, head_index, query]`` metric tensors."""
+        return dict(self._out)
