@@ -1,0 +1,177 @@
+"""interv's own training loop for zoo models: plain AdamW on the native model, deterministic.
+
+Determinism: the weights are initialized from the recipe's ``init_seed``, every batch
+is drawn from one ``torch.Generator(data_seed)``, training runs on one CPU thread with
+``torch.use_deterministic_algorithms(True)``; the global settings are restored after.
+Two runs of the same recipe on the same machine give bit-identical weights. The loss
+is next-token cross-entropy on all positions, so the model also
+learns what to do where there is nothing to copy: that is where the attention sink
+forms.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from interv.errors import IntervError
+from interv.zoo._data import build_tokenizer, induction_batch
+from interv.zoo._load import bridge_from_native, load_weights, native_model
+from interv.zoo._registry import (
+    CARD_FILE,
+    FINAL_WEIGHTS_FILE,
+    TrainingRecipe,
+    ZooCard,
+    checkpoint_file,
+    description,
+    recipe,
+)
+from interv.zoo._roles import ROLES, assign_roles, eval_batch, measure_roles, task_accuracy
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from transformer_lens.model_bridge.sources.native import NativeModel
+
+__all__ = ["measure_card", "train", "train_weights"]
+
+PROGRESS_EVERY = 100  # optimizer steps between progress lines
+
+
+@contextmanager
+def _deterministic_single_thread() -> Iterator[None]:
+    """Run on one CPU thread with deterministic algorithms; restore both afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def train_weights(
+    training: TrainingRecipe,
+    *,
+    checkpoint_dir: Path | None = None,
+    progress: bool = False,
+) -> NativeModel:
+    """Train a native model by ``training`` and return it (final weights).
+
+    When ``checkpoint_dir`` is given, the weights after each of
+    ``training.checkpoint_steps`` optimizer steps are saved there as safetensors.
+    """
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import save_file
+
+    n_ctx = training.config["n_ctx"]
+    with _deterministic_single_thread():
+        model = native_model(training.config, seed=training.init_seed)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=training.lr, weight_decay=training.weight_decay
+        )
+        generator = torch.Generator().manual_seed(training.data_seed)
+        started = time.perf_counter()
+        for step in range(training.steps):
+            if checkpoint_dir is not None and step in training.checkpoint_steps:
+                save_file(model.state_dict(), checkpoint_dir / checkpoint_file(step))
+            tokens = induction_batch(
+                training.batch_size, n_ctx, min_prefix=training.min_prefix, generator=generator
+            ).tokens
+            logits = model(tokens)  # [batch, pos, d_vocab]
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if progress and (step + 1) % PROGRESS_EVERY == 0:
+                print(
+                    f"step {step + 1}/{training.steps}: loss {loss.item():.3f} nats/token "
+                    "(mean over this batch's positions), "
+                    f"{time.perf_counter() - started:.0f} s elapsed",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return model
+
+
+def train(name: str, out_dir: str | Path, *, progress: bool = True) -> ZooCard:
+    """Train zoo model ``name`` from scratch into ``out_dir`` and return its measured card.
+
+    Writes ``model.safetensors`` (final weights), one ``checkpoint-NNNNN.safetensors``
+    per recipe checkpoint step, the tokenizer files and ``card.json`` with the accuracy
+    and head roles measured on the recipe's held-out sequences.
+    """
+    training = recipe(name)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise IntervError(f"out_dir must be a directory; {str(out)!r} is a file")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    model = train_weights(training, checkpoint_dir=out, progress=progress)
+    wall_s = time.perf_counter() - started
+
+    from safetensors.torch import save_file
+
+    save_file(model.state_dict(), out / FINAL_WEIGHTS_FILE)
+    build_tokenizer().save_pretrained(out)
+    return measure_card(name, out, training_wall_s=wall_s)
+
+
+def measure_card(name: str, directory: str | Path, *, training_wall_s: float) -> ZooCard:
+    """Measure the card of zoo model ``name`` from the files a training run wrote into
+    ``directory`` (final weights, checkpoints, tokenizer) and write ``card.json`` there.
+
+    Accuracy and roles are measured on the final weights; the sink score on every
+    checkpoint; all on the recipe's held-out sequences.
+    """
+    training = recipe(name)
+    out = Path(directory)
+    n_ctx = training.config["n_ctx"]
+    batch = eval_batch(
+        n_ctx, training.min_prefix, n_sequences=training.n_eval_sequences, seed=training.eval_seed
+    )
+    data = (
+        f"{training.n_eval_sequences} held-out induction sequences of {n_ctx} tokens, period "
+        f"{training.min_prefix}..{(n_ctx - 1) // 2} (torch.Generator seed {training.eval_seed})"
+    )
+
+    def bridge_at(weights_file: str):
+        model = native_model(training.config)
+        load_weights(model, out / weights_file)
+        return bridge_from_native(model, tokenizer_dir=out, name=name)
+
+    bridge = bridge_at(FINAL_WEIGHTS_FILE)
+    scores = measure_roles(bridge, batch, data=data)
+    sink_mass = tuple(
+        (
+            step,
+            round(
+                float(measure_roles(bridge_at(checkpoint_file(step)), batch, data=data).sink.max()),
+                4,
+            ),
+        )
+        for step in training.checkpoint_steps
+    )
+    zoo_card = ZooCard(
+        name=name,
+        description=description(name),
+        recipe=training,
+        accuracy=task_accuracy(bridge, batch, data=data),
+        roles=assign_roles(scores, training.thresholds),
+        role_scores={
+            role: tuple(tuple(round(v, 4) for v in row) for row in scores.score(role).tolist())
+            for role in ROLES
+        },
+        checkpoint_sink_mass=sink_mass,
+        training_wall_s=round(training_wall_s, 1),
+    )
+    (out / CARD_FILE).write_text(zoo_card.to_json())
+    return zoo_card

@@ -1,0 +1,96 @@
+"""Command line for the zoo: ``interv zoo list``, ``interv zoo info NAME``,
+``interv zoo train NAME [--out DIR]``.
+
+:func:`register` adds the ``zoo`` command to the ``interv`` argument parser; each
+subcommand stores its handler as ``args.handler`` (called with the parsed arguments,
+returns the exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _list(args: argparse.Namespace) -> int:
+    from interv.zoo import _registry
+
+    for name in _registry.available():
+        print(f"{name}: {_registry.description(name)}")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from interv.zoo import card
+
+    zoo_card = card(args.name)
+    training = zoo_card.recipe
+    accuracy = zoo_card.accuracy
+    print(f"{zoo_card.name}: {zoo_card.description}")
+    print(
+        f"recipe: {training.steps} AdamW steps, lr {training.lr}, batch {training.batch_size} "
+        f"sequences, init seed {training.init_seed}, data seed {training.data_seed}"
+    )
+    print(
+        f"top-1 accuracy (fraction of positions): repeated {accuracy.repeated:.3f} over "
+        f"{accuracy.n_repeated} positions, fresh (chance reference) {accuracy.fresh:.3f} over "
+        f"{accuracy.n_fresh} positions; {accuracy.measurement}"
+    )
+    print("roles (score = mean attention weight, 0..1, final weights):")
+    for role in zoo_card.roles:
+        print(
+            f"  {role.role} {role.label}: score {role.score:.3f} >= threshold "
+            f"{role.threshold} ({role.measurement})"
+        )
+    for role_name, table in zoo_card.role_scores.items():
+        if not zoo_card.heads_with_role(role_name):
+            best, layer, head = max(
+                (score, layer, head)
+                for layer, row in enumerate(table)
+                for head, score in enumerate(row)
+            )
+            threshold = getattr(training.thresholds, role_name)
+            print(
+                f"  {role_name}: no head reaches the threshold {threshold} "
+                f"(highest: L{layer}H{head} at {best:.3f})"
+            )
+    steps = ", ".join(f"{step}: {mass:.3f}" for step, mass in zoo_card.checkpoint_sink_mass)
+    print(f"checkpoints (step: largest sink score over heads, mean weight on <bos>): {steps}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from interv.zoo import train
+
+    out = Path(args.out) if args.out is not None else Path("interv-zoo") / args.name
+    zoo_card = train(args.name, out)
+    roles = ", ".join(f"{role.role} {role.label}" for role in zoo_card.roles)
+    print(
+        f"trained {zoo_card.name} into {out} in {zoo_card.training_wall_s:.0f} s (wall clock); "
+        f"repeated-position top-1 accuracy {zoo_card.accuracy.repeated:.3f}; roles: {roles}"
+    )
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``zoo list``, ``zoo info NAME`` and ``zoo train NAME [--out DIR]``."""
+    zoo = subparsers.add_parser("zoo", help="small models interv trains itself and ships")
+    commands = zoo.add_subparsers(dest="zoo_command", required=True)
+
+    listing = commands.add_parser("list", help="list the zoo models")
+    listing.set_defaults(handler=_list)
+
+    info = commands.add_parser("info", help="show a zoo model's card")
+    info.add_argument("name", help="zoo model name (see `interv zoo list`)")
+    info.set_defaults(handler=_info)
+
+    training = commands.add_parser("train", help="train a zoo model from scratch")
+    training.add_argument("name", help="zoo model name (see `interv zoo list`)")
+    training.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default: ./interv-zoo/NAME)",
+    )
+    training.set_defaults(handler=_train)
