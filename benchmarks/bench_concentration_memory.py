@@ -117,7 +117,7 @@ def _metrics_from_cache(model, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def _child(method: str, result_path: str) -> None:
     """Run one method in this process and write its memory numbers (and metrics) to disk."""
-    from interv.analysis import concentration
+    from interv.analysis.concentration import concentration
 
     model = _load_model()
     tokens = _prompt_tokens(model)

@@ -41,6 +41,15 @@ _EXPORTS: dict[str, str] = {
     # concentration of a model's heads (reduced inside hooks)
     "concentration": "interv.analysis.concentration",
     "HeadConcentration": "interv.analysis.concentration",
+    # whole-model sink analyses
+    "attention_rows": "interv.analysis._patterns",
+    "head_similarity": "interv.analysis.similarity",
+    "HeadSimilarity": "interv.analysis.similarity",
+    "cluster_heads": "interv.analysis.clustering",
+    "HeadClustering": "interv.analysis.clustering",
+    "entropy_change_attribution": "interv.analysis.attribution",
+    "EntropyAttribution": "interv.analysis.attribution",
+    "checkpoint_entropy_change": "interv.analysis.attribution",
     # interventions and the runner
     "run": "interv.engine.runner",
     "InterventionResult": "interv.engine.results",

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
-from interv.analysis import METRICS, HeadConcentration, concentration
+from interv.analysis.concentration import METRICS, HeadConcentration, concentration
 from interv.errors import IntervError
 from interv.metrics.concentration import normalized_entropy
 from interv.metrics.sink import sink_split
@@ -288,10 +288,8 @@ def test_unknown_metric_and_reduction_are_refused_with_the_choices(model):
 
 
 @pytest.mark.real_model
-def test_smollm2_numbers_equal_the_metric_functions_on_cached_patterns():
-    from interv.models.smollm2 import load_smollm2
-
-    smollm = load_smollm2(device="cpu", dtype=torch.float32)
+def test_smollm2_numbers_equal_the_metric_functions_on_cached_patterns(smollm2_bridge):
+    smollm = smollm2_bridge
     tokens = smollm.to_tokens("The cat sat on the mat because it was warm.")
     layers = [0, 5, 29]
     result = concentration(smollm, tokens)

@@ -1,9 +1,14 @@
-"""Analyses of a whole model: run it once and reduce what its heads do.
+"""Analyses of a whole model: run it and reduce what its heads do.
 
-- :func:`concentration`: entropy, sink split and value-aware numbers of every head,
-  reduced inside the hooks (no attention cache), as a :class:`HeadConcentration`.
+- :mod:`interv.analysis.concentration`: entropy, sink split and value-aware numbers
+  of every head, reduced inside the hooks (no attention cache).
+- :mod:`interv.analysis.similarity`: head-by-head similarity under keep-sink and
+  drop-sink, with the share of "which head is closer" verdicts that flip.
+- :mod:`interv.analysis.clustering`: head clusterings under both conventions and
+  their agreement.
+- :mod:`interv.analysis.attribution`: the change of entropy between two conditions,
+  split exactly into sink growth and content sharpening.
+
+The public names are re-exported lazily from :mod:`interv`; importing this package
+imports nothing heavy.
 """
-
-from interv.analysis.concentration import METRICS, HeadConcentration, concentration
-
-__all__ = ["METRICS", "HeadConcentration", "concentration"]

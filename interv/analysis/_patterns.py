@@ -1,0 +1,279 @@
+"""Full attention rows of every head of a model for a small prompt set, with their masks.
+
+Internal module, no stability promise (its two public names are re-exported). The
+sink-aware analyses (head similarity, head clustering, entropy-change attribution)
+compare whole rows of different heads, so, unlike :func:`interv.analysis.concentration`,
+they need the full patterns: ``[batch, layer, head_index, query_pos, key_pos]``, which is
+quadratic in the context length. Keep prompt sets small (tens of prompts of tens of
+tokens).
+
+Masks, with positions counted from each prompt's first real token:
+
+- key ``j`` is available for query ``t`` iff ``j`` is a real token, ``t`` is a real token
+  and, for a causal model, ``j <= t`` (a bidirectional encoder such as MiniLM sees every
+  real key);
+- the sink set ``S`` holds the given positions (default 0: BOS or [CLS]);
+- **query rule**: a query row is *included* iff it is real and has at least two available
+  content keys (``n - |S| >= 2``). Rows with fewer content keys have no drop-sink
+  comparison worth making (one content key gives the same content row for every head),
+  so they are excluded under *both* conventions and from the entropy attribution, so
+  that every comparison is like for like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from interv.analysis._inputs import prompt_batch
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = [
+    "QUERY_RULE",
+    "AttentionRows",
+    "attention_rows",
+    "prompt_mean_weights",
+    "rows_from_pattern",
+]
+
+QUERY_RULE = "real queries with at least 2 available content keys (n - |S| >= 2)"
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionRows:
+    """Attention rows of every head for a prompt set, with the masks that define them.
+
+    Attributes:
+        pattern: ``[batch, layer, head_index, query_pos, key_pos]`` attention weights
+            as the model produced them (float dtype of the model).
+        key_mask: ``[batch, query_pos, key_pos]`` bool, True = available key.
+        sink_mask: ``[batch, key_pos]`` bool, True at the sink keys of each prompt.
+        included: ``[batch, query_pos]`` bool, True at the query rows kept by the query
+            rule (:data:`QUERY_RULE`).
+        model_name: name of the model (scope).
+        causal: whether the causal mask was applied (False for bidirectional encoders).
+        sink_positions: the sink set, counted from each prompt's first real token.
+        prompt_lengths: real tokens per prompt (scope).
+        layers: the model layers held, in the order of the pattern's layer dim.
+    """
+
+    pattern: torch.Tensor
+    key_mask: torch.Tensor
+    sink_mask: torch.Tensor
+    included: torch.Tensor
+    model_name: str
+    causal: bool
+    sink_positions: tuple[int, ...]
+    prompt_lengths: tuple[int, ...]
+    layers: tuple[int, ...]
+
+    @property
+    def n_prompts(self) -> int:
+        """Number of prompts (the batch size)."""
+        return self.pattern.shape[0]
+
+    @property
+    def n_layers(self) -> int:
+        """Number of layers."""
+        return self.pattern.shape[1]
+
+    @property
+    def n_heads(self) -> int:
+        """Query heads per layer."""
+        return self.pattern.shape[2]
+
+    @property
+    def head_labels(self) -> tuple[str, ...]:
+        """``"L{layer}H{head}"`` of every head, layer-major (the flat head order)."""
+        return tuple(f"L{i}H{j}" for i in self.layers for j in range(self.n_heads))
+
+    @property
+    def mask_rule(self) -> str:
+        """The key mask in words."""
+        causal = "causal AND " if self.causal else "bidirectional: "
+        return f"{causal}padding (real keys{' at or before the query' if self.causal else ''})"
+
+    @property
+    def scope(self) -> str:
+        """One line naming model, prompts, lengths, query rule, sink and mask rule."""
+        lengths = sorted(self.prompt_lengths)
+        n_rows = int(self.included.sum())
+        return (
+            f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
+            f"tokens; {n_rows} query rows ({QUERY_RULE}); sink positions "
+            f"{list(self.sink_positions)} from each prompt's first real token; mask: "
+            f"{self.mask_rule}"
+        )
+
+    def flat_heads(self) -> torch.Tensor:
+        """``[layer * head_index, batch, query_pos, key_pos]`` pattern, layer-major."""
+        batch, layers, heads, queries, keys = self.pattern.shape
+        return self.pattern.permute(1, 2, 0, 3, 4).reshape(layers * heads, batch, queries, keys)
+
+
+def rows_from_pattern(
+    pattern: torch.Tensor,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    causal: bool = True,
+    sink: int | Sequence[int] = 0,
+    model_name: str = "constructed rows",
+    layers: Sequence[int] | None = None,
+) -> AttentionRows:
+    """Wrap a ``[batch, layer, head_index, query_pos, key_pos]`` pattern with its masks.
+
+    Args:
+        pattern: attention weights; each available row sums to 1 (checked by the metrics).
+        attention_mask: ``[batch, pos]`` bool, True at real tokens (one contiguous run per
+            prompt); None = every token is real.
+        causal: apply the causal mask (key ``j`` available for query ``t`` iff ``j <= t``).
+        sink: sink position(s), counted from each prompt's first real token.
+        model_name: name used in the scope of every result.
+        layers: model layer of each entry of the pattern's layer dim (default 0, 1, ...).
+
+    Returns:
+        An :class:`AttentionRows`; raises :class:`IntervError` if no row is included.
+    """
+    if not isinstance(pattern, torch.Tensor) or pattern.ndim != 5:
+        shape = tuple(pattern.shape) if isinstance(pattern, torch.Tensor) else type(pattern)
+        raise IntervError(
+            f"pattern must be a tensor [batch, layer, head_index, query_pos, key_pos]; got {shape}"
+        )
+    batch, n_layers, _, queries, keys = pattern.shape
+    layers = tuple(range(n_layers)) if layers is None else tuple(layers)
+    if len(layers) != n_layers:
+        raise IntervError(
+            f"layers must name one model layer per pattern layer ({n_layers}); got {layers}"
+        )
+    if queries != keys:
+        raise IntervError(
+            f"pattern must have as many query as key positions (self-attention); got "
+            f"{queries} queries and {keys} keys"
+        )
+    if attention_mask is None:
+        attention_mask = torch.ones(batch, keys, dtype=torch.bool)
+    if attention_mask.dtype != torch.bool or attention_mask.shape != (batch, keys):
+        raise IntervError(
+            f"attention_mask must be a bool tensor of shape {(batch, keys)}; got "
+            f"{attention_mask.dtype} of shape {tuple(attention_mask.shape)}"
+        )
+    sink_positions = (sink,) if isinstance(sink, int) else tuple(sink)
+    if not sink_positions or any(
+        isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in sink_positions
+    ):
+        raise IntervError(
+            f"sink must be a position >= 0 or a non-empty sequence of them; got {sink!r}"
+        )
+    real = attention_mask
+    first_real = real.to(torch.int64).argmax(dim=1)
+    relative = torch.arange(keys)[None, :] - first_real[:, None]  # [batch, pos]
+    key_mask = real[:, None, :] & real[:, :, None]  # [batch, query, key]
+    if causal:
+        key_mask = key_mask & torch.ones(keys, keys, dtype=torch.bool).tril()
+    sink_mask = torch.zeros(batch, keys, dtype=torch.bool)
+    for position in sink_positions:
+        sink_mask |= (relative == position) & real
+    n_content = (key_mask & ~sink_mask[:, None, :]).sum(dim=-1)
+    included = real & (n_content >= 2)
+    if not bool(included.any()):
+        raise IntervError(
+            f"no query row has at least 2 available content keys (sink {list(sink_positions)}, "
+            f"prompt lengths {real.sum(dim=1).tolist()}); the sink-aware analyses need prompts "
+            f"of at least {len(sink_positions) + 2} tokens"
+        )
+    return AttentionRows(
+        pattern=pattern,
+        key_mask=key_mask,
+        sink_mask=sink_mask,
+        included=included,
+        model_name=model_name,
+        causal=causal,
+        sink_positions=sink_positions,
+        prompt_lengths=tuple(int(n) for n in real.sum(dim=1)),
+        layers=layers,
+    )
+
+
+def attention_rows(
+    model: TransformerBridge,
+    prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    sink: int | Sequence[int] = 0,
+    layers: Sequence[int] | None = None,
+) -> AttentionRows:
+    """Run ``model`` once and keep every head's full attention pattern.
+
+    Args:
+        model: a transformer-lens ``TransformerBridge``; ``model.cfg.attention_dir ==
+            "bidirectional"`` (e.g. MiniLM) turns the causal mask off.
+        prompts_or_tokens: strings (``model.to_tokens``, BOS prepended, right-padded), a
+            ``[batch, pos]`` int token tensor, or a :class:`~interv.TokenizedPairs`.
+        attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+        sink: sink position(s), counted from each prompt's first real token.
+        layers: the layers to keep (default: all); pair costs grow with the square of
+            the number of heads kept.
+
+    Returns:
+        An :class:`AttentionRows` holding ``[batch, layer, head_index, query_pos,
+        key_pos]`` patterns (memory quadratic in the context length).
+    """
+    n_layers = model.cfg.n_layers
+    kept = tuple(range(n_layers)) if layers is None else tuple(layers)
+    if (
+        not kept
+        or len(set(kept)) != len(kept)
+        or any(
+            isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers
+            for layer in kept
+        )
+    ):
+        raise IntervError(
+            f"layers must be distinct ints in 0..{n_layers - 1} (the model's layers); got "
+            f"{layers!r}"
+        )
+    names = {f"blocks.{layer}.attn.hook_pattern" for layer in kept}
+    batch = prompt_batch(model, prompts_or_tokens, attention_mask)
+    device = torch.device(model.cfg.device or "cpu")
+    forward_mask = None if batch.forward_mask is None else batch.forward_mask.to(device)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(
+            batch.tokens.to(device),
+            attention_mask=forward_mask,
+            names_filter=lambda name: name in names,
+        )
+    patterns = [cache[f"blocks.{layer}.attn.hook_pattern"] for layer in kept]
+    pattern = torch.stack(patterns, dim=1).detach().cpu()
+    return rows_from_pattern(
+        pattern,
+        attention_mask=batch.real,
+        causal=getattr(model.cfg, "attention_dir", "causal") != "bidirectional",
+        sink=sink,
+        model_name=str(getattr(model.cfg, "model_name", "unknown")),
+        layers=kept,
+    )
+
+
+def prompt_mean_weights(used: torch.Tensor) -> torch.Tensor:
+    """``[row, prompt]`` float64 weights that average the ``used`` rows of each prompt.
+
+    Args:
+        used: ``[batch, query_pos]`` bool, the rows kept; selecting ``values[used]``
+            orders rows prompt by prompt, as here.
+
+    Returns:
+        ``W`` with ``W[r, p] = 1 / (rows of prompt p)`` if row ``r`` belongs to prompt
+        ``p``, else 0, so ``values[used] @ W`` is each prompt's mean over its rows (0 for
+        a prompt without rows: callers reject those).
+    """
+    prompt_of_row = torch.arange(used.shape[0])[:, None].expand_as(used)[used]
+    weights = torch.nn.functional.one_hot(prompt_of_row, used.shape[0]).to(torch.float64)
+    return weights / weights.sum(dim=0).clamp(min=1)

@@ -1,0 +1,291 @@
+"""Cluster heads under both sink conventions and measure how much the clusterings agree.
+
+A standard head-clustering pipeline groups heads by the similarity of their attention
+rows. Whether the sink is kept in the rows can decide the grouping: heads that park
+most of their mass on the sink fall together under keep-sink whatever content they
+read. This module clusters the head distance matrices of a
+:class:`~interv.analysis.similarity.HeadSimilarity` under keep-sink and drop-sink with
+the same algorithm and compares the two partitions.
+
+- **Clustering**: agglomerative, average linkage (UPGMA): start from single heads and
+  repeatedly merge the two clusters with the smallest mean pairwise head distance
+  (ties: the lowest pair of slots, so the result is deterministic); cut the tree when
+  ``k`` clusters remain. The distance matrix is symmetrized as ``(D + D^T) / 2``.
+- **Agreement**: the adjusted Rand index (Hubert and Arabie, 1985) of the two
+  partitions, from their contingency table: 1 for identical partitions, ~0 in
+  expectation for independent random ones, negative below chance. When neither
+  partition has a within-cluster pair to disagree on (``k`` = 1 or ``k`` = number of
+  heads) the index is 0/0 and is reported as 1 (the partitions are identical).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv.analysis.similarity import DISTANCE_UNITS, HeadSimilarity
+from interv.errors import IntervError
+from interv.metrics.compare import CONVENTIONS
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "HeadClustering",
+    "adjusted_rand_index",
+    "average_linkage",
+    "cluster_heads",
+    "cut_tree",
+    "plot_clustering",
+]
+
+
+def average_linkage(distance: torch.Tensor) -> torch.Tensor:
+    """Average-linkage agglomerative clustering of ``n`` items from their distances.
+
+    Args:
+        distance: ``[n, n]`` symmetric, finite distances (any non-negative unit), n >= 2.
+
+    Returns:
+        ``[n - 1, 4]`` float64 merges in order, in the layout of
+        ``scipy.cluster.hierarchy.linkage``: ``(cluster_a, cluster_b, height, size)`` with
+        ``cluster_a < cluster_b``;
+        items are clusters ``0..n-1`` and merge ``i`` creates cluster ``n + i``. ``height``
+        is the mean distance between the items of the two merged clusters (same unit).
+    """
+    if distance.ndim != 2 or distance.shape[0] != distance.shape[1] or distance.shape[0] < 2:
+        raise IntervError(
+            f"distance must be a square [n, n] matrix with n >= 2; got {tuple(distance.shape)}"
+        )
+    if not bool(distance.isfinite().all()):
+        raise IntervError("distance must be finite everywhere; got NaN or inf entries")
+    n = distance.shape[0]
+    current = ((distance + distance.T) / 2).to(torch.float64).clone()
+    current.fill_diagonal_(math.inf)
+    ids = list(range(n))
+    sizes = torch.ones(n, dtype=torch.float64)
+    merges = torch.zeros(n - 1, 4, dtype=torch.float64)
+    for step in range(n - 1):
+        flat = int(current.argmin())
+        i, j = sorted(divmod(flat, n))
+        size = sizes[i] + sizes[j]
+        low, high = sorted((ids[i], ids[j]))
+        merges[step] = torch.tensor([low, high, float(current[i, j]), float(size)])
+        merged = (sizes[i] * current[i] + sizes[j] * current[j]) / size
+        current[i], current[:, i] = merged, merged
+        current[i, i] = math.inf
+        current[j], current[:, j] = math.inf, math.inf
+        ids[i], sizes[i] = n + step, size
+    return merges
+
+
+def _leaf_order(merges: torch.Tensor) -> list[int]:
+    """Items in dendrogram order (left subtree before right) of a linkage."""
+    n = len(merges) + 1
+    order, stack = [], [2 * n - 2]
+    while stack:
+        node = stack.pop()
+        if node < n:
+            order.append(node)
+        else:
+            left, right = (int(v) for v in merges[node - n, :2])
+            stack.extend((right, left))
+    return order
+
+
+def cut_tree(merges: torch.Tensor, k: int) -> torch.Tensor:
+    """``[n]`` int64 cluster labels after the first ``n - k`` merges of a linkage.
+
+    Labels are numbered ``0..k-1`` in order of each cluster's lowest item.
+    """
+    n = len(merges) + 1
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise IntervError(f"k (number of clusters) must be an int in 1..{n}; got {k!r}")
+    members: dict[int, list[int]] = {i: [i] for i in range(n)}
+    for step in range(n - k):
+        left, right = (int(v) for v in merges[step, :2])
+        members[n + step] = members.pop(left) + members.pop(right)
+    labels = torch.empty(n, dtype=torch.int64)
+    for label, items in enumerate(sorted(members.values(), key=min)):
+        labels[items] = label
+    return labels
+
+
+def adjusted_rand_index(first: torch.Tensor, second: torch.Tensor) -> float:
+    """Adjusted Rand index of two partitions of the same items.
+
+    Args:
+        first, second: ``[n]`` int labels (any non-negative ints) of the same ``n`` items.
+
+    Returns:
+        ``(sum_ij C(n_ij, 2) - E) / (max - E)`` with ``n_ij`` the contingency table,
+        ``E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2)`` and ``max`` the mean of the
+        two marginal sums; unitless, at most 1 (1 = identical partitions). 1 when the
+        denominator is 0 (both partitions trivial: see the module docstring).
+    """
+    if first.shape != second.shape or first.ndim != 1 or len(first) < 2:
+        raise IntervError(
+            f"labels must be two [n] tensors of the same length n >= 2; got "
+            f"{tuple(first.shape)} and {tuple(second.shape)}"
+        )
+    n_second = int(second.max()) + 1
+    table = torch.bincount(first * n_second + second, minlength=(int(first.max()) + 1) * n_second)
+    table = table.reshape(-1, n_second).to(torch.float64)
+
+    def pairs(counts: torch.Tensor) -> torch.Tensor:
+        return (counts * (counts - 1) / 2).sum()
+
+    within = pairs(table)
+    rows, columns = pairs(table.sum(dim=1)), pairs(table.sum(dim=0))
+    expected = rows * columns / (len(first) * (len(first) - 1) / 2)
+    maximum = (rows + columns) / 2
+    if float(maximum - expected) == 0:
+        return 1.0
+    return float((within - expected) / (maximum - expected))
+
+
+@dataclass(frozen=True, eq=False)
+class HeadClustering:
+    """Average-linkage clusterings of the heads under keep-sink and drop-sink.
+
+    Attributes:
+        measure: the head distance measure (see :data:`DISTANCE_UNITS`).
+        k: number of clusters of each cut.
+        keep_distance, drop_distance: ``[head, head]`` float64 head distances.
+        keep_linkage, drop_linkage: ``[head - 1, 4]`` merges (see :func:`average_linkage`).
+        keep_labels, drop_labels: ``[head]`` int64 cluster of each head.
+        adjusted_rand_index: agreement of the two partitions (unitless, <= 1).
+        head_labels: ``"L{layer}H{head}"`` of every head, layer-major.
+        scope: the scope line of the :class:`HeadSimilarity` clustered.
+        model_name, n_prompts: scope fields.
+    """
+
+    measure: str
+    k: int
+    keep_distance: torch.Tensor
+    drop_distance: torch.Tensor
+    keep_linkage: torch.Tensor
+    drop_linkage: torch.Tensor
+    keep_labels: torch.Tensor
+    drop_labels: torch.Tensor
+    adjusted_rand_index: float
+    head_labels: tuple[str, ...]
+    scope: str
+    model_name: str
+    n_prompts: int
+    algorithm: str = "agglomerative, average linkage (UPGMA), cut at k clusters"
+
+    @property
+    def keep_order(self) -> list[int]:
+        """Head indices in keep-sink dendrogram order."""
+        return _leaf_order(self.keep_linkage)
+
+    def describe(self) -> str:
+        """One line: the agreement of the two clusterings, with its scope."""
+        return (
+            f"{self.measure}: adjusted Rand index {self.adjusted_rand_index:.3f} (unitless, "
+            f"1 = same partition, ~0 = chance) between keep-sink and drop-sink clusterings "
+            f"of {len(self.head_labels)} heads into k={self.k} clusters ({self.algorithm})"
+        )
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One dict per head: its cluster under each convention, and the scope fields.
+
+        Keys: ``head``, ``keep_sink_cluster``, ``drop_sink_cluster``, ``measure``,
+        ``distance_unit``, ``k``, ``adjusted_rand_index``, ``algorithm``, ``model``,
+        ``n_prompts``.
+        """
+        return [
+            {
+                "head": label,
+                "keep_sink_cluster": int(self.keep_labels[i]),
+                "drop_sink_cluster": int(self.drop_labels[i]),
+                "measure": self.measure,
+                "distance_unit": DISTANCE_UNITS[self.measure],
+                "k": self.k,
+                "adjusted_rand_index": self.adjusted_rand_index,
+                "algorithm": self.algorithm,
+                "model": self.model_name,
+                "n_prompts": self.n_prompts,
+            }
+            for i, label in enumerate(self.head_labels)
+        ]
+
+
+def cluster_heads(similarity: HeadSimilarity, *, measure: str = "js", k: int = 4) -> HeadClustering:
+    """Cluster the heads under both conventions and compare the partitions.
+
+    Args:
+        similarity: head distances from :func:`interv.analysis.head_similarity`.
+        measure: which distance to cluster on (one of ``similarity.measures``).
+        k: number of clusters, in ``1..number of heads``.
+
+    Returns:
+        A :class:`HeadClustering` with both trees, both partitions and their adjusted
+        Rand index.
+    """
+    keep, drop = (similarity.distance(measure, convention) for convention in CONVENTIONS)
+    keep_linkage, drop_linkage = average_linkage(keep), average_linkage(drop)
+    keep_labels, drop_labels = cut_tree(keep_linkage, k), cut_tree(drop_linkage, k)
+    return HeadClustering(
+        measure=measure,
+        k=k,
+        keep_distance=keep,
+        drop_distance=drop,
+        keep_linkage=keep_linkage,
+        drop_linkage=drop_linkage,
+        keep_labels=keep_labels,
+        drop_labels=drop_labels,
+        adjusted_rand_index=adjusted_rand_index(keep_labels, drop_labels),
+        head_labels=similarity.head_labels,
+        scope=similarity.scope,
+        model_name=similarity.model_name,
+        n_prompts=similarity.n_prompts,
+    )
+
+
+def plot_clustering(clustering: HeadClustering, *, axes: tuple[Axes, Axes] | None = None) -> Figure:
+    """Both distance matrices side by side, heads in keep-sink dendrogram order.
+
+    Args:
+        clustering: the result to draw.
+        axes: two matplotlib Axes to draw into (keep-sink, drop-sink); None = a new
+            figure with two panels.
+
+    Returns:
+        The matplotlib Figure (nothing is shown or saved). Cluster boundaries of the
+        keep-sink cut are drawn on both panels, so a drop-sink regrouping is visible.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        figure, axes = plt.subplots(1, 2, figsize=(11, 5), layout="constrained")
+    elif len(axes) != 2:
+        raise IntervError(f"axes must be two matplotlib Axes; got {len(axes)}")
+    figure = axes[0].figure
+    order = clustering.keep_order
+    labels = [clustering.head_labels[i] for i in order]
+    keep_sorted = clustering.keep_labels[order]
+    boundaries = (torch.nonzero(keep_sorted[1:] != keep_sorted[:-1])[:, 0] + 0.5).tolist()
+    unit = DISTANCE_UNITS[clustering.measure]
+    matrices = (clustering.keep_distance, clustering.drop_distance)
+    for ax, convention, matrix in zip(axes, CONVENTIONS, matrices, strict=True):
+        image = ax.imshow(matrix[order][:, order].numpy(), cmap="viridis")
+        figure.colorbar(image, ax=ax, label=unit, shrink=0.8)
+        for boundary in boundaries:
+            ax.axhline(boundary, color="white", linewidth=0.8)
+            ax.axvline(boundary, color="white", linewidth=0.8)
+        ax.set_title(f"{convention} ({clustering.measure})")
+        if len(labels) <= 40:
+            ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
+            ax.set_yticks(range(len(labels)), labels, fontsize=6)
+        ax.set_xlabel("head (keep-sink dendrogram order)")
+    figure.suptitle(
+        f"{clustering.model_name}: head distances, k={clustering.k} clusters, adjusted Rand "
+        f"index {clustering.adjusted_rand_index:.2f} (keep-sink vs drop-sink)"
+    )
+    return figure

@@ -1,0 +1,111 @@
+"""Head clustering under both conventions: linkage and ARI oracles, a sink-confounded
+construction, and the plot."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from interv.analysis._patterns import rows_from_pattern
+from interv.analysis.clustering import (
+    adjusted_rand_index,
+    average_linkage,
+    cluster_heads,
+    cut_tree,
+    plot_clustering,
+)
+from interv.analysis.similarity import head_similarity
+from interv.errors import IntervError
+
+matplotlib.use("Agg")
+
+POINTS = torch.tensor([0.0, 1.0, 5.0, 6.0, 20.0], dtype=torch.float64)
+LINE_DISTANCE = (POINTS[:, None] - POINTS[None, :]).abs()
+
+
+def test_average_linkage_merges_closest_clusters_at_their_mean_distance():
+    merges = average_linkage(LINE_DISTANCE)
+    expected = torch.tensor(
+        [
+            [0, 1, 1.0, 2],  # {0}, {1} at |0 - 1|
+            [2, 3, 1.0, 2],  # {5}, {6} at |5 - 6|
+            [5, 6, (5 + 6 + 4 + 5) / 4, 4],  # {0, 1} with {5, 6}: mean of 4 distances
+            [4, 7, (20 + 19 + 15 + 14) / 4, 5],  # {20} with the rest
+        ],
+        dtype=torch.float64,
+    )
+    assert torch.equal(merges, expected)
+
+
+def test_cut_tree_gives_k_clusters_numbered_by_lowest_member():
+    merges = average_linkage(LINE_DISTANCE)
+    assert cut_tree(merges, 1).tolist() == [0, 0, 0, 0, 0]
+    assert cut_tree(merges, 2).tolist() == [0, 0, 0, 0, 1]
+    assert cut_tree(merges, 3).tolist() == [0, 0, 1, 1, 2]
+    assert cut_tree(merges, 5).tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(IntervError, match=r"k \(number of clusters\) must be an int in 1\.\.5"):
+        cut_tree(merges, 6)
+
+
+def test_adjusted_rand_index_matches_a_hand_computed_value():
+    # contingency [[2, 1, 0], [0, 1, 2]]: index 2, expected 6 * 3 / 15 = 1.2, max 4.5
+    first = torch.tensor([0, 0, 0, 1, 1, 1])
+    second = torch.tensor([0, 0, 1, 1, 2, 2])
+    assert adjusted_rand_index(first, second) == pytest.approx((2 - 1.2) / (4.5 - 1.2))
+
+
+@given(
+    labels=st.lists(st.integers(0, 3), min_size=2, max_size=12),
+    other=st.lists(st.integers(0, 3), min_size=12, max_size=12),
+    permutation_seed=st.integers(0, 1000),
+)
+def test_adjusted_rand_index_is_symmetric_and_ignores_label_names(labels, other, permutation_seed):
+    first = torch.tensor(labels)
+    second = torch.tensor(other[: len(labels)])
+    renamed = torch.randperm(4, generator=torch.Generator().manual_seed(permutation_seed))[first]
+    assert adjusted_rand_index(first, renamed) == pytest.approx(1.0)
+    assert adjusted_rand_index(first, second) == pytest.approx(adjusted_rand_index(second, first))
+    assert adjusted_rand_index(first, second) <= 1.0 + 1e-12
+
+
+def _sink_confounded_heads():
+    """Heads 0, 1 park 0.9 on the sink, heads 2, 3 park 0.1; heads 0, 2 read the first
+    key, heads 1, 3 the last. Keep-sink groups by sink mass, drop-sink by content."""
+    early = torch.tensor([0.7, 0.1, 0.1, 0.1], dtype=torch.float64)
+    late = early.flip(0)
+    contents = torch.stack([early, late, early, late])
+    sink_mass = torch.tensor([0.9, 0.9, 0.1, 0.1], dtype=torch.float64)[:, None]
+    rows = torch.cat([sink_mass, (1 - sink_mass) * contents], dim=-1)  # [head, key]
+    pattern = rows[None, None, :, None, :].expand(2, 1, 4, 5, 5).clone()
+    return head_similarity(rows_from_pattern(pattern, causal=False), n_resamples=5)
+
+
+@pytest.mark.parametrize("measure", ["cosine", "js", "aitchison"])
+def test_sink_confounded_heads_cluster_by_sink_mass_only_when_the_sink_is_kept(measure):
+    clustering = cluster_heads(_sink_confounded_heads(), measure=measure, k=2)
+    assert clustering.keep_labels.tolist() == [0, 0, 1, 1]
+    assert clustering.drop_labels.tolist() == [0, 1, 0, 1]
+    # contingency all ones: index 0, expected (2 * 2) / 6, max 2 -> -0.5
+    assert clustering.adjusted_rand_index == pytest.approx(-0.5)
+    records = clustering.to_records()
+    assert [r["head"] for r in records] == ["L0H0", "L0H1", "L0H2", "L0H3"]
+    assert all(r["k"] == 2 and r["measure"] == measure for r in records)
+
+
+def test_plot_clustering_draws_both_matrices_in_keep_sink_order():
+    import matplotlib.pyplot as plt
+
+    clustering = cluster_heads(_sink_confounded_heads(), measure="js", k=2)
+    figure = plot_clustering(clustering)
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["keep_sink (js)", "drop_sink (js)"]
+    order = clustering.keep_order
+    shown = panels[1].images[0].get_array()
+    assert torch.allclose(torch.tensor(shown.data), clustering.drop_distance[order][:, order])
+    plt.close(figure)
+    figure, axes = plt.subplots(1, 2)
+    assert plot_clustering(clustering, axes=axes) is figure
+    plt.close(figure)
