@@ -12,7 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from interv import __version__
+from interv.analysis.cli import register as register_analysis
 from interv.errors import IntervError
+from interv.zoo.cli import register as register_zoo
 
 __all__ = ["build_parser", "main"]
 
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"interv {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_metrics(subparsers)
+    register_zoo(subparsers)
+    register_analysis(subparsers)
     return parser
 
 

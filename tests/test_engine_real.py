@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _fixtures_models import smollm2_bridge  # noqa: F401  (fixture)
 from transformer_lens import patching
 
 from interv.engine.hooks import build_hooks
@@ -128,7 +127,7 @@ def ioi_task(model) -> TokenizedPairs:
 
 @pytest.mark.real_model
 @pytest.mark.slow
-def test_head_denoising_matches_transformer_lens_on_smollm2(smollm2_bridge):  # noqa: F811
+def test_head_denoising_matches_transformer_lens_on_smollm2(smollm2_bridge):
     task = ioi_task(smollm2_bridge)
     assert task.clean_tokens.shape == task.corrupted_tokens.shape
     layers = [0, 9, 19, 29]  # first, middle and last blocks (the helper is one forward per cell)
@@ -137,7 +136,7 @@ def test_head_denoising_matches_transformer_lens_on_smollm2(smollm2_bridge):  # 
 
 @pytest.mark.real_model
 def test_sink_value_edit_on_smollm2_leaves_the_other_heads_of_its_group_untouched(
-    smollm2_bridge,  # noqa: F811
+    smollm2_bridge,
 ):
     model = smollm2_bridge
     task = ioi_task(model)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _fixtures_models import minilm_bridge, smollm2_bridge  # noqa: F401  (fixtures)
 
 from interv.models import output_head_is_trained, sentence_embedding
 
 pytestmark = pytest.mark.real_model
 
 
-def test_smollm2_puts_paris_first_after_the_capital_of_france_is(smollm2_bridge):  # noqa: F811
+def test_smollm2_puts_paris_first_after_the_capital_of_france_is(smollm2_bridge):
     tokens = smollm2_bridge.to_tokens("The capital of France is")
     with torch.no_grad():
         logits = smollm2_bridge(tokens)
@@ -20,7 +19,7 @@ def test_smollm2_puts_paris_first_after_the_capital_of_france_is(smollm2_bridge)
     assert not smollm2_bridge.training
 
 
-def test_smollm2_bridge_logits_match_the_hugging_face_model(smollm2_bridge):  # noqa: F811
+def test_smollm2_bridge_logits_match_the_hugging_face_model(smollm2_bridge):
     from transformers import AutoModelForCausalLM
 
     from interv.models.smollm2 import converted_dir
@@ -37,7 +36,7 @@ def test_smollm2_bridge_logits_match_the_hugging_face_model(smollm2_bridge):  # 
     assert (bridge_logits - reference_logits).abs().max().item() < 1e-4
 
 
-def test_smollm2_has_grouped_query_heads(smollm2_bridge):  # noqa: F811
+def test_smollm2_has_grouped_query_heads(smollm2_bridge):
     tokens = smollm2_bridge.to_tokens("Hello there")
     names = ["blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_v"]
     with torch.no_grad():
@@ -56,7 +55,7 @@ SENTENCES = [
 ]
 
 
-def test_minilm_puts_zero_attention_on_padding_keys(minilm_bridge):  # noqa: F811
+def test_minilm_puts_zero_attention_on_padding_keys(minilm_bridge):
     batch = minilm_bridge.tokenizer(SENTENCES, padding=True, return_tensors="pt")
     mask = batch["attention_mask"].bool()
     assert not bool(mask.all()), "the batch must contain padding for this test to bite"
@@ -76,7 +75,7 @@ def test_minilm_puts_zero_attention_on_padding_keys(minilm_bridge):  # noqa: F81
         assert torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-5)
 
 
-def test_minilm_sentence_embedding_follows_the_sentence_transformers_recipe(minilm_bridge):  # noqa: F811
+def test_minilm_sentence_embedding_follows_the_sentence_transformers_recipe(minilm_bridge):
     from transformers import AutoModel
 
     from interv.models.minilm import model_dir

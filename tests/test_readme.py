@@ -1,0 +1,23 @@
+"""The README's Python example runs as written, and its prose about the output holds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_python_example_runs_and_shows_what_the_prose_says(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    assert len(blocks) == 1, "README should hold exactly one python example"
+    exec(compile(blocks[0], str(README), "exec"), {})
+    out = capsys.readouterr().out
+    effects = {
+        head: float(effect)
+        for effect, head in re.findall(r"([+-]\d+\.\d+) logits  (L\dH\d) output \(z\)", out)
+    }
+    assert len(effects) == 8
+    # "a drop of about 10 logits for L0H2", "1.3 to 1.5 logits" for the layer-1 heads
+    assert effects["L0H2"] < -8
+    assert all(-2.5 < effects[f"L1H{h}"] < -0.5 for h in range(4))
