@@ -65,6 +65,13 @@ _EXPORTS: dict[str, str] = {
     "PatternPatch": "interv.engine.interventions",
     "ValuePatch": "interv.engine.interventions",
     "Combined": "interv.engine.interventions",
+    # sweeps and reports
+    "run_sweep": "interv.sweeps.execute",
+    "load_sweep": "interv.sweeps.collect",
+    "merge_sweeps": "interv.sweeps.collect",
+    "build_report": "interv.report.table",
+    "Report": "interv.report.table",
+    "save_report": "interv.report.render",
     # models and tasks
     "load_model": "interv.models.loading",
     "PromptPairs": "interv.tasks.pairs",

@@ -1,0 +1,128 @@
+"""Command line for sweeps: ``interv sweep`` and ``interv sweep-merge``.
+
+- ``interv sweep CONFIG.toml --out DIR [--shard i/n] [--executor local|ray]
+  [--workers N] [--quiet]`` runs or resumes a sweep (see :mod:`interv.sweeps`);
+  rerunning the same command after an interruption resumes it.
+- ``interv sweep-merge DIR... --out DIR`` merges the shard directories of one sweep.
+
+Both end with a one-line summary on stdout (unless ``--quiet``); the progress bar is
+drawn on stderr only when it is a terminal. :func:`register` adds the commands to the
+``interv`` parser (handlers are stored as ``args.handler``); :func:`main` runs them
+without the rest of the ``interv`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.engine.results import InterventionResult
+
+__all__ = ["main", "register"]
+
+
+def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
+    computed = manifest.get("computed_in_last_run")
+    shard = manifest["shard"]
+    share = "all units" if shard is None else f"shard {shard}"
+    fresh = "" if computed is None else f", {computed} computed by this run"
+    return (
+        f"sweep complete ({share}): {result.n_interventions} interventions x "
+        f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
+        f"{result.scope.model_name!r}, metric {result.metric.name} in {result.metric.unit}; "
+        f"{manifest['n_units']} units in the whole sweep{fresh}; results in {directory}"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from interv.sweeps.store import read_manifest
+
+    progress = False if args.quiet else None
+    if args.executor == "ray":
+        from interv.sweeps.ray_executor import run_sweep_ray
+
+        result = run_sweep_ray(
+            args.config, args.out, n_workers=args.workers, shard=args.shard, progress=progress
+        )
+    else:
+        from interv.sweeps.execute import run_sweep
+
+        result = run_sweep(args.config, args.out, shard=args.shard, progress=progress)
+    if not args.quiet:
+        print(_summary(result, args.out, read_manifest(args.out)))
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from interv.sweeps.collect import merge_sweeps
+    from interv.sweeps.store import read_manifest
+
+    result = merge_sweeps(args.dirs, args.out)
+    if not args.quiet:
+        manifest = read_manifest(args.out)
+        manifest["computed_in_last_run"] = None
+        print(_summary(result, args.out, manifest) + f" (merged from {len(args.dirs)} dirs)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``sweep`` and ``sweep-merge`` commands to the ``interv`` parser."""
+    sweep = subparsers.add_parser(
+        "sweep",
+        help="run or resume an intervention sweep from a TOML config",
+        description=(
+            "Run the interventions of a TOML sweep config and write each work unit's "
+            "results to DIR as soon as it is computed. Rerunning the same command resumes "
+            "an interrupted sweep; another config into the same DIR is refused."
+        ),
+    )
+    sweep.add_argument("config", help="the sweep config (TOML)")
+    sweep.add_argument("--out", required=True, metavar="DIR", help="the sweep directory")
+    sweep.add_argument(
+        "--shard",
+        default=None,
+        metavar="i/n",
+        help="run only share i of n: the units with index %% n == i",
+    )
+    sweep.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="compute units in this process (default) or on Ray workers (needs interv[ray])",
+    )
+    sweep.add_argument("--workers", type=int, default=2, help="number of Ray workers (default: 2)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
+    sweep.set_defaults(handler=_run)
+
+    merge = subparsers.add_parser(
+        "sweep-merge",
+        help="merge the shard directories of one sweep",
+        description="Merge the shard directories of one sweep into one complete sweep directory.",
+    )
+    merge.add_argument(
+        "dirs", nargs="+", metavar="DIR", help="shard directories of the same config"
+    )
+    merge.add_argument("--out", required=True, metavar="DIR", help="the merged sweep directory")
+    merge.add_argument("--quiet", action="store_true", help="no summary line")
+    merge.set_defaults(handler=_merge)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``sweep`` / ``sweep-merge`` alone (``python -m interv.sweeps.cli sweep ...``)."""
+    parser = argparse.ArgumentParser(prog="interv")
+    register(parser.add_subparsers(title="commands", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except IntervError as error:
+        print(f"interv: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

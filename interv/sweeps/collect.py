@@ -1,0 +1,147 @@
+"""Reading sweeps back: one directory, or the shards of one sweep merged.
+
+:func:`load_sweep` turns a sweep directory into the engine's typed result,
+:class:`~interv.engine.results.InterventionResult`: ``values`` ``[n_interventions,
+n_prompts]`` in sweep order (unit by unit), the stored clean and corrupted baselines,
+the normalized recovery recomputed from them, and each intervention's kind, semantics
+sentence and base run. It never touches a model.
+
+:func:`merge_sweeps` combines the directories of the shards of one sweep (same config
+hash) into a new sweep directory that holds every unit once, and reads it back: the
+same result as a single run of the sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interv.engine.results import InterventionResult, MetricInfo, Scope, normalized_recovery
+from interv.errors import IntervError
+from interv.sweeps.config import config_diff, parse_config
+from interv.sweeps.plan import Shard, unit_id
+from interv.sweeps.store import SweepStore, read_baselines, read_manifest, read_units
+
+__all__ = ["load_sweep", "merge_sweeps"]
+
+
+def load_sweep(directory: str | Path) -> InterventionResult:
+    """The typed result stored in a sweep directory.
+
+    For a shard's directory, the result holds that shard's interventions only (in
+    sweep order).
+
+    Raises:
+        IntervError: not a sweep directory, or units of the directory's share missing
+            (an interrupted sweep: rerun the same command to resume it).
+    """
+    manifest = read_manifest(directory)
+    n_units = manifest["n_units"]
+    if n_units is None:
+        raise IntervError(
+            f"sweep directory {str(directory)!r} has no planned units yet (interrupted before "
+            "the model was loaded); rerun the same command to resume it"
+        )
+    shard = None if manifest["shard"] is None else Shard.parse(manifest["shard"])
+    expected = [unit_id(k) for k in range(n_units) if shard is None or shard.owns(k)]
+    records = read_units(directory, manifest["config_hash"])
+    missing = [uid for uid in expected if uid not in records]
+    if missing:
+        raise IntervError(
+            f"sweep directory {str(directory)!r} misses {len(missing)} of its {len(expected)} "
+            f"units (first: {missing[:3]}); rerun the same command to resume it"
+        )
+    baselines = read_baselines(directory)
+    if baselines is None:
+        raise IntervError(f"sweep directory {str(directory)!r} has units but no baselines.json")
+    return _assemble([records[uid] for uid in expected], baselines)
+
+
+def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> InterventionResult:
+    """Merge the shard directories of one sweep into ``out_dir`` and read it back.
+
+    Every directory must hold the same config (same hash) on the same prompt pairs
+    (same task fingerprint); together they must hold
+    every unit of the sweep. Units present in several directories must agree exactly.
+    ``out_dir`` becomes a complete, unsharded sweep directory; merging again into it
+    is a no-op. The baselines of the first directory that has them are kept.
+
+    Raises:
+        IntervError: no directories, different configs (the differing keys are
+            listed), disagreeing duplicates, or missing units.
+    """
+    if not directories:
+        raise IntervError("merge_sweeps needs at least one sweep directory; got none")
+    manifests = [read_manifest(directory) for directory in directories]
+    first = manifests[0]
+    for directory, manifest in zip(directories[1:], manifests[1:], strict=True):
+        if manifest["config_hash"] != first["config_hash"]:
+            differences = "\n  ".join(config_diff(first["config"], manifest["config"]))
+            raise IntervError(
+                f"cannot merge {str(directory)!r} with {str(directories[0])!r}: their configs "
+                f"differ ({directories[0]} -> {directory}):\n  {differences}"
+            )
+        if manifest["task_fingerprint"] != first["task_fingerprint"]:
+            raise IntervError(
+                f"cannot merge {str(directory)!r} with {str(directories[0])!r}: same config "
+                f"but other prompt pairs (task fingerprints {manifest['task_fingerprint']} "
+                f"and {first['task_fingerprint']})"
+            )
+    n_units = next((m["n_units"] for m in manifests if m["n_units"] is not None), None)
+    records: dict[str, dict[str, Any]] = {}
+    baselines = None
+    for directory in directories:
+        for uid, record in read_units(directory, first["config_hash"]).items():
+            if records.setdefault(uid, record) != record:
+                raise IntervError(
+                    f"unit {uid} of {str(directory)!r} differs from the same unit in another "
+                    "directory; the shards were not computed from the same model and task"
+                )
+        baselines = baselines or read_baselines(directory)
+    expected = [] if n_units is None else [unit_id(k) for k in range(n_units)]
+    missing = [uid for uid in expected if uid not in records]
+    if n_units is None or missing or baselines is None:
+        raise IntervError(
+            f"the directories {[str(d) for d in directories]} do not cover the sweep: "
+            f"missing units {missing[:5] if missing else 'unknown (no plan stored)'}; "
+            "run the missing shards first"
+        )
+    config = parse_config(first["config"])
+    with SweepStore.open(out_dir, config, None, first["task_fingerprint"]) as store:
+        stored = store.completed()
+        store.write_baselines(baselines)
+        for uid in expected:
+            if uid not in stored:
+                store.append(records[uid])
+        store.record_plan(n_units, sum(len(records[uid]["values"]) for uid in expected))
+        store.finish(merged_from=[str(Path(d).resolve()) for d in directories])
+    return load_sweep(out_dir)
+
+
+def _assemble(
+    records: Sequence[Mapping[str, Any]], baselines: Mapping[str, Any]
+) -> InterventionResult:
+    dtype = getattr(torch, baselines["dtype"])
+    clean = torch.tensor(baselines["clean"], dtype=dtype)
+    corrupted = torch.tensor(baselines["corrupted"], dtype=dtype)
+    rows = [row for record in records for row in record["values"]]
+    values = torch.tensor(rows, dtype=dtype).reshape(len(rows), clean.shape[0])
+    atol = float(baselines["recovery_atol"])
+    scope = dict(baselines["scope"])
+    scope["answer_positions"] = tuple(scope["answer_positions"])
+    return InterventionResult(
+        values=values,
+        clean=clean,
+        corrupted=corrupted,
+        recovery=normalized_recovery(values, clean, corrupted, atol),
+        n_undefined_recovery=int(((clean - corrupted).abs() <= atol).sum()),
+        recovery_atol=atol,
+        descriptions=tuple(d for record in records for d in record["descriptions"]),
+        kinds=tuple(k for record in records for k in record["kinds"]),
+        base_runs=tuple(b for record in records for b in record["base_runs"]),
+        metric=MetricInfo(**baselines["metric"]),
+        scope=Scope(**scope),
+    )

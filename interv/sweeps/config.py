@@ -1,0 +1,416 @@
+"""Sweep configs: a TOML file that names everything a sweep computes, validated up front.
+
+A sweep config names the model, the task (built-in or a JSONL file), the
+interventions with their sites, the target metric, the seed and the batch sizes::
+
+    [model]
+    spec = "induction-2l"            # anything interv.load_model accepts
+
+    [task]
+    name = "induction"               # a built-in task, or: path = "pairs.jsonl"
+    n_pairs = 16
+    seed = 0
+
+    [sweep]
+    metric = "logit_diff"
+    batch_size = 32                  # most rows per intervened forward
+    unit_size = 8                    # interventions per work unit (resume/shard grain)
+    seed = 0                         # default seed of resample ablations
+
+    [[sweep.interventions]]
+    kind = "zero_ablation"
+    sites = "all_heads"              # or {layers = [0, 1], heads = [0, 2]}
+
+    [[sweep.interventions]]
+    kind = "denoise"
+    component = "resid_pre"
+    sites = "all_layers"             # or {layers = [0]}
+    positions = "each"               # one patch per position; or [3, 5]; default: all
+
+Intervention kinds, their engine value and their options (defaults in brackets);
+every kind also takes ``sites``:
+
+- ``zero_ablation`` (:class:`~interv.engine.interventions.ZeroAblation`): ``positions``.
+- ``mean_ablation`` (``MeanAblation``): ``reference`` [``"clean"``], ``pooled`` [false],
+  ``positions``.
+- ``resample_ablation`` (``ResampleAblation``): ``source`` [``"corrupted"``], ``seed``
+  [``sweep.seed``], ``positions``.
+- ``value_scale`` (``ValueScale``): ``key_positions`` [[0], the sink], ``factor`` [0.0].
+- ``value_replace`` (``ValueReplace``): ``key_positions`` [[0]], ``source`` [``"corrupted"``].
+- ``knockout`` (``AttentionKnockout``): ``key_positions`` [[0]].
+- ``pattern_patch`` / ``value_patch`` (``PatternPatch`` / ``ValuePatch``): ``direction``
+  [``"denoise"``].
+- ``denoise`` / ``noise`` (``ActivationPatch`` in that direction): ``component`` [``"z"``;
+  or ``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``], ``positions``.
+
+``sites`` of head kinds (and of ``component = "z"``): ``"all_heads"`` [default] or
+``{layers = [...], heads = [...]}`` (an omitted key means all). Sites of the other
+components: ``"all_layers"`` [default] or ``{layers = [...]}``. ``positions``: absent
+(all positions at once), a list (those positions at once) or ``"each"`` (one
+intervention per position).
+
+:func:`parse_config` is pure: it checks every key and value before any model is
+loaded, and an :class:`~interv.errors.IntervError` names the offending key path and
+the allowed keys or values. Layer, head and position *ranges* depend on the model and
+the task; they are checked when the sweep expands its sites against the loaded model
+(:mod:`interv.sweeps.plan`), with the engine's messages.
+
+The normalized config (:attr:`SweepConfig.normalized`, every default filled in) is
+what the manifest stores and what :attr:`SweepConfig.config_hash` hashes, so two
+configs that differ only in omitted defaults are the same sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interv.engine.interventions import DIRECTIONS, RUNS
+from interv.engine.sites import COMPONENTS, HEAD_COMPONENTS
+from interv.engine.targets import METRICS
+from interv.errors import IntervError
+
+__all__ = [
+    "HEAD_KINDS",
+    "INTERVENTION_KINDS",
+    "PATCH_KINDS",
+    "SweepConfig",
+    "config_diff",
+    "load_config",
+    "parse_config",
+]
+
+HEAD_KINDS: tuple[str, ...] = (
+    "zero_ablation",
+    "mean_ablation",
+    "resample_ablation",
+    "value_scale",
+    "value_replace",
+    "knockout",
+    "pattern_patch",
+    "value_patch",
+)
+"""Intervention kinds that act on one query head (their sites are heads)."""
+
+PATCH_KINDS: tuple[str, ...] = ("denoise", "noise")
+"""Activation patching directions (:class:`~interv.engine.interventions.ActivationPatch`)."""
+
+INTERVENTION_KINDS: tuple[str, ...] = (*HEAD_KINDS, *PATCH_KINDS)
+"""Every ``kind`` a ``[[sweep.interventions]]`` entry accepts."""
+
+_TOP_KEYS = ("model", "task", "sweep")
+_MODEL_DEFAULTS: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
+_TASK_BUILTIN_DEFAULTS: dict[str, Any] = {"n_pairs": 16, "seed": 0, "options": {}}
+_TASK_COMMON_DEFAULTS: dict[str, Any] = {"prepend_bos": True, "padding_side": "right"}
+_SWEEP_DEFAULTS: dict[str, Any] = {
+    "metric": "logit_diff",
+    "batch_size": 32,
+    "unit_size": 8,
+    "seed": 0,
+    "recovery_atol": 1e-6,
+}
+_KIND_OPTIONS: dict[str, dict[str, Any]] = {
+    # kind -> its options and their defaults (None = filled from elsewhere)
+    "zero_ablation": {"positions": None},
+    "mean_ablation": {"positions": None, "reference": "clean", "pooled": False},
+    "resample_ablation": {"positions": None, "source": "corrupted", "seed": None},
+    "value_scale": {"key_positions": [0], "factor": 0.0},
+    "value_replace": {"key_positions": [0], "source": "corrupted"},
+    "knockout": {"key_positions": [0]},
+    "pattern_patch": {"direction": "denoise"},
+    "value_patch": {"direction": "denoise"},
+    "denoise": {"positions": None, "component": "z"},
+    "noise": {"positions": None, "component": "z"},
+}
+_HEAD_SITE_KEYS = ("layers", "heads")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep config.
+
+    Attributes:
+        normalized: the config as plain TOML-like data with every default filled in
+            (``{"model": {...}, "task": {...}, "sweep": {...}}``).
+        base_dir: the folder a relative ``task.path`` is resolved against (the config
+            file's folder; None = the working directory). Not part of the config's
+            identity, so shards run from different folders still merge.
+    """
+
+    normalized: Mapping[str, Any]
+    base_dir: str | None = field(default=None, compare=False)
+
+    @property
+    def config_hash(self) -> str:
+        """First 16 hex digits of the SHA-256 of the canonical JSON of :attr:`normalized`."""
+        canonical = json.dumps(self.normalized, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def task_path(self) -> Path | None:
+        """The JSONL file of the task, resolved against :attr:`base_dir`; None for a built-in."""
+        path = self.task.get("path")
+        if path is None:
+            return None
+        return Path(self.base_dir or ".") / path
+
+    @property
+    def model(self) -> Mapping[str, Any]:
+        """The ``[model]`` table."""
+        return self.normalized["model"]
+
+    @property
+    def task(self) -> Mapping[str, Any]:
+        """The ``[task]`` table."""
+        return self.normalized["task"]
+
+    @property
+    def sweep(self) -> Mapping[str, Any]:
+        """The ``[sweep]`` table (interventions included)."""
+        return self.normalized["sweep"]
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read and validate a TOML sweep config file (see the module docstring).
+
+    A relative ``task.path`` is resolved against the config file's folder.
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        raise IntervError(f"sweep config {str(path)!r} does not exist") from error
+    except tomllib.TOMLDecodeError as error:
+        raise IntervError(f"sweep config {str(path)!r} is not valid TOML: {error}") from error
+    return parse_config(raw, base_dir=path.parent.resolve())
+
+
+def parse_config(raw: Mapping[str, Any], *, base_dir: str | Path | None = None) -> SweepConfig:
+    """Validate a sweep config given as nested dicts (the parsed TOML); pure.
+
+    ``base_dir`` is the folder a relative ``task.path`` is resolved against (None =
+    the working directory).
+
+    Raises:
+        IntervError: naming the offending key path (e.g. ``sweep.interventions[1].kind``)
+            and the allowed keys or values.
+    """
+    _check_table(raw, "config", _TOP_KEYS, required=_TOP_KEYS)
+    return SweepConfig(
+        normalized={
+            "model": _parse_model(raw["model"]),
+            "task": _parse_task(raw["task"]),
+            "sweep": _parse_sweep(raw["sweep"]),
+        },
+        base_dir=None if base_dir is None else str(base_dir),
+    )
+
+
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Lines ``"key.path: old -> new"`` for every leaf where two normalized configs differ."""
+    old_flat, new_flat = _flatten(old), _flatten(new)
+    absent = object()
+
+    def show(value: Any) -> str:
+        return "(absent)" if value is absent else json.dumps(value)
+
+    return [
+        f"{key}: {show(old_flat.get(key, absent))} -> {show(new_flat.get(key, absent))}"
+        for key in sorted(set(old_flat) | set(new_flat))
+        if old_flat.get(key, absent) != new_flat.get(key, absent)
+    ]
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in items:
+        path = f"{prefix}{key}" if str(key).startswith("[") or not prefix else f"{prefix}.{key}"
+        flat.update(_flatten(item, path))
+    return flat
+
+
+def _check_table(
+    table: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()
+) -> None:
+    if not isinstance(table, Mapping):
+        raise IntervError(f"{path} must be a table with keys {allowed}; got {table!r}")
+    for key in table:
+        if key not in allowed:
+            raise IntervError(f"unknown key {path}.{key}; allowed keys of {path}: {allowed}")
+    for key in required:
+        if key not in table:
+            raise IntervError(f"missing key {path}.{key}; {path} needs {required}")
+
+
+def _int(value: Any, path: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise IntervError(f"{path} must be an integer; got {value!r}")
+    if minimum is not None and value < minimum:
+        raise IntervError(f"{path} must be >= {minimum}; got {value}")
+    return value
+
+
+def _float(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise IntervError(f"{path} must be a number; got {value!r}")
+    return float(value)
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise IntervError(f"{path} must be true or false; got {value!r}")
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise IntervError(f"{path} must be a non-empty string; got {value!r}")
+    return value
+
+
+def _choice(value: Any, path: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise IntervError(f"{path} must be one of {allowed}; got {value!r}")
+    return value
+
+
+def _int_list(value: Any, path: str, *, allow_empty: bool = False) -> list[int]:
+    if not isinstance(value, list) or (not value and not allow_empty):
+        kind = "a list" if allow_empty else "a non-empty list"
+        raise IntervError(f"{path} must be {kind} of integers >= 0; got {value!r}")
+    items = [_int(item, f"{path}[{i}]", minimum=0) for i, item in enumerate(value)]
+    if len(set(items)) != len(items):
+        raise IntervError(f"{path} must not repeat values; got {items}")
+    return items
+
+
+def _parse_model(table: Any) -> dict[str, Any]:
+    _check_table(table, "model", ("spec", *_MODEL_DEFAULTS), required=("spec",))
+    merged = {**_MODEL_DEFAULTS, **table}
+    return {
+        "spec": _str(merged["spec"], "model.spec"),
+        "device": _str(merged["device"], "model.device"),
+        "dtype": _choice(merged["dtype"], "model.dtype", ("float32", "bfloat16", "float16")),
+    }
+
+
+def _parse_task(table: Any) -> dict[str, Any]:
+    common = tuple(_TASK_COMMON_DEFAULTS)
+    if isinstance(table, Mapping) and "path" in table:
+        if "name" in table:
+            raise IntervError("task has both 'name' and 'path'; give one of them")
+        _check_table(table, "task", ("path", *common))
+        merged = {**_TASK_COMMON_DEFAULTS, **table}
+        task: dict[str, Any] = {"path": _str(merged["path"], "task.path")}
+    else:
+        _check_table(table, "task", ("name", *_TASK_BUILTIN_DEFAULTS, *common), required=("name",))
+        merged = {**_TASK_BUILTIN_DEFAULTS, **_TASK_COMMON_DEFAULTS, **table}
+        options = merged["options"]
+        if not isinstance(options, Mapping):
+            raise IntervError(f"task.options must be a table; got {options!r}")
+        task = {
+            "name": _str(merged["name"], "task.name"),
+            "n_pairs": _int(merged["n_pairs"], "task.n_pairs", minimum=1),
+            "seed": _int(merged["seed"], "task.seed"),
+            "options": dict(options),
+        }
+    task["prepend_bos"] = _bool(merged["prepend_bos"], "task.prepend_bos")
+    task["padding_side"] = _choice(merged["padding_side"], "task.padding_side", ("right", "left"))
+    return task
+
+
+def _parse_sweep(table: Any) -> dict[str, Any]:
+    _check_table(table, "sweep", (*_SWEEP_DEFAULTS, "interventions"), required=("interventions",))
+    merged = {**_SWEEP_DEFAULTS, **table}
+    sweep = {
+        "metric": _choice(merged["metric"], "sweep.metric", tuple(METRICS)),
+        "batch_size": _int(merged["batch_size"], "sweep.batch_size", minimum=1),
+        "unit_size": _int(merged["unit_size"], "sweep.unit_size", minimum=1),
+        "seed": _int(merged["seed"], "sweep.seed"),
+        "recovery_atol": _float(merged["recovery_atol"], "sweep.recovery_atol"),
+    }
+    if sweep["recovery_atol"] < 0:
+        raise IntervError(f"sweep.recovery_atol must be >= 0; got {sweep['recovery_atol']}")
+    entries = merged["interventions"]
+    if not isinstance(entries, list) or not entries:
+        raise IntervError(
+            "sweep.interventions must be a non-empty array of tables ([[sweep.interventions]]); "
+            f"got {entries!r}"
+        )
+    sweep["interventions"] = [
+        _parse_intervention(entry, f"sweep.interventions[{i}]", sweep["seed"])
+        for i, entry in enumerate(entries)
+    ]
+    return sweep
+
+
+def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any]:
+    if not isinstance(entry, Mapping) or "kind" not in entry:
+        raise IntervError(f"{path} must be a table with a 'kind' in {INTERVENTION_KINDS}")
+    kind = _choice(entry["kind"], f"{path}.kind", INTERVENTION_KINDS)
+    options = _KIND_OPTIONS[kind]
+    _check_table(entry, f"{path} (kind {kind!r})", ("kind", "sites", *options))
+    merged = {**options, **entry}
+    parsed: dict[str, Any] = {"kind": kind}
+    if kind in PATCH_KINDS:
+        component = _choice(merged["component"], f"{path}.component", COMPONENTS)
+        parsed["component"] = component
+        per_head = component in HEAD_COMPONENTS
+    else:
+        per_head = True
+    parsed["sites"] = _parse_sites(
+        merged.get("sites", "all_heads" if per_head else "all_layers"), f"{path}.sites", per_head
+    )
+    for key in options:
+        if key == "component":
+            continue
+        value = merged[key]
+        where = f"{path}.{key}"
+        if key == "positions":
+            parsed[key] = _parse_positions(value, where)
+        elif key == "key_positions":
+            parsed[key] = _int_list(value, where, allow_empty=True)
+        elif key in ("reference", "source"):
+            parsed[key] = _choice(value, where, RUNS)
+        elif key == "direction":
+            parsed[key] = _choice(value, where, DIRECTIONS)
+        elif key == "pooled":
+            parsed[key] = _bool(value, where)
+        elif key == "factor":
+            parsed[key] = _float(value, where)
+        elif key == "seed":
+            parsed[key] = sweep_seed if value is None else _int(value, where)
+    return parsed
+
+
+def _parse_sites(value: Any, path: str, per_head: bool) -> Any:
+    every = "all_heads" if per_head else "all_layers"
+    if isinstance(value, str):
+        return _choice(value, path, (every,))
+    allowed = _HEAD_SITE_KEYS if per_head else ("layers",)
+    if not isinstance(value, Mapping):
+        raise IntervError(f"{path} must be {every!r} or a table with keys {allowed}; got {value!r}")
+    _check_table(value, path, allowed)
+    return {key: _int_list(value[key], f"{path}.{key}") for key in allowed if key in value}
+
+
+def _parse_positions(value: Any, path: str) -> Any:
+    if value is None or value == "each":
+        return value
+    if isinstance(value, str):
+        raise IntervError(
+            f"{path} must be 'each' (one intervention per position), a list of positions "
+            f"or absent (all positions at once); got {value!r}"
+        )
+    return _int_list(value, path)

@@ -1,0 +1,241 @@
+"""Running a sweep: load the model once, compute the missing work units, store each at once.
+
+:func:`run_sweep` is the Python form of ``interv sweep CONFIG.toml --out DIR``:
+
+1. Validate the config (no model is loaded for a bad config) and open ``DIR``
+   (refused if it holds another config or shard).
+2. Load the model and the task, expand the sites into interventions and cut them into
+   work units (:mod:`interv.sweeps.plan`).
+3. Compute every unit of the shard whose id is not yet stored, one call of
+   :func:`interv.engine.runner.run` per unit, and append each unit's record as soon
+   as it is computed (:mod:`interv.sweeps.store`).
+4. Mark the sweep complete and return the typed result read back from ``DIR``.
+
+Rerunning the same call after an interruption resumes at step 3 without repeating a
+stored unit; a complete directory is read back without loading the model.
+
+A progress bar with an ETA (tqdm, on stderr) is shown when stderr is a terminal, unless
+``progress=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interv.engine.runner import run
+from interv.errors import IntervError
+from interv.sweeps.collect import load_sweep
+from interv.sweeps.config import SweepConfig, load_config, parse_config
+from interv.sweeps.plan import Shard, WorkUnit, expand_interventions, plan_units
+from interv.sweeps.store import SweepStore
+
+if TYPE_CHECKING:
+    from interv.engine.results import InterventionResult
+    from interv.tasks.pairs import PromptPairs
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = [
+    "SweepWorker",
+    "as_config",
+    "as_shard",
+    "run_sweep",
+    "store_units",
+    "task_fingerprint",
+    "task_pairs",
+]
+
+
+def as_config(config: SweepConfig | Mapping[str, Any] | str | Path) -> SweepConfig:
+    """A validated config from a :class:`SweepConfig`, parsed TOML data or a TOML path."""
+    if isinstance(config, SweepConfig):
+        return config
+    if isinstance(config, Mapping):
+        return parse_config(config)
+    return load_config(config)
+
+
+def as_shard(shard: Shard | str | None) -> Shard | None:
+    """A :class:`Shard` from ``None`` (all units), a Shard or its text ``"i/n"``."""
+    return Shard.parse(shard) if isinstance(shard, str) else shard
+
+
+def task_pairs(config: SweepConfig) -> PromptPairs:
+    """The prompt pairs of ``config``'s task (a built-in task or a JSONL file); no model needed.
+
+    Raises:
+        IntervError: an unknown task or task option, or a missing or malformed JSONL file.
+    """
+    from interv.tasks.builtin import load_task
+    from interv.tasks.pairs import PromptPairs
+
+    task_spec = config.task
+    if "path" not in task_spec:
+        return load_task(
+            task_spec["name"],
+            n_pairs=task_spec["n_pairs"],
+            seed=task_spec["seed"],
+            **task_spec["options"],
+        )
+    try:
+        return PromptPairs.from_jsonl(config.task_path)
+    except FileNotFoundError as error:
+        raise IntervError(
+            f"task.path {task_spec['path']!r} does not exist (looked for {config.task_path})"
+        ) from error
+
+
+def task_fingerprint(pairs: PromptPairs) -> str:
+    """First 16 hex digits of the SHA-256 of the pairs' canonical JSON (all their fields)."""
+    canonical = json.dumps(asdict(pairs), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, eq=False)
+class SweepWorker:
+    """A loaded model and task with the sweep's plan: computes unit records by index.
+
+    Attributes:
+        config: the validated config.
+        model: the transformer-lens bridge named by ``config.model``.
+        task: the tokenized task named by ``config.task``.
+        units: every work unit of the sweep, in order.
+    """
+
+    config: SweepConfig
+    model: Any
+    task: TokenizedPairs
+    units: tuple[WorkUnit, ...]
+
+    @classmethod
+    def load(cls, config: SweepConfig) -> SweepWorker:
+        """Load the model and the task of ``config`` and plan its units."""
+        from interv.models.loading import load_model
+
+        pairs = task_pairs(config)
+        model_spec, task_spec = config.model, config.task
+        model = load_model(
+            model_spec["spec"], device=model_spec["device"], dtype=model_spec["dtype"]
+        )
+        task = pairs.tokenize(
+            model, prepend_bos=task_spec["prepend_bos"], padding_side=task_spec["padding_side"]
+        )
+        interventions = expand_interventions(config, model.cfg, task.n_positions)
+        return cls(config, model, task, plan_units(interventions, config.sweep["unit_size"]))
+
+    @property
+    def n_interventions(self) -> int:
+        """Number of interventions in the whole sweep."""
+        return sum(len(unit.interventions) for unit in self.units)
+
+    def compute(self, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run unit ``index``; returns its store record and the baselines (JSON-ready)."""
+        unit = self.units[index]
+        sweep = self.config.sweep
+        result = run(
+            self.model,
+            self.task,
+            unit.interventions,
+            sweep["metric"],
+            max_batch_size=sweep["batch_size"],
+            recovery_atol=sweep["recovery_atol"],
+        )
+        record = {
+            "unit": unit.id,
+            "config_hash": self.config.config_hash,
+            "start": unit.start,
+            "kinds": list(result.kinds),
+            "descriptions": list(result.descriptions),
+            "base_runs": list(result.base_runs),
+            "values": result.values.tolist(),
+        }
+        baselines = {
+            "config_hash": self.config.config_hash,
+            "clean": result.clean.tolist(),
+            "corrupted": result.corrupted.tolist(),
+            "dtype": str(result.values.dtype).removeprefix("torch."),
+            "recovery_atol": result.recovery_atol,
+            "metric": asdict(result.metric),
+            "scope": asdict(result.scope),
+        }
+        return record, baselines
+
+
+def store_units(
+    store: SweepStore,
+    computed: Iterable[tuple[dict[str, Any], dict[str, Any]]],
+    *,
+    n_done: int,
+    n_todo: int,
+    progress: bool | None,
+) -> None:
+    """Append each ``(record, baselines)`` of ``computed`` to ``store`` as it arrives.
+
+    ``n_done`` units are already stored and ``n_todo`` are coming: they size the
+    progress bar (tqdm on stderr, with an ETA), shown when ``progress`` is True, or
+    when it is None and stderr is a terminal.
+    """
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_done + n_todo, initial=n_done, unit="unit", desc="sweep units")
+    try:
+        for record, baselines in computed:
+            store.write_baselines(baselines)
+            store.append(record)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def run_sweep(
+    config_or_path: SweepConfig | Mapping[str, Any] | str | Path,
+    out_dir: str | Path,
+    *,
+    shard: Shard | str | None = None,
+    progress: bool | None = None,
+) -> InterventionResult:
+    """Run (or resume) a sweep into ``out_dir`` and return its typed result.
+
+    Args:
+        config_or_path: a TOML config path, its parsed data, or a :class:`SweepConfig`.
+        out_dir: the sweep directory (created if missing; resumed if it holds the same
+            sweep; refused if it holds another).
+        shard: ``"i/n"`` or a :class:`Shard` to compute only units with index
+            ``% n == i``; None = every unit.
+        progress: show a progress bar on stderr; None = only when stderr is a terminal.
+
+    Returns:
+        The :class:`~interv.engine.results.InterventionResult` of the directory's units
+        (for a shard, only its interventions, in sweep order; merge the shards with
+        :func:`interv.sweeps.merge_sweeps` for the whole sweep).
+
+    Raises:
+        IntervError: an invalid config (before any model is loaded), a directory of
+            another sweep, or sites outside the model or the task.
+    """
+    config = as_config(config_or_path)
+    shard = as_shard(shard)
+    pairs = task_pairs(config)  # a bad task fails here, before any directory or model
+    with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
+        if store.manifest["status"] != "complete":
+            worker = SweepWorker.load(config)
+            store.record_plan(len(worker.units), worker.n_interventions)
+            done = store.completed()
+            mine = [u for u in worker.units if shard is None or shard.owns(u.index)]
+            todo = [unit for unit in mine if unit.id not in done]
+            computed = (worker.compute(unit.index) for unit in todo)
+            store_units(
+                store, computed, n_done=len(mine) - len(todo), n_todo=len(todo), progress=progress
+            )
+            store.finish(computed_in_last_run=len(todo))
+    return load_sweep(out_dir)

@@ -1,0 +1,196 @@
+"""Planning a sweep: sites expanded into interventions, chunked into work units, sharded.
+
+A sweep's interventions are the config's ``[[sweep.interventions]]`` entries expanded
+over their sites, in a fixed order (entry, then layer, then head, then position). The
+list is cut into consecutive *work units* of ``unit_size`` interventions; unit ``k``
+has the id ``u{k:05d}`` (``u00017``). The unit is the grain of everything that makes
+a sweep safe to interrupt and to spread: a unit's result is computed by one call of
+:func:`interv.engine.runner.run`, written as one record, skipped on resume when its id
+is already stored, and assigned to one shard.
+
+Sharding ``i/n`` (``0 <= i < n``) takes the units whose index ``k`` has ``k % n == i``;
+the ``n`` shards of a sweep are disjoint and together cover every unit.
+
+Expansion needs the model's config (number of layers and heads) and the task's
+padded length (``positions = "each"``); it is deterministic given those and the
+validated :class:`~interv.sweeps.config.SweepConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from interv.engine.interventions import (
+    ActivationPatch,
+    AttentionKnockout,
+    Intervention,
+    MeanAblation,
+    PatternPatch,
+    ResampleAblation,
+    ValuePatch,
+    ValueReplace,
+    ValueScale,
+    ZeroAblation,
+)
+from interv.engine.sites import HEAD_COMPONENTS, check_head, check_layer, check_positions
+from interv.errors import IntervError
+from interv.sweeps.config import PATCH_KINDS, SweepConfig
+
+__all__ = ["Shard", "WorkUnit", "expand_interventions", "plan_units", "unit_id"]
+
+
+def unit_id(index: int) -> str:
+    """The id of work unit ``index``: ``"u"`` and five digits, e.g. ``unit_id(17) == "u00017"``."""
+    return f"u{index:05d}"
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Consecutive interventions of a sweep, computed and stored together.
+
+    Attributes:
+        index: position of the unit in the sweep (0-based).
+        start: index of its first intervention in the sweep's intervention list.
+        interventions: its interventions, in sweep order.
+    """
+
+    index: int
+    start: int
+    interventions: tuple[Intervention, ...]
+
+    @property
+    def id(self) -> str:
+        """The unit's id, :func:`unit_id` of its index."""
+        return unit_id(self.index)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Share ``index`` of ``count`` of a sweep's work units (units with ``k % count == index``)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        for name in ("index", "count"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise IntervError(f"shard {name} must be an integer; got {value!r}")
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise IntervError(
+                f"shard {self.index}/{self.count} does not exist; a sweep split into n >= 1 "
+                f"shards has shards 0/n..(n-1)/n"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """Parse ``"i/n"`` (e.g. ``"0/4"``)."""
+        parts = text.split("/")
+        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+            raise IntervError(f"shard must be written i/n with integers 0 <= i < n; got {text!r}")
+        return cls(int(parts[0]), int(parts[1]))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def owns(self, unit_index: int) -> bool:
+        """True when unit ``unit_index`` belongs to this shard."""
+        return unit_index % self.count == self.index
+
+
+def plan_units(interventions: Sequence[Intervention], unit_size: int) -> tuple[WorkUnit, ...]:
+    """Cut ``interventions`` into consecutive units of ``unit_size`` (the last may be shorter)."""
+    if isinstance(unit_size, bool) or not isinstance(unit_size, int) or unit_size < 1:
+        raise IntervError(f"unit_size must be an integer >= 1; got {unit_size!r}")
+    return tuple(
+        WorkUnit(
+            index=k, start=start, interventions=tuple(interventions[start : start + unit_size])
+        )
+        for k, start in enumerate(range(0, len(interventions), unit_size))
+    )
+
+
+def expand_interventions(
+    config: SweepConfig, model_cfg: Any, n_positions: int
+) -> tuple[Intervention, ...]:
+    """Every intervention of the sweep, in order (entry, layer, head, position).
+
+    Args:
+        config: the validated sweep config.
+        model_cfg: the loaded model's config (``model.cfg``: ``n_layers``, ``n_heads``).
+        n_positions: the task's padded length in tokens (for ``positions = "each"`` and
+            range checks).
+
+    Raises:
+        IntervError: a layer, head or position outside the model or the task, with the
+            entry's key path and the valid range.
+    """
+    expanded: list[Intervention] = []
+    for i, entry in enumerate(config.sweep["interventions"]):
+        path = f"sweep.interventions[{i}]"
+        try:
+            expanded.extend(_expand_entry(entry, model_cfg, n_positions))
+        except IntervError as error:
+            raise IntervError(f"{path} (kind {entry['kind']!r}): {error}") from error
+    return tuple(expanded)
+
+
+def _expand_entry(
+    entry: Mapping[str, Any], model_cfg: Any, n_positions: int
+) -> Iterator[Intervention]:
+    kind = entry["kind"]
+    per_head = kind not in PATCH_KINDS or entry["component"] in HEAD_COMPONENTS
+    sites = entry["sites"]
+    every = not isinstance(sites, Mapping)
+    layers = range(model_cfg.n_layers) if every or "layers" not in sites else sites["layers"]
+    heads = range(model_cfg.n_heads) if every or "heads" not in sites else sites["heads"]
+    for layer in layers:
+        check_layer(model_cfg, layer, None if per_head else entry["component"])
+        for head in heads if per_head else (None,):
+            if head is not None:
+                check_head(model_cfg, layer, head)
+            for positions in _position_choices(entry, n_positions):
+                yield _build(entry, layer, head, positions)
+
+
+def _position_choices(
+    entry: Mapping[str, Any], n_positions: int
+) -> Sequence[tuple[int, ...] | None]:
+    if "key_positions" in entry:
+        check_positions(entry["key_positions"], n_positions, "key position")
+    positions = entry.get("positions")
+    if positions == "each":
+        return [(p,) for p in range(n_positions)]
+    if positions is None:
+        return [None]
+    check_positions(positions, n_positions, "position")
+    return [tuple(positions)]
+
+
+def _build(
+    entry: Mapping[str, Any], layer: int, head: int | None, positions: tuple[int, ...] | None
+) -> Intervention:
+    kind = entry["kind"]
+    if kind in PATCH_KINDS:
+        return ActivationPatch(entry["component"], layer, head, kind, positions)
+    builders = {
+        "zero_ablation": lambda: ZeroAblation(layer, head, positions),
+        "mean_ablation": lambda: MeanAblation(
+            layer, head, entry["reference"], entry["pooled"], positions
+        ),
+        "resample_ablation": lambda: ResampleAblation(
+            layer, head, entry["source"], entry["seed"], positions
+        ),
+        "value_scale": lambda: ValueScale(
+            layer, head, tuple(entry["key_positions"]), entry["factor"]
+        ),
+        "value_replace": lambda: ValueReplace(
+            layer, head, tuple(entry["key_positions"]), entry["source"]
+        ),
+        "knockout": lambda: AttentionKnockout(layer, head, tuple(entry["key_positions"])),
+        "pattern_patch": lambda: PatternPatch(layer, head, entry["direction"]),
+        "value_patch": lambda: ValuePatch(layer, head, entry["direction"]),
+    }
+    return builders[kind]()

@@ -1,0 +1,333 @@
+"""The on-disk form of a sweep: an append-only unit log, baselines, and a manifest.
+
+A sweep directory holds three files:
+
+- ``units.jsonl``: one JSON line per completed work unit (its id, config hash, first
+  intervention index, the kinds, semantics sentences, base runs and the metric values
+  ``[n_unit_interventions, n_prompts]``). Each unit is appended with a single
+  ``write`` of one complete line, then flushed and ``fsync``-ed, so a kill at any
+  moment (SIGKILL included) leaves either the whole line or a torn *last* line.
+  Opening the store drops a torn last line (its unit is recomputed); a unit whose id
+  is stored is never recomputed, so no record is duplicated. Reading tolerates
+  duplicates anyway (dedupes, and refuses if two records of one id differ).
+- ``baselines.json``: the clean and corrupted metric values ``[n_prompts]``, the metric
+  and the scope, written once.
+- ``manifest.json``: the normalized config and its hash, the shard, a fingerprint of
+  the task's prompt pairs, the versions of
+  interv, torch and transformer-lens, the seed, the start and end times (UTC, ISO
+  8601; end is null until done) and the status (``"running"`` or ``"complete"``).
+
+``baselines.json`` and ``manifest.json`` are written atomically (temporary file,
+``fsync``, rename). A directory belongs to one config and one shard: opening it with
+another is refused with the differing keys, unless no unit was computed in it yet
+(say the model failed to load): then it starts afresh. One process at a time may write a
+directory (an advisory lock, released by the kernel when the process dies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+from collections.abc import Iterator, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from interv.errors import IntervError
+from interv.sweeps.config import SweepConfig, config_diff
+from interv.sweeps.plan import Shard
+
+__all__ = [
+    "FORMAT",
+    "SweepStore",
+    "now",
+    "read_baselines",
+    "read_manifest",
+    "read_units",
+    "versions",
+    "write_json_atomic",
+]
+
+FORMAT = "interv-sweep/1"
+"""Format tag of the sweep directories this module writes."""
+
+MANIFEST = "manifest.json"
+BASELINES = "baselines.json"
+UNITS = "units.jsonl"
+_LOCK = ".lock"
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 with seconds (``2026-01-31T12:00:00+00:00``)."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of interv, torch and transformer-lens."""
+    return {name: metadata.version(name) for name in ("interv", "torch", "transformer-lens")}
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write ``payload`` as JSON to ``path`` atomically: temporary file, fsync, rename."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The manifest of a sweep directory; raises :class:`IntervError` if there is none."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise IntervError(f"{str(directory)!r} is not a sweep directory: it has no {MANIFEST}")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT:
+        raise IntervError(
+            f"{path} has format {manifest.get('format')!r}; this interv reads {FORMAT!r}"
+        )
+    return manifest
+
+
+def read_baselines(directory: str | Path) -> dict[str, Any] | None:
+    """The stored baselines of a sweep directory, or None before the first unit."""
+    path = Path(directory) / BASELINES
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, Any]]:
+    """Completed unit records by id, from ``units.jsonl``; a torn last line is ignored.
+
+    Raises:
+        IntervError: a complete line that is not JSON, a record of another config,
+            or two different records with the same id.
+    """
+    path = Path(directory) / UNITS
+    if not path.is_file():
+        return {}
+    records: dict[str, dict[str, Any]] = {}
+    for line_number, line in _complete_lines(path.read_bytes()):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise IntervError(
+                f"{path}: line {line_number} is not a JSON record: {error}"
+            ) from error
+        if record.get("config_hash") != config_hash:
+            raise IntervError(
+                f"{path}: line {line_number} belongs to config {record.get('config_hash')!r}, "
+                f"not to this sweep's config {config_hash!r}"
+            )
+        previous = records.setdefault(record["unit"], record)
+        if previous != record:
+            raise IntervError(
+                f"{path}: unit {record['unit']} is stored twice with different values "
+                f"(line {line_number}); the directory is corrupt"
+            )
+    return records
+
+
+def _complete_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Numbered newline-terminated lines of ``data`` (a torn last line is dropped)."""
+    complete = data[: data.rfind(b"\n") + 1]
+    for number, line in enumerate(complete.splitlines(), start=1):
+        if line.strip():
+            yield number, line
+
+
+class SweepStore:
+    """Writer of one sweep directory; create it with :meth:`open`.
+
+    Holds the directory's lock until :meth:`close`; use it as a context manager.
+    """
+
+    def __init__(self, directory: Path, manifest: dict[str, Any], lock_fd: int) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self._lock_fd = lock_fd
+
+    @classmethod
+    def open(
+        cls, directory: str | Path, config: SweepConfig, shard: Shard | None, task_fingerprint: str
+    ) -> SweepStore:
+        """Create ``directory`` for a new sweep, or reopen it to resume the same sweep.
+
+        ``task_fingerprint`` identifies the task's prompt pairs (a JSONL file edited
+        between two runs, or a built-in task that changed, is not the same sweep).
+        Drops a torn last line of ``units.jsonl``. Refuses (with
+        :class:`IntervError`) a directory holding results of another config, shard or
+        task, a non-empty directory that is not a sweep, and a directory another process
+        is writing.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            os.close(lock_fd)
+            raise IntervError(
+                f"sweep directory {str(directory)!r} is being written by another process; "
+                "wait for it or choose another --out"
+            ) from error
+        try:
+            manifest = cls._reopen_or_create(directory, config, shard, task_fingerprint)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        _truncate_torn_tail(directory / UNITS)
+        return cls(directory, manifest, lock_fd)
+
+    @staticmethod
+    def _reopen_or_create(
+        directory: Path, config: SweepConfig, shard: Shard | None, task_fingerprint: str
+    ) -> dict[str, Any]:
+        shard_text = None if shard is None or shard.count == 1 else str(shard)
+        if (directory / MANIFEST).is_file():
+            manifest = read_manifest(directory)
+            identity = (config.config_hash, shard_text, task_fingerprint)
+            stored = (manifest["config_hash"], manifest["shard"], manifest["task_fingerprint"])
+            if stored == identity:
+                if manifest["status"] != "complete":
+                    manifest["resumed"].append(now())
+                return manifest
+            if _holds_results(directory):
+                _refuse_other_sweep(directory, manifest, config, shard_text, task_fingerprint)
+            # nothing was computed under the stored config (e.g. its model failed to
+            # load): the directory starts afresh with the given one
+        else:
+            leftovers = [p.name for p in directory.iterdir() if p.name != _LOCK]
+            if leftovers:
+                raise IntervError(
+                    f"--out {str(directory)!r} is neither empty nor a sweep directory (it "
+                    f"holds {sorted(leftovers)[:5]}); choose an empty or new directory"
+                )
+        manifest = {
+            "format": FORMAT,
+            "config": config.normalized,
+            "config_hash": config.config_hash,
+            "seed": config.sweep["seed"],
+            "shard": shard_text,
+            "task_fingerprint": task_fingerprint,
+            "versions": versions(),
+            "started": now(),
+            "resumed": [],
+            "finished": None,
+            "status": "running",
+            "n_units": None,
+            "n_interventions": None,
+            "merged_from": None,
+        }
+        write_json_atomic(directory / MANIFEST, manifest)
+        return manifest
+
+    def __enter__(self) -> SweepStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the directory's lock."""
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def record_plan(self, n_units: int, n_interventions: int) -> None:
+        """Store the size of the planned sweep in the manifest."""
+        for key, value in (("n_units", n_units), ("n_interventions", n_interventions)):
+            if self.manifest[key] not in (None, value):
+                raise IntervError(
+                    f"sweep directory {str(self.directory)!r} was planned with {key}="
+                    f"{self.manifest[key]}, now {value}: the model or the task changed "
+                    "under the same config; choose another --out"
+                )
+            self.manifest[key] = value
+        write_json_atomic(self.directory / MANIFEST, self.manifest)
+
+    def completed(self) -> dict[str, dict[str, Any]]:
+        """Records of the units already stored, by id."""
+        return read_units(self.directory, self.manifest["config_hash"])
+
+    def baselines(self) -> dict[str, Any] | None:
+        """The stored baselines, or None if none are stored yet."""
+        return read_baselines(self.directory)
+
+    def write_baselines(self, baselines: Mapping[str, Any]) -> None:
+        """Store the baselines (once: later calls are ignored)."""
+        if not (self.directory / BASELINES).is_file():
+            write_json_atomic(self.directory / BASELINES, baselines)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Append one unit record as one complete line, flushed and fsync-ed."""
+        data = (json.dumps(record, sort_keys=True) + "\n").encode()
+        fd = os.open(self.directory / UNITS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def finish(self, **extra: Any) -> None:
+        """Mark the sweep complete, with its end time (and ``extra`` manifest entries)."""
+        self.manifest.update(extra, status="complete", finished=now())
+        write_json_atomic(self.directory / MANIFEST, self.manifest)
+
+
+def _holds_results(directory: Path) -> bool:
+    units = directory / UNITS
+    return (directory / BASELINES).is_file() or (units.is_file() and units.stat().st_size > 0)
+
+
+def _refuse_other_sweep(
+    directory: Path,
+    manifest: Mapping[str, Any],
+    config: SweepConfig,
+    shard_text: str | None,
+    task_fingerprint: str,
+) -> None:
+    if manifest["config_hash"] != config.config_hash:
+        differences = "\n  ".join(config_diff(manifest["config"], config.normalized))
+        raise IntervError(
+            f"sweep directory {str(directory)!r} holds results of another config "
+            f"(hash {manifest['config_hash']}, this config {config.config_hash}); "
+            f"differing keys (stored -> given):\n  {differences}\n"
+            "rerun with the stored config to resume, or choose another --out"
+        )
+    if manifest["task_fingerprint"] != task_fingerprint:
+        raise IntervError(
+            f"sweep directory {str(directory)!r} holds results of the same config on other "
+            f"prompt pairs (task fingerprint {manifest['task_fingerprint']}, now "
+            f"{task_fingerprint}): the task's JSONL file or interv's built-in task changed; "
+            "restore the task to resume, or choose another --out"
+        )
+    raise IntervError(
+        f"sweep directory {str(directory)!r} holds results of shard {manifest['shard']} "
+        f"(None = all units), not {shard_text}; rerun with --shard "
+        f"{manifest['shard']} to resume, or choose another --out"
+    )
+
+
+def _truncate_torn_tail(path: Path) -> None:
+    """Cut a torn last line (no trailing newline) off ``path``, so appends start clean."""
+    if not path.is_file():
+        return
+    with contextlib.suppress(FileNotFoundError), path.open("rb+") as handle:
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        if keep != len(data):
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
