@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from interv import __version__
 from interv.analysis.cli import register as register_analysis
 from interv.errors import IntervError
+from interv.report.cli import register as register_report
+from interv.sweeps.cli import register as register_sweeps
 from interv.zoo.cli import register as register_zoo
 
 __all__ = ["build_parser", "main"]
@@ -63,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metrics(subparsers)
     register_zoo(subparsers)
     register_analysis(subparsers)
+    register_sweeps(subparsers)
+    register_report(subparsers)
     return parser
 
 

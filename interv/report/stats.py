@@ -1,0 +1,77 @@
+"""Resampling statistics of a report: bootstrap intervals and rank correlation.
+
+Every interval in a report comes from a percentile bootstrap over *prompts*: the
+prompts are resampled with replacement ``n_bootstrap`` times from a generator seeded
+with ``seed``, the statistic is recomputed on each resample, and the interval is the
+``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of those recomputations. Rank
+correlation is Spearman's rho: the Pearson correlation of average ranks (ties share
+the mean of the ranks they span).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from interv.errors import IntervError
+
+__all__ = ["bootstrap_indices", "bootstrap_mean_ci", "percentile_interval", "spearman"]
+
+
+def bootstrap_indices(n_prompts: int, n_bootstrap: int, seed: int) -> torch.Tensor:
+    """``[n_bootstrap, n_prompts]`` int64 prompt indices drawn with replacement, seeded."""
+    if n_bootstrap < 1:
+        raise IntervError(f"n_bootstrap must be >= 1; got {n_bootstrap}")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n_prompts, (n_bootstrap, n_prompts), generator=generator)
+
+
+def percentile_interval(samples: torch.Tensor, level: float) -> tuple[float, float]:
+    """The central ``level`` percentile interval of 1-D ``samples`` (NaN samples ignored)."""
+    if not 0 < level < 1:
+        raise IntervError(f"confidence level must lie in (0, 1); got {level}")
+    finite = samples[~samples.isnan()].to(torch.float64)
+    if finite.numel() == 0:
+        return (float("nan"), float("nan"))
+    tail = (1 - level) / 2
+    quantiles = torch.quantile(finite, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return (float(quantiles[0]), float(quantiles[1]))
+
+
+def bootstrap_mean_ci(
+    values: torch.Tensor, indices: torch.Tensor, level: float
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``[n_prompts]`` ``values``.
+
+    Args:
+        values: per-prompt values, in any unit (the interval has the same unit).
+        indices: ``[n_bootstrap, n_prompts]`` resampled prompt indices.
+        level: confidence level in (0, 1), e.g. 0.95.
+    """
+    return percentile_interval(values.to(torch.float64)[indices].mean(dim=-1), level)
+
+
+def _average_ranks(x: torch.Tensor) -> torch.Tensor:
+    """``[..., n]`` -> average ranks 1..n along the last axis (ties share their mean rank)."""
+    below = (x[..., None, :] < x[..., :, None]).sum(dim=-1)
+    equal = (x[..., None, :] == x[..., :, None]).sum(dim=-1)
+    return below.to(torch.float64) + (equal.to(torch.float64) + 1) / 2
+
+
+def spearman(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Spearman rank correlation of ``x`` and ``y`` along the last axis.
+
+    Args:
+        x, y: ``[..., n]`` finite values (same shape), ``n >= 2``.
+
+    Returns:
+        ``[...]`` float64 rho in [-1, 1]; NaN where either side is constant.
+    """
+    if x.shape != y.shape:
+        raise IntervError(f"spearman needs equal shapes; got {tuple(x.shape)} and {tuple(y.shape)}")
+    rx = _average_ranks(x)
+    ry = _average_ranks(y)
+    rx = rx - rx.mean(dim=-1, keepdim=True)
+    ry = ry - ry.mean(dim=-1, keepdim=True)
+    denominator = (rx.square().sum(dim=-1) * ry.square().sum(dim=-1)).sqrt()
+    numerator = (rx * ry).sum(dim=-1)
+    return torch.where(denominator > 0, numerator / denominator.clamp(min=1e-300), torch.nan)

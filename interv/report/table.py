@@ -1,0 +1,566 @@
+"""The report: one row per (site, intervention), effect beside concentration.
+
+:func:`build_report` joins the engine's :class:`~interv.engine.results.InterventionResult`
+(what happened to the target metric under each intervention) with a
+:class:`~interv.analysis.concentration.HeadConcentration` of the same prompts (how
+each head spreads its attention at the report's query positions). It never touches a
+model. Each row keeps the two questions apart, side by side:
+
+- causation: the intervention's semantics sentence; the *effect* per prompt,
+  ``metric under the intervention - metric of the run it modified`` (the clean run for
+  ablations and value edits, the corrupted run for denoising patches), in the metric's
+  unit, summarized by its mean, a bootstrap interval over prompts and its spread
+  (standard deviation, min, max); for patches, the normalized recovery of the
+  prompt-mean metric ``(mean m - mean m_corrupt) / (mean m_clean - mean m_corrupt)``;
+- concentration of the same head on the same prompts: entropy, normalized entropy,
+  sink mass, content entropy, content normalized entropy and the value-aware
+  contribution (norm and sink share), each a mean over prompts (each prompt weighs
+  the same) with its standard deviation over prompts, in the units of
+  :data:`interv.analysis.concentration.METRICS`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv import __version__
+from interv.analysis.concentration import METRICS
+from interv.errors import IntervError
+from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
+from interv.report.flags import FlagRules, assign_flags
+from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
+
+if TYPE_CHECKING:
+    from interv.analysis.concentration import HeadConcentration
+    from interv.engine.interventions import Intervention
+    from interv.engine.results import InterventionResult
+
+__all__ = ["PATCH_KINDS", "Report", "ReportHeader", "ReportRow", "Site", "build_report"]
+
+PATCH_KINDS: tuple[str, ...] = ("ActivationPatch", "PatternPatch", "ValuePatch")
+"""Intervention kinds whose rows carry a normalized recovery."""
+
+EFFECT_DEFINITION = (
+    "effect = metric under the intervention minus the metric of the run it modified "
+    "(clean run for ablations and value edits, corrupted run for denoising patches, "
+    "clean run for noising patches), per prompt"
+)
+RECOVERY_DEFINITION = (
+    "normalized recovery = (mean m - mean m_corrupted) / (mean m_clean - mean m_corrupted) "
+    "over prompts; 1 = clean behaviour, 0 = corrupted behaviour (dimensionless)"
+)
+AGGREGATION_RULE = (
+    "effect: mean over prompts, percentile bootstrap interval over prompts, standard "
+    "deviation / min / max over prompts; concentration: mean over the query positions of "
+    "each prompt, then mean (and standard deviation) over prompts, each prompt weighing "
+    "the same"
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an intervention acts: a layer, a head (None: not one head), positions."""
+
+    layer: int | None
+    head: int | None = None
+    positions: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, intervention: Intervention) -> Site:
+        """The site of an intervention value (reads its ``layer``/``head``/``positions``).
+
+        A :class:`~interv.engine.interventions.Combined` whose parts share one head has
+        that head's site; otherwise its site has no layer.
+        """
+        parts = getattr(intervention, "parts", None)
+        if parts is not None:
+            sites = {cls.of(part) for part in parts}
+            return sites.pop() if len(sites) == 1 else cls(None)
+        positions = getattr(intervention, "positions", None)
+        return cls(
+            getattr(intervention, "layer", None),
+            getattr(intervention, "head", None),
+            None if positions is None else tuple(positions),
+        )
+
+    @classmethod
+    def parse(cls, description: str) -> Site:
+        """The site named in a semantics sentence (``L{layer}H{head}`` or ``block {layer}``).
+
+        Used when only saved results (no intervention values) are available.
+        """
+        head = re.search(r"\bL(\d+)H(\d+)\b", description)
+        block = re.search(r"\bblock (\d+)\b", description)
+        position = re.search(r"\bat positions? \[?([\d, ]+)\]?", description)
+        positions = (
+            None if position is None else tuple(int(p) for p in position.group(1).split(","))
+        )
+        if head is not None:
+            return cls(int(head.group(1)), int(head.group(2)), positions)
+        return cls(None if block is None else int(block.group(1)), None, positions)
+
+    @property
+    def label(self) -> str:
+        """``L1H3``, ``L1`` or ``-``, plus ``@p`` for positions."""
+        if self.layer is None:
+            text = "-"
+        elif self.head is None:
+            text = f"L{self.layer}"
+        else:
+            text = f"L{self.layer}H{self.head}"
+        if self.positions is not None:
+            text += "@" + ",".join(str(p) for p in self.positions)
+        return text
+
+
+@dataclass(frozen=True)
+class ReportHeader:
+    """The scope every number of a report is about (model, task, positions, units)."""
+
+    model: str
+    task: str
+    n_prompts: int
+    n_positions: int
+    padding_side: str
+    n_layers: int
+    n_heads: int
+    query_positions: str
+    mask_rule: str
+    sink_positions: tuple[int, ...]
+    sink_convention: str
+    aggregation: str
+    metric_name: str
+    metric_unit: str
+    metric_definition: str
+    effect_definition: str
+    recovery_definition: str
+    clean_mean: float
+    corrupted_mean: float
+    effect_scale: float
+    n_undefined_recovery: int
+    n_bootstrap: int
+    ci_level: float
+    seed: int
+    concentration_units: dict[str, str]
+    n_undefined_concentration: dict[str, int]
+    interv_version: str
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One (site, intervention): its effect beside the head's concentration.
+
+    Attributes:
+        index: the intervention's index in the engine's result(s), in order.
+        kind: intervention class name; semantics: its one-sentence semantics.
+        base_run: the run it modified; site: layer, head, positions.
+        effect_mean, effect_ci_low, effect_ci_high, effect_std, effect_min,
+            effect_max: the effect over prompts, in the metric's unit.
+        recovery: normalized recovery of the prompt-mean metric (patches only).
+        concentration: metric name -> head mean over prompts (None: not one head).
+        concentration_std: metric name -> standard deviation over prompts.
+        flags: the flags this row raises.
+        per_prompt_effect: the effect on each prompt, metric unit.
+    """
+
+    index: int
+    kind: str
+    semantics: str
+    base_run: str
+    site: Site
+    effect_mean: float
+    effect_ci_low: float
+    effect_ci_high: float
+    effect_std: float
+    effect_min: float
+    effect_max: float
+    recovery: float | None
+    concentration: dict[str, float] | None
+    concentration_std: dict[str, float] | None
+    flags: tuple[str, ...]
+    per_prompt_effect: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A typed report: scope header, rows, flag rules, agreement. Renders itself.
+
+    ``_repr_html_`` / ``_repr_markdown_`` give rich display in notebooks; see
+    :mod:`interv.report.render` for Markdown, HTML, JSON and CSV.
+    """
+
+    header: ReportHeader
+    rows: tuple[ReportRow, ...]
+    flag_rules: FlagRules
+    rules_text: dict[str, str]
+    agreement: tuple[Agreement, ...]
+    agreement_caveat: str = AGREEMENT_CAVEAT
+    notes: tuple[str, ...] = field(default=())
+
+    def head_grid(self, values: dict[tuple[int, int], float]) -> torch.Tensor:
+        """``[layer, head_index]`` float64 grid of per-head values (NaN where missing)."""
+        grid = torch.full((self.header.n_layers, self.header.n_heads), torch.nan)
+        for (layer, head), value in values.items():
+            grid[layer, head] = value
+        return grid.to(torch.float64)
+
+    def concentration_grid(self, metric: str) -> torch.Tensor:
+        """``[layer, head_index]`` mean concentration ``metric`` over prompts."""
+        return self.head_grid(
+            {
+                (row.site.layer, row.site.head): row.concentration[metric]
+                for row in self.rows
+                if row.concentration is not None
+            }
+        )
+
+    def effect_grid(self, kind: str) -> torch.Tensor:
+        """``[layer, head_index]`` mean effect of the head rows of ``kind`` (metric unit)."""
+        return self.head_grid(
+            {
+                (row.site.layer, row.site.head): row.effect_mean
+                for row in self.rows
+                if row.kind == kind and row.site.head is not None and row.site.positions is None
+            }
+        )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Intervention kinds present, in order of first appearance."""
+        return tuple(dict.fromkeys(row.kind for row in self.rows))
+
+    def instructive(self, n: int = 3) -> tuple[tuple[ReportRow, str], ...]:
+        """The ``n`` rows where concentration and effect disagree most, with why.
+
+        Within the head rows of each kind, heads are ranked by normalized entropy
+        (rank 1 = most concentrated) and by |effect| (rank 1 = largest). A row's
+        disagreement is ``|concentration rank - effect rank| / n_heads`` (0..1); ties
+        are broken by the number of flags. Kinds whose largest |effect| is "near zero"
+        (the flag rule's threshold) are skipped: ranking noise says nothing. Returns
+        (row, explanation) pairs.
+        """
+        near_zero = self.flag_rules.near_zero_fraction * self.header.effect_scale
+        scored = []
+        for kind in self.kinds:
+            rows = [
+                row
+                for row in self.rows
+                if row.kind == kind
+                and row.concentration is not None
+                and not math.isnan(row.concentration["normalized_entropy"])
+            ]
+            if len(rows) < 2 or max(abs(row.effect_mean) for row in rows) <= near_zero:
+                continue
+            by_conc = sorted(rows, key=lambda r: r.concentration["normalized_entropy"])
+            by_effect = sorted(rows, key=lambda r: -abs(r.effect_mean))
+            for row in rows:
+                rank_c = by_conc.index(row) + 1
+                rank_e = by_effect.index(row) + 1
+                why = (
+                    f"{row.site.label} {kind}: concentration rank {rank_c}/{len(rows)} "
+                    f"(normalized entropy {row.concentration['normalized_entropy']:.3f}), "
+                    f"|effect| rank {rank_e}/{len(rows)} (effect {row.effect_mean:+.4g} "
+                    f"{self.header.metric_unit}); flags: {', '.join(row.flags) or 'none'}"
+                )
+                scored.append((abs(rank_c - rank_e) / len(rows), len(row.flags), row, why))
+        scored.sort(key=lambda item: (-item[0], -item[1], item[2].index))
+        return tuple((row, why) for _, _, row, why in scored[:n])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the whole report (round-trips with :meth:`from_dict`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """Rebuild a report from :meth:`to_dict` output (e.g. a saved ``report.json``)."""
+        try:
+            header = ReportHeader(
+                **{**data["header"], "sink_positions": tuple(data["header"]["sink_positions"])}
+            )
+            rows = tuple(
+                ReportRow(
+                    **{
+                        **row,
+                        "site": Site(
+                            row["site"]["layer"],
+                            row["site"]["head"],
+                            None
+                            if row["site"]["positions"] is None
+                            else tuple(row["site"]["positions"]),
+                        ),
+                        "concentration": _nan_for_none(row["concentration"]),
+                        "concentration_std": _nan_for_none(row["concentration_std"]),
+                        "flags": tuple(row["flags"]),
+                        "per_prompt_effect": tuple(row["per_prompt_effect"]),
+                    }
+                )
+                for row in data["rows"]
+            )
+            return cls(
+                header=header,
+                rows=rows,
+                flag_rules=FlagRules(**data["flag_rules"]),
+                rules_text=dict(data["rules_text"]),
+                agreement=tuple(
+                    Agreement(
+                        **{
+                            **entry,
+                            **_nan_for_none({k: entry[k] for k in ("rho", "ci_low", "ci_high")}),
+                        }
+                    )
+                    for entry in data["agreement"]
+                ),
+                agreement_caveat=data["agreement_caveat"],
+                notes=tuple(data["notes"]),
+            )
+        except (KeyError, TypeError) as error:
+            raise IntervError(
+                f"not a saved interv report (missing or bad field: {error})"
+            ) from error
+
+    def _repr_markdown_(self) -> str:
+        from interv.report.render import to_markdown
+
+        return to_markdown(self)
+
+    def _repr_html_(self) -> str:
+        from interv.report.render import to_html
+
+        return to_html(self, figures=False)
+
+
+def _nan_for_none(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Strict JSON writes NaN as null; read those nulls back as NaN."""
+    if values is None:
+        return None
+    return {k: math.nan if v is None else v for k, v in values.items()}
+
+
+def _combine(
+    effects: InterventionResult | Sequence[InterventionResult],
+) -> tuple[InterventionResult, ...]:
+    results = (effects,) if hasattr(effects, "values") else tuple(effects)
+    if not results:
+        raise IntervError("build_report needs at least one InterventionResult; got none")
+    first = results[0]
+    for other in results[1:]:
+        if (other.scope, other.metric) != (first.scope, first.metric):
+            raise IntervError(
+                "every InterventionResult of one report must share scope and metric; got "
+                f"{first.scope} / {first.metric.name} and {other.scope} / {other.metric.name}"
+            )
+    return results
+
+
+def _query_description(
+    concentration: HeadConcentration, answer_positions: tuple[int, ...], padding_side: str
+) -> str:
+    queries = concentration.query_positions
+    at_answer = (
+        len(queries) == 1
+        and padding_side == "right"
+        and concentration.query_index[:, 0].tolist() == list(answer_positions)
+    )
+    if at_answer:
+        return (
+            f"the answer position of each prompt (the query whose output is scored; "
+            f"query position {queries[0]} counted from the first real token)"
+        )
+    return (
+        f"query positions {list(queries)} counted from each prompt's first real token "
+        "(negative: from its last real token); NOT the answer positions"
+    )
+
+
+def build_report(
+    effects: InterventionResult | Sequence[InterventionResult],
+    concentration: HeadConcentration,
+    *,
+    interventions: Sequence[Intervention] | None = None,
+    flag_rules: FlagRules | None = None,
+    n_bootstrap: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Report:
+    """Join effects with concentration of the same prompts into a :class:`Report`.
+
+    Args:
+        effects: one result of :func:`interv.run`, or several sharing scope and metric
+            (rows follow in order).
+        concentration: :func:`interv.concentration` on the same model and the same
+            prompts (the task's clean prompts), at the query positions the report
+            should show (default choice: the answer positions, ``query_positions=(-1,)``
+            for right-padded tasks scored at the last token).
+        interventions: the intervention values, in the order of the rows, to read each
+            row's site from; None = parse sites from the semantics sentences.
+        flag_rules: thresholds of the flags (default :class:`FlagRules`).
+        n_bootstrap: number of bootstrap resamples of prompts (>= 1).
+        level: confidence level of every interval, in (0, 1).
+        seed: seed of the bootstrap draws.
+
+    Raises:
+        IntervError: results of different scopes or metrics, concentration of another
+            model or another number of prompts, or a wrong number of interventions.
+    """
+    results = _combine(effects)
+    rules = FlagRules() if flag_rules is None else flag_rules
+    scope = results[0].scope
+    metric = results[0].metric
+    if concentration.n_prompts != scope.n_prompts or concentration.model_name != scope.model_name:
+        raise IntervError(
+            "concentration must come from the same model and prompts as the effects; got "
+            f"{concentration.n_prompts} prompts of {concentration.model_name!r} for effects on "
+            f"{scope.n_prompts} prompts of {scope.model_name!r}"
+        )
+    descriptions = [d for result in results for d in result.descriptions]
+    if interventions is None:
+        sites = [Site.parse(d) for d in descriptions]
+    else:
+        if len(interventions) != len(descriptions):
+            raise IntervError(
+                f"interventions must match the results one to one; got {len(interventions)} "
+                f"interventions for {len(descriptions)} result rows"
+            )
+        sites = [Site.of(iv) for iv in interventions]
+    clean = results[0].clean.to(torch.float64)
+    corrupted = results[0].corrupted.to(torch.float64)
+    baselines = {"clean": clean, "corrupted": corrupted}
+    indices = bootstrap_indices(scope.n_prompts, n_bootstrap, seed)
+    per_prompt = {name: concentration.per_prompt(name) for name in METRICS}
+    spread = {name: concentration.per_head_spread(name) for name in METRICS}
+    n_layers, n_heads = per_prompt["entropy"].shape[1:]
+
+    partial = []
+    for result in results:
+        mean_recovery = result.mean_recovery()
+        for j in range(result.n_interventions):
+            partial.append((result, j, float(mean_recovery[j])))
+    drafts = []
+    effect_rows = []
+    for (result, j, recovery), site in zip(partial, sites, strict=True):
+        effect = result.values[j].to(torch.float64) - baselines[result.base_runs[j]]
+        effect_rows.append(effect)
+        is_head = site.head is not None and site.layer is not None
+        low, high = bootstrap_mean_ci(effect, indices, level)
+        drafts.append(
+            {
+                "kind": result.kinds[j],
+                "semantics": result.descriptions[j],
+                "base_run": result.base_runs[j],
+                "site": site,
+                "effect_mean": float(effect.mean()),
+                "effect_ci_low": low,
+                "effect_ci_high": high,
+                "effect_std": float(effect.std()) if effect.numel() > 1 else float("nan"),
+                "effect_min": float(effect.min()),
+                "effect_max": float(effect.max()),
+                "recovery": recovery if result.kinds[j] in PATCH_KINDS else None,
+                "concentration": (
+                    {
+                        name: float(per_prompt[name][:, site.layer, site.head].nanmean())
+                        for name in METRICS
+                    }
+                    if is_head
+                    else None
+                ),
+                "concentration_std": (
+                    {name: float(spread[name][site.layer, site.head]) for name in METRICS}
+                    if is_head
+                    else None
+                ),
+                "per_prompt_effect": tuple(float(x) for x in effect),
+            }
+        )
+    effect_scale = abs(float(clean.mean() - corrupted.mean()))
+    flags = assign_flags(
+        kinds=[d["kind"] for d in drafts],
+        heads=[
+            None if d["concentration"] is None else (d["site"].layer, d["site"].head)
+            for d in drafts
+        ],
+        effect_means=[d["effect_mean"] for d in drafts],
+        normalized_entropy=[
+            None if d["concentration"] is None else d["concentration"]["normalized_entropy"]
+            for d in drafts
+        ],
+        sink_mass=[
+            None if d["concentration"] is None else d["concentration"]["sink_mass"] for d in drafts
+        ],
+        effect_scale=effect_scale,
+        rules=rules,
+    )
+    rows = tuple(
+        ReportRow(index=i, flags=row_flags, **draft)
+        for i, (draft, row_flags) in enumerate(zip(drafts, flags, strict=True))
+    )
+
+    agreements: list[Agreement] = []
+    for kind in dict.fromkeys(row.kind for row in rows):
+        members = [
+            i
+            for i, row in enumerate(rows)
+            if row.kind == kind and row.concentration is not None and row.site.positions is None
+        ]
+        if len(members) < 3:
+            continue
+        layers = [rows[i].site.layer for i in members]
+        heads = [rows[i].site.head for i in members]
+        effect_matrix = torch.stack([effect_rows[i] for i in members])
+        for name in METRICS:
+            per_head = per_prompt[name][:, layers, heads]  # [n_prompts, n_members]
+            agreements.extend(
+                agreement(
+                    kind=kind,
+                    metric=name,
+                    layers=layers,
+                    per_prompt_effect=effect_matrix,
+                    per_prompt_concentration=per_head,
+                    indices=indices,
+                    level=level,
+                )
+            )
+
+    header = ReportHeader(
+        model=scope.model_name,
+        task=scope.task_name,
+        n_prompts=scope.n_prompts,
+        n_positions=scope.n_positions,
+        padding_side=scope.padding_side,
+        n_layers=int(n_layers),
+        n_heads=int(n_heads),
+        query_positions=_query_description(
+            concentration, scope.answer_positions, scope.padding_side
+        ),
+        mask_rule=concentration.mask_rule,
+        sink_positions=tuple(concentration.sink_positions),
+        sink_convention=concentration.sink_convention,
+        aggregation=AGGREGATION_RULE,
+        metric_name=metric.name,
+        metric_unit=metric.unit,
+        metric_definition=metric.definition,
+        effect_definition=EFFECT_DEFINITION,
+        recovery_definition=RECOVERY_DEFINITION,
+        clean_mean=float(clean.mean()),
+        corrupted_mean=float(corrupted.mean()),
+        effect_scale=effect_scale,
+        n_undefined_recovery=results[0].n_undefined_recovery,
+        n_bootstrap=n_bootstrap,
+        ci_level=level,
+        seed=seed,
+        concentration_units=dict(METRICS),
+        n_undefined_concentration=concentration.n_undefined,
+        interv_version=__version__,
+    )
+    return Report(
+        header=header,
+        rows=rows,
+        flag_rules=rules,
+        rules_text=rules.rules(effect_scale, metric.unit),
+        agreement=tuple(agreements),
+    )
