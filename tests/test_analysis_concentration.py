@@ -246,11 +246,11 @@ def test_hooks_are_removed_when_the_forward_raises(model):
     def failing_hook(activation: torch.Tensor, hook: object) -> None:
         raise RuntimeError("boom")
 
-    model.add_hook("blocks.1.hook_out", failing_hook)
+    model.add_hook("blocks.1.hook_in", failing_hook)
     try:
         with pytest.raises(RuntimeError, match="boom"):
             concentration(model, _tokens(1, 5))
-        assert _hooks_left(model) == {"blocks.1.hook_out": 1}
+        assert _hooks_left(model) == {"blocks.1.hook_in": 1}
     finally:
         model.reset_hooks()
 
@@ -302,3 +302,13 @@ def test_smollm2_numbers_equal_the_metric_functions_on_cached_patterns(smollm2_b
     _assert_close(result.contribution_norm[:, layers], total[:, layers], atol=1e-4)
     _assert_close(result.sink_contribution_share[:, layers], share[:, layers], atol=1e-5)
     assert result.entropy.shape[1:3] == (30, 9)
+
+
+def test_the_model_computes_the_same_logits_after_an_early_stopped_run(model):
+    tokens = _tokens(2, 6)
+    with torch.no_grad():
+        before = model(tokens)
+        concentration(model, tokens)
+        after = model(tokens)
+    assert torch.equal(before, after)
+    assert _hooks_left(model) == {}

@@ -229,8 +229,11 @@ def concentration(
         fwd_hooks.append((pattern_hook(layer), reducer.pattern_hook(layer)))
     device = torch.device(model.cfg.device or "cpu")
     forward_mask = None if batch.forward_mask is None else batch.forward_mask.to(device)
-    with torch.no_grad(), model.hooks(fwd_hooks=fwd_hooks):
-        model(batch.tokens.to(device), attention_mask=forward_mask, return_type=None)
+    try:
+        with torch.no_grad(), model.hooks(fwd_hooks=fwd_hooks):
+            model(batch.tokens.to(device), attention_mask=forward_mask, return_type=None)
+    except _LastPatternReduced:
+        pass  # the rest of the forward (last block's output, unembedding) is not needed
     return HeadConcentration(
         **reducer.results(),
         n_available_keys=reducer.n_available_keys,
@@ -282,6 +285,16 @@ def _query_index(queries: tuple[int, ...], lengths: torch.Tensor) -> torch.Tenso
     return torch.where(inside, index, -1)
 
 
+class _LastPatternReduced(Exception):
+    """Raised by the last layer's pattern hook to end the forward early.
+
+    Everything after the last attention pattern (the last block's outputs, the final
+    norm and the ``[batch, pos, d_vocab]`` logits, which on a long prompt are larger than
+    all the reduced numbers together) is skipped. ``model.hooks`` removes the hooks on
+    the way out, as it does for any exception.
+    """
+
+
 class _Reducer:
     """Hook callbacks that turn each layer's pattern into per-query numbers, then drop it."""
 
@@ -294,6 +307,7 @@ class _Reducer:
     ) -> None:
         cfg = model.cfg
         self._model = model
+        self._last_layer = cfg.n_layers - 1
         device = torch.device(cfg.device or "cpu")
         self._value_heads = torch.tensor(
             [kv_head_of(cfg, h) for h in range(cfg.n_heads)], device=device
@@ -363,6 +377,8 @@ class _Reducer:
                 rows = pattern.detach()[batch_index, :, query_abs, :n_keys]
                 self._reduce(layer, start, stop, rows.transpose(1, 2))
             self._value_norms = None
+            if layer == self._last_layer:
+                raise _LastPatternReduced
 
         return hook
 
