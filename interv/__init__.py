@@ -12,9 +12,7 @@ imported until a function that needs them is touched.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from interv._lazy import lazy_exports
 from interv.errors import IntervError
 
 __version__ = "0.1.0"
@@ -83,14 +81,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["IntervError", "__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'interv' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from interv import ZeroAblation, load_task, run
+from interv.cli import main
 from interv.models.loading import load_model
-from interv.report.cli import main
 from interv.report.table import Report
 
 

@@ -39,10 +39,10 @@ def slow_run(*args, **kwargs):
     time.sleep(0.5)
     return engine_run(*args, **kwargs)
 execute.run = slow_run
-from interv.sweeps.cli import main
+from interv.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-SWEEP = "import sys; from interv.sweeps.cli import main; sys.exit(main(sys.argv[1:]))"
+SWEEP = "import sys; from interv.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def stored_ids(directory) -> list[str]:

@@ -9,10 +9,10 @@ import shutil
 import pytest
 import torch
 
+from interv.cli import main
 from interv.engine.runner import run
 from interv.errors import IntervError
 from interv.sweeps import execute, load_sweep, merge_sweeps, parse_config, run_sweep
-from interv.sweeps.cli import main
 from interv.sweeps.execute import SweepWorker
 from interv.tasks.builtin import load_task
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +21,7 @@ from interv.errors import IntervError
 if TYPE_CHECKING:
     from interv.report.table import Report
 
-__all__ = ["main", "register"]
+__all__ = ["register"]
 
 
 def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None) -> None:
@@ -111,18 +109,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     report.set_defaults(handler=_run_report)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``demo`` or ``report`` alone (``python -m interv.report.cli demo``); exit status."""
-    parser = argparse.ArgumentParser(prog="interv")
-    register(parser.add_subparsers(title="commands", metavar="COMMAND", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except IntervError as error:
-        print(f"interv: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

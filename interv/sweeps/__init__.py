@@ -27,8 +27,7 @@ Importing this package is cheap: torch is imported on first use of a public name
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from interv._lazy import lazy_exports
 
 __all__ = [
     "Shard",
@@ -54,14 +53,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'interv.sweeps' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports("interv.sweeps", _EXPORTS, globals())

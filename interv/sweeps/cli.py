@@ -7,23 +7,18 @@
 
 Both end with a one-line summary on stdout (unless ``--quiet``); the progress bar is
 drawn on stderr only when it is a terminal. :func:`register` adds the commands to the
-``interv`` parser (handlers are stored as ``args.handler``); :func:`main` runs them
-without the rest of the ``interv`` command.
+``interv`` parser (handlers are stored as ``args.handler``).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
-
-from interv.errors import IntervError
 
 if TYPE_CHECKING:
     from interv.engine.results import InterventionResult
 
-__all__ = ["main", "register"]
+__all__ = ["register"]
 
 
 def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
@@ -111,18 +106,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--quiet", action="store_true", help="no summary line")
     merge.set_defaults(handler=_merge)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sweep`` / ``sweep-merge`` alone (``python -m interv.sweeps.cli sweep ...``)."""
-    parser = argparse.ArgumentParser(prog="interv")
-    register(parser.add_subparsers(title="commands", metavar="COMMAND", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except IntervError as error:
-        print(f"interv: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

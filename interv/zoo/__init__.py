@@ -19,8 +19,9 @@ Importing this package is cheap: torch and transformer-lens are imported on firs
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from interv._lazy import lazy_exports
 
 __all__ = [
     "HeadRole",
@@ -62,17 +63,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'interv.zoo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports("interv.zoo", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
