@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "PatternPatch": "interv.engine.interventions",
     "ValuePatch": "interv.engine.interventions",
     "Combined": "interv.engine.interventions",
+    "approximate_head_patching_scores": "interv.engine.attribution",
     # sweeps and reports
     "run_sweep": "interv.sweeps.execute",
     "load_sweep": "interv.sweeps.collect",

@@ -10,6 +10,13 @@ next to the clean and corrupted baselines of the same prompts:
    its base run's prompts, stacked along the batch axis (at most ``max_batch_size``
    rows per forward), and its hooks edit only its rows.
 
+With ``reuse_prefix=True`` (the default) step 2 runs only what an intervention can
+change (see :mod:`interv.engine._suffix`): interventions are grouped by their earliest
+block ``L``, and each group's forward starts at block ``L`` from the base run's
+residual stream (recorded in step 1) and computes logits at the answer positions only.
+The results equal the full forwards up to float rounding; ``reuse_prefix=False`` runs
+every intervened forward from the embedding (the reference path).
+
 Hooks are attached only inside ``model.hooks(...)``, which removes exactly the hooks
 it attached, also when a hook or the caller raises, and leaves hooks the user
 attached alone. The runner never prints.
@@ -17,11 +24,12 @@ attached alone. The runner never prints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
+from interv.engine._suffix import BlockInputs, record_block_inputs, suffix_answer_logits
 from interv.engine.hooks import (
     Captured,
     Source,
@@ -29,7 +37,7 @@ from interv.engine.hooks import (
     check_intervention,
     required_activations,
 )
-from interv.engine.interventions import RUNS, Intervention, ReferenceSet
+from interv.engine.interventions import RUNS, Combined, Intervention, ReferenceSet
 from interv.engine.results import InterventionResult, MetricInfo, Scope, normalized_recovery
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
@@ -56,15 +64,21 @@ def _answer_logits(logits: torch.Tensor, answer_positions: torch.Tensor) -> torc
 
 def _capture(
     model: Any, tokens: torch.Tensor, mask: torch.Tensor, names: set[str]
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """One forward: full logits and the activations named ``names``."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], BlockInputs | None]:
+    """One forward: full logits, the activations named ``names``, every block's inputs.
+
+    The block inputs are None when the model's forward does not call each of its
+    blocks once (then the prefix cannot be reused).
+    """
     device = _device(model)
-    logits, cache = model.run_with_cache(
-        tokens.to(device),
-        names_filter=lambda name: name in names,
-        **_forward_kwargs(mask.to(device)),
-    )
-    return logits, {name: cache[name] for name in names}
+    with record_block_inputs(model) as recorded:
+        logits, cache = model.run_with_cache(
+            tokens.to(device),
+            names_filter=lambda name: name in names,
+            **_forward_kwargs(mask.to(device)),
+        )
+    block_inputs = recorded[0] if len(recorded) == 1 else None
+    return logits, {name: cache[name] for name in names}, block_inputs
 
 
 def run(
@@ -75,6 +89,7 @@ def run(
     *,
     max_batch_size: int = 32,
     recovery_atol: float = 1e-6,
+    reuse_prefix: bool = True,
 ) -> InterventionResult:
     """Measure ``metric`` on ``task`` under each intervention, with both baselines.
 
@@ -90,6 +105,10 @@ def run(
             ``task.n_pairs`` rows per forward).
         recovery_atol: tolerance on ``|clean - corrupted|`` below which normalized
             recovery is NaN, in the metric's unit.
+        reuse_prefix: run each intervened forward from the earliest block it edits,
+            with logits at the answer positions only (exact; see the module
+            docstring); models whose forward does not call each block once get
+            full forwards. False runs full forwards, the reference path.
 
     Returns:
         An :class:`~interv.engine.results.InterventionResult` with ``values``
@@ -109,6 +128,8 @@ def run(
         raise IntervError(f"max_batch_size must be an int >= 1; got {max_batch_size!r}")
     if max_batch_size < 1:
         raise IntervError(f"max_batch_size must be >= 1; got {max_batch_size}")
+    if not isinstance(reuse_prefix, bool):
+        raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
     cfg = model.cfg
     for intervention in interventions:
         check_intervention(intervention, cfg, task)
@@ -122,17 +143,20 @@ def run(
     with torch.no_grad():
         captured: dict[tuple[Source, str], torch.Tensor] = {}
         answer_logits: dict[str, torch.Tensor] = {}
+        block_inputs: dict[str, BlockInputs | None] = {}
         for source, names in needed.items():
             if isinstance(source, ReferenceSet):
-                _, activations = _capture(model, source.tokens, source.mask, names)
+                _, activations, _ = _capture(model, source.tokens, source.mask, names)
             else:
-                logits, activations = _capture(
+                logits, activations, block_inputs[source] = _capture(
                     model, run_tokens[source], task.attention_mask, names
                 )
                 answer_logits[source] = _answer_logits(logits, task.answer_positions).cpu()
             captured.update({(source, name): act for name, act in activations.items()})
 
-        def score(logits: torch.Tensor, n_copies: int) -> torch.Tensor:
+        def score(logits: torch.Tensor) -> torch.Tensor:
+            """``[k * n_pairs, d_vocab]`` answer logits -> ``[k, n_pairs]`` metric."""
+            n_copies = logits.shape[0] // task.n_pairs
             return target_metric(
                 logits,
                 task.target_ids.repeat(n_copies),
@@ -140,16 +164,17 @@ def run(
                 answer_logits["clean"].repeat(n_copies, 1),
             ).reshape(n_copies, task.n_pairs)
 
-        clean = score(answer_logits["clean"], 1)[0]
-        corrupted = score(answer_logits["corrupted"], 1)[0]
-        values = [
-            score(logits, logits.shape[0] // task.n_pairs)
-            for logits in _intervened_answer_logits(
-                model, task, interventions, captured, run_tokens, max_batch_size
-            )
-        ]
+        clean = score(answer_logits["clean"])[0]
+        corrupted = score(answer_logits["corrupted"])[0]
+        prefix = None
+        if reuse_prefix and all(block_inputs[run] is not None for run in RUNS):
+            prefix = {run: block_inputs[run] for run in RUNS}
+        values_tensor = torch.empty(len(interventions), task.n_pairs, dtype=clean.dtype)
+        for indices, logits in _intervened_answer_logits(
+            model, task, interventions, captured, run_tokens, max_batch_size, prefix
+        ):
+            values_tensor[indices] = score(logits)
 
-    values_tensor = torch.cat(values) if values else torch.empty(0, task.n_pairs)
     recovery = normalized_recovery(values_tensor, clean, corrupted, recovery_atol)
     return InterventionResult(
         values=values_tensor,
@@ -173,6 +198,12 @@ def run(
     )
 
 
+def _start_layer(intervention: Intervention) -> int:
+    """The earliest block whose computation ``intervention`` edits."""
+    parts = intervention.parts if isinstance(intervention, Combined) else (intervention,)
+    return min(part.layer for part in parts)
+
+
 def _intervened_answer_logits(
     model: Any,
     task: TokenizedPairs,
@@ -180,21 +211,38 @@ def _intervened_answer_logits(
     captured: Captured,
     run_tokens: dict[str, torch.Tensor],
     max_batch_size: int,
-) -> list[torch.Tensor]:
-    """Answer logits ``[k * n_pairs, d_vocab]`` of each group of ``k`` stacked interventions."""
+    prefix: dict[str, BlockInputs] | None,
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Per group of ``k`` stacked interventions: their indices and answer logits.
+
+    Yields ``(indices, logits)`` with ``logits`` ``[k * n_pairs, d_vocab]`` (CPU), rows
+    ``j * n_pairs .. (j + 1) * n_pairs - 1`` belonging to ``interventions[indices[j]]``.
+    With ``prefix`` (the base runs' block inputs), groups share an earliest block and
+    run from it; without, every forward starts at the embedding.
+    """
     n = task.n_pairs
     per_forward = max(1, max_batch_size // n)
     device = _device(model)
-    outputs = []
-    for start in range(0, len(interventions), per_forward):
-        group = interventions[start : start + per_forward]
-        hooks = []
-        for k, intervention in enumerate(group):
-            rows = slice(k * n, (k + 1) * n)
-            hooks.extend(build_hooks(intervention, model.cfg, task, captured, rows))
-        tokens = torch.cat([run_tokens[iv.base_run] for iv in group])
-        mask = task.attention_mask.repeat(len(group), 1)
-        with model.hooks(fwd_hooks=hooks):
-            logits = model(tokens.to(device), **_forward_kwargs(mask.to(device)))
-        outputs.append(_answer_logits(logits, task.answer_positions.repeat(len(group))).cpu())
-    return outputs
+    by_start: dict[int, list[int]] = {}
+    for index, intervention in enumerate(interventions):
+        layer = 0 if prefix is None else _start_layer(intervention)
+        by_start.setdefault(layer, []).append(index)
+    for layer, indices in sorted(by_start.items()):
+        for start in range(0, len(indices), per_forward):
+            chunk = indices[start : start + per_forward]
+            group = [interventions[i] for i in chunk]
+            hooks = []
+            for k, intervention in enumerate(group):
+                rows = slice(k * n, (k + 1) * n)
+                hooks.extend(build_hooks(intervention, model.cfg, task, captured, rows))
+            answer_positions = task.answer_positions.repeat(len(group))
+            with model.hooks(fwd_hooks=hooks):
+                if prefix is None:
+                    tokens = torch.cat([run_tokens[iv.base_run] for iv in group])
+                    mask = task.attention_mask.repeat(len(group), 1)
+                    logits = model(tokens.to(device), **_forward_kwargs(mask.to(device)))
+                    logits = _answer_logits(logits, answer_positions)
+                else:
+                    base = [prefix[iv.base_run] for iv in group]
+                    logits = suffix_answer_logits(model, base, layer, answer_positions)
+            yield chunk, logits.cpu()

@@ -1,0 +1,224 @@
+"""The prefix-reusing runner equals the full-forward reference path.
+
+``run(..., reuse_prefix=True)`` (the default) starts each intervened forward at the
+earliest block it edits and scores only the answer positions; ``reuse_prefix=False``
+runs every forward from the embedding. Both must give the same values for every
+intervention kind, on native models with MLPs and grouped-query attention, on the zoo
+model, on padded tasks (right and left padding), and on SmolLM2 (rotary, 4-D mask).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.model_bridge import TransformerBridge
+
+from interv.engine import runner as engine_runner
+from interv.engine._suffix import record_block_inputs, suffix_answer_logits
+from interv.engine.interventions import (
+    ActivationPatch,
+    AttentionKnockout,
+    Combined,
+    MeanAblation,
+    PatternPatch,
+    ResampleAblation,
+    ValuePatch,
+    ValueReplace,
+    ValueScale,
+    ZeroAblation,
+)
+from interv.engine.runner import run
+from interv.engine.sites import COMPONENTS
+from interv.errors import IntervError
+from interv.tasks.tokenized import TokenizedPairs
+
+N_PROMPTS, N_POS, D_VOCAB = 3, 7, 40
+
+
+def native(n_layers: int = 3, n_key_value_heads: int | None = None) -> TransformerBridge:
+    extra = {} if n_key_value_heads is None else {"n_key_value_heads": n_key_value_heads}
+    config = TransformerBridgeConfig(
+        d_model=32,
+        d_head=8,
+        n_layers=n_layers,
+        n_ctx=16,
+        n_heads=4,
+        d_vocab=D_VOCAB,
+        attn_only=False,
+        act_fn="gelu",
+        d_mlp=64,
+        normalization_type="LN",
+        seed=1,
+        **extra,
+    )
+    return TransformerBridge.boot_native(config).eval()
+
+
+@pytest.fixture(scope="module")
+def gqa_model() -> TransformerBridge:
+    """3 blocks with MLPs; 4 query heads on 2 key/value heads."""
+    return native(n_key_value_heads=2)
+
+
+def make_task(
+    d_vocab: int = D_VOCAB,
+    lengths: tuple[int, ...] = (N_POS,) * N_PROMPTS,
+    padding_side: str = "right",
+    seed: int = 0,
+) -> TokenizedPairs:
+    generator = torch.Generator().manual_seed(seed)
+    clean = torch.randint(1, d_vocab, (len(lengths), N_POS), generator=generator)
+    corrupted = torch.randint(1, d_vocab, (len(lengths), N_POS), generator=generator)
+    real = torch.arange(N_POS).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    mask = real if padding_side == "right" else real.flip(1)
+    answers = (
+        torch.tensor(lengths) - 1
+        if padding_side == "right"
+        else torch.full_like(torch.tensor(lengths), N_POS - 1)
+    )
+    return TokenizedPairs(
+        clean_tokens=clean,
+        corrupted_tokens=corrupted,
+        attention_mask=mask,
+        answer_positions=answers,
+        target_ids=torch.randint(0, d_vocab, (len(lengths),), generator=generator),
+        foil_ids=torch.randint(0, d_vocab, (len(lengths),), generator=generator),
+        padding_side=padding_side,
+        name="random pairs",
+    )
+
+
+def every_kind(n_layers: int, n_heads: int, mlp: bool) -> list:
+    """One intervention of each kind at each layer, plus combinations across layers."""
+    components = [c for c in COMPONENTS if mlp or c not in ("resid_mid", "mlp_out")]
+    interventions = []
+    for layer in range(n_layers):
+        head = (layer + 1) % n_heads
+        interventions += [
+            ZeroAblation(layer, head),
+            ZeroAblation(layer, head, positions=(2,)),
+            MeanAblation(layer, head, reference="corrupted"),
+            MeanAblation(layer, head, pooled=True),
+            ResampleAblation(layer, head, seed=3),
+            ValueScale(layer, head, (0, 1), 0.5),
+            ValueReplace(layer, head, (0,), source="corrupted"),
+            AttentionKnockout(layer, head, (0,)),
+            PatternPatch(layer, head, direction="noise"),
+            ValuePatch(layer, head),
+        ]
+        interventions += [ActivationPatch("z", layer, head, direction="noise")]
+        interventions += [
+            ActivationPatch(c, layer, direction=d, positions=p)
+            for c in components
+            if c != "z"
+            for d, p in (("denoise", None), ("noise", (1, 4)))
+        ]
+    interventions.append(
+        Combined((ActivationPatch("resid_post", 0), ActivationPatch("z", n_layers - 1, 0)))
+    )
+    interventions.append(Combined((ValueScale(n_layers - 1, 1, (0,)), ZeroAblation(0, 2))))
+    return interventions
+
+
+def assert_paths_agree(model, task, interventions, metric: str, max_batch_size: int = 64):
+    fast = run(model, task, interventions, metric, max_batch_size=max_batch_size)
+    reference = run(
+        model, task, interventions, metric, max_batch_size=max_batch_size, reuse_prefix=False
+    )
+    torch.testing.assert_close(fast.values, reference.values, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast.clean, reference.clean, atol=0, rtol=0)
+    assert fast.descriptions == reference.descriptions
+
+
+@pytest.mark.parametrize("metric", ["logit_diff", "kl_from_clean"])
+@pytest.mark.parametrize(
+    ("lengths", "padding_side"),
+    [((N_POS,) * N_PROMPTS, "right"), ((7, 5, 6), "right"), ((7, 4, 6), "left")],
+)
+def test_prefix_reuse_equals_full_forwards_for_every_kind_on_a_native_gqa_model(
+    gqa_model, metric, lengths, padding_side
+):
+    task = make_task(lengths=lengths, padding_side=padding_side)
+    interventions = every_kind(3, 4, mlp=True)
+    assert_paths_agree(gqa_model, task, interventions, metric)
+
+
+def test_prefix_reuse_equals_full_forwards_one_intervention_per_forward(gqa_model):
+    task = make_task(lengths=(7, 5, 6))
+    assert_paths_agree(gqa_model, task, every_kind(3, 4, mlp=True), "log_prob", N_PROMPTS)
+
+
+def test_prefix_reuse_equals_full_forwards_on_the_zoo_model():
+    from interv import zoo
+
+    try:
+        zoo.card("induction-2l")
+    except IntervError as error:  # the zoo model is trained and shipped separately
+        pytest.skip(f"zoo model not shipped yet: {error}")
+    model = zoo.load("induction-2l").eval()
+    task = make_task(d_vocab=model.cfg.d_vocab, lengths=(7, 6, 7))
+    interventions = every_kind(model.cfg.n_layers, model.cfg.n_heads, mlp=False)
+    assert_paths_agree(model, task, interventions, "logit_diff")
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_suffix_from_every_block_reproduces_the_full_forward(gqa_model, padding_side):
+    """No hooks: blocks L.. on the recorded residual give the full forward's answer logits."""
+    task = make_task(lengths=(7, 4, 6), padding_side=padding_side)
+    with torch.no_grad():
+        with record_block_inputs(gqa_model) as recorded:
+            logits = gqa_model(task.clean_tokens, attention_mask=task.attention_mask)
+        expected = logits[torch.arange(N_PROMPTS), task.answer_positions]
+        for layer in range(gqa_model.cfg.n_layers):
+            stacked = suffix_answer_logits(
+                gqa_model, recorded * 2, layer, task.answer_positions.repeat(2)
+            )
+            torch.testing.assert_close(stacked, expected.repeat(2, 1), atol=1e-5, rtol=1e-5)
+
+
+def test_block_recording_hooks_are_removed_when_the_forward_raises(gqa_model):
+    def n_block_pre_hooks():
+        return sum(len(block._forward_pre_hooks) for block in gqa_model.blocks)
+
+    before = n_block_pre_hooks()
+    with pytest.raises(RuntimeError), record_block_inputs(gqa_model):
+        raise RuntimeError("raised inside the recording context")
+    assert n_block_pre_hooks() == before
+
+
+def test_intervention_hooks_are_removed_when_a_hook_raises_in_the_suffix(gqa_model, monkeypatch):
+    def raising_hooks(*args, **kwargs):
+        def hook(activation, hook):
+            raise RuntimeError("hook failed")
+
+        return [("blocks.2.attn.hook_z", hook)]
+
+    monkeypatch.setattr(engine_runner, "build_hooks", raising_hooks)
+    with pytest.raises(RuntimeError, match="hook failed"):
+        run(gqa_model, make_task(), [ZeroAblation(2, 0)], "logit_diff")
+    attached = [name for name, point in gqa_model.hook_dict.items() if point._forward_hooks]
+    assert attached == []
+    assert sum(len(block._forward_pre_hooks) for block in gqa_model.blocks) == 0
+
+
+def test_reuse_prefix_must_be_a_bool(gqa_model):
+    with pytest.raises(IntervError, match="reuse_prefix must be True or False; got 'yes'"):
+        run(gqa_model, make_task(), [ZeroAblation(0, 0)], reuse_prefix="yes")
+
+
+@pytest.mark.real_model
+def test_prefix_reuse_equals_full_forwards_on_smollm2(smollm2_bridge):
+    """Rotary tables, a 4-D attention mask, right padding, several interventions stacked."""
+    model = smollm2_bridge
+    task = make_task(d_vocab=model.cfg.d_vocab, lengths=(7, 5, 6))
+    interventions = [
+        ActivationPatch("z", 29, 4),
+        ActivationPatch("z", 29, 5),
+        ZeroAblation(29, 0, positions=(2,)),
+        ActivationPatch("resid_pre", 20, positions=(3,)),
+        ValueScale(15, 4, (0,), 0.0),
+        PatternPatch(15, 1, direction="noise"),
+        Combined((ActivationPatch("resid_post", 27, direction="noise"), ZeroAblation(29, 8))),
+    ]
+    assert_paths_agree(model, task, interventions, "kl_from_clean")
