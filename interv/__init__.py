@@ -48,6 +48,13 @@ _EXPORTS: dict[str, str] = {
     "entropy_change_attribution": "interv.analysis.attribution",
     "EntropyAttribution": "interv.analysis.attribution",
     "checkpoint_entropy_change": "interv.analysis.attribution",
+    "pruning_curves": "interv.analysis.pruning",
+    "rank_heads": "interv.analysis.pruning",
+    "PruningCurves": "interv.analysis.pruning",
+    "TaskEvaluation": "interv.analysis.pruning",
+    "TextEvaluation": "interv.analysis.pruning",
+    "EmbeddingEvaluation": "interv.analysis.pruning",
+    "plot_pruning_curves": "interv.analysis.pruning",
     # interventions and the runner
     "run": "interv.engine.runner",
     "InterventionResult": "interv.engine.results",

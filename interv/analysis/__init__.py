@@ -8,6 +8,8 @@
   their agreement.
 - :mod:`interv.analysis.attribution`: the change of entropy between two conditions,
   split exactly into sink growth and content sharpening.
+- :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
+  effect and by attribution, mean-ablated cumulatively: loss against heads removed.
 
 The public names are re-exported lazily from :mod:`interv`; importing this package
 imports nothing heavy.

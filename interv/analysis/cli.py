@@ -1,6 +1,6 @@
-"""Command line for the sink-aware analyses: ``interv similarity`` and ``interv entropy-change``.
+"""Command line for the analyses: ``similarity``, ``entropy-change`` and ``pruning``.
 
-:func:`register` adds both commands to the ``interv`` argument parser; each stores its
+:func:`register` adds the commands to the ``interv`` argument parser; each stores its
 handler as ``args.handler`` (called with the parsed arguments, returns the exit
 status). Handlers import torch and the models lazily, so ``interv --help`` stays fast.
 
@@ -10,6 +10,9 @@ status). Handlers import torch and the models lazily, so ``interv --help`` stays
 - ``interv entropy-change --zoo NAME --from STEP [--to STEP]``: per-head and overall
   split of the entropy change between two training checkpoints into sink and content
   parts.
+- ``interv pruning MODEL [--task NAME | --text] [--max-heads K] [--plot FILE]``: pruning
+  curves (heads mean-ablated cumulatively in the order of each ranking), each printed
+  with its unit and the ablation's semantics.
 """
 
 from __future__ import annotations
@@ -110,8 +113,51 @@ def _run_entropy_change(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_pruning(args: argparse.Namespace) -> int:
+    from interv.analysis.pruning import (
+        RANKINGS,
+        TaskEvaluation,
+        TextEvaluation,
+        check_rankings,
+        plot_pruning_curves,
+        pruning_curves,
+    )
+    from interv.models import load_model
+    from interv.tasks.builtin import load_task
+
+    rankings = list(RANKINGS) if args.rankings is None else args.rankings
+    check_rankings(rankings)
+    model = load_model(args.model)
+    if args.text:
+        evaluation = TextEvaluation.from_text(model, n_tokens=args.n_tokens)
+        if args.rankings is None:
+            rankings.remove("attribution")
+    else:
+        task = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed).tokenize(model)
+        evaluation = TaskEvaluation(task, metric=args.metric)
+    heads = None
+    if args.layers is not None:
+        heads = [(layer, head) for layer in args.layers for head in range(model.cfg.n_heads)]
+    curves = pruning_curves(
+        model, evaluation, orders=rankings, max_heads=args.max_heads, heads=heads, seed=args.seed
+    )
+    print(f"scope: {curves.scope}")
+    print(f"semantics: {curves.ablation}")
+    print(f"lower is better: {curves.lower_is_better}")
+    for name in curves.orders:
+        print(f"  {curves.describe(name)}")
+        removed = ", ".join(f"L{layer}H{head}" for layer, head in curves.orders[name])
+        print(f"    removed in order: {removed}")
+        print(f"    rule: {curves.rules[name]}")
+    if args.plot is not None:
+        figure = plot_pruning_curves(curves)
+        figure.savefig(args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``similarity`` and ``entropy-change`` commands to ``interv``'s parser."""
+    """Add the ``similarity``, ``entropy-change`` and ``pruning`` commands to the parser."""
     similarity = subparsers.add_parser(
         "similarity",
         help="head similarity under keep-sink and drop-sink, verdict flips, clustering",
@@ -159,3 +205,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     change.add_argument("--n-sequences", type=int, default=16, help="held-out sequences")
     change.add_argument("--unit", choices=("nats", "bits"), default="nats", help="entropy unit")
     change.set_defaults(handler=_run_entropy_change)
+
+    pruning = subparsers.add_parser(
+        "pruning",
+        help="pruning curves: heads mean-ablated cumulatively in the order of each ranking",
+        description=(
+            "Rank heads (entropy, content entropy, sink mass, contribution norm, exact "
+            "effect, attribution, random), mean-ablate the least important first, "
+            "cumulatively, and print the task metric or text loss after each removal."
+        ),
+    )
+    pruning.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
+    source = pruning.add_mutually_exclusive_group()
+    source.add_argument("--task", default="induction", help="task name (default: induction)")
+    source.add_argument(
+        "--text", action="store_true", help="next-token loss on interv's shipped text sample"
+    )
+    pruning.add_argument(
+        "--metric",
+        default="loss",
+        help="task metric: loss (-log_prob of the target, nats; default) or a target metric",
+    )
+    pruning.add_argument("--max-heads", type=int, default=None, help="most heads removed")
+    pruning.add_argument(
+        "--layers", type=int, nargs="+", default=None, help="candidate layers (default: all)"
+    )
+    pruning.add_argument(
+        "--rankings",
+        nargs="+",
+        default=None,
+        help="orders: entropy content_entropy sink_mass contribution exact_effect attribution "
+        "random (default: all; attribution is left out with --text)",
+    )
+    pruning.add_argument("--n-pairs", type=int, default=16, help="task prompt pairs")
+    pruning.add_argument("--n-tokens", type=int, default=1024, help="text tokens (--text)")
+    pruning.add_argument("--seed", type=int, default=0, help="seed of the task and 'random'")
+    pruning.add_argument("--plot", type=Path, default=None, help="save the curves as an image")
+    pruning.set_defaults(handler=_run_pruning)

@@ -55,6 +55,7 @@ def load_minilm(*, device: str | torch.device, dtype: torch.dtype) -> Transforme
 
     bridge = TransformerBridge.boot_transformers(str(model_dir()), device=device, dtype=dtype)
     bridge.output_head_is_trained = False
+    bridge.cfg.model_name = "all-MiniLM-L6-v2"  # not the package path, in every scope line
     return bridge.eval()
 
 

@@ -101,4 +101,5 @@ def load_smollm2(*, device: str | torch.device, dtype: torch.dtype) -> Transform
     from transformer_lens.model_bridge import TransformerBridge
 
     bridge = TransformerBridge.boot_transformers(str(converted_dir()), device=device, dtype=dtype)
+    bridge.cfg.model_name = "SmolLM2-135M-Instruct"  # not the cache path, in every scope line
     return bridge.eval()
