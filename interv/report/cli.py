@@ -108,4 +108,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", default=None, help="output directory (default: the input directory)"
     )
     report.set_defaults(handler=_run_report)
-

@@ -105,4 +105,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--out", required=True, metavar="DIR", help="the merged sweep directory")
     merge.add_argument("--quiet", action="store_true", help="no summary line")
     merge.set_defaults(handler=_merge)
-
