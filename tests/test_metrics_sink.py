@@ -148,3 +148,14 @@ def test_mean_entropy_change_skips_rows_without_available_keys():
     assert change.total.item() == 0.0
     assert change.sink_part.item() == 0.0
     assert change.content_part.item() == 0.0
+
+
+def test_sink_split_carries_the_same_normalized_entropy_as_the_function():
+    rows = torch.tensor([[0.7, 0.1, 0.1, 0.1], [1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    mask = torch.tensor([[True, True, True, True], [True, False, False, False], [True] * 4])
+    split = interv.sink_split(rows, key_mask=mask)
+    torch.testing.assert_close(
+        split.normalized_entropy, interv.normalized_entropy(rows, key_mask=mask), equal_nan=True
+    )
+    assert bool(split.normalized_entropy[1].isnan())  # one available key: undefined
+    assert float(split.normalized_entropy[2]) == pytest.approx(1.0)

@@ -40,7 +40,6 @@ import torch
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.sites import kv_head_of, pattern_hook, value_hook
 from interv.errors import IntervError
-from interv.metrics.concentration import normalized_entropy
 from interv.metrics.sink import sink_split
 
 if TYPE_CHECKING:
@@ -388,7 +387,7 @@ class _Reducer:
         split = sink_split(rows, sink=sink_mask, key_mask=key_mask)
         values = {
             "entropy": split.entropy,
-            "normalized_entropy": normalized_entropy(rows, key_mask=key_mask),
+            "normalized_entropy": split.normalized_entropy,
             "sink_mass": split.sink_mass,
             "content_entropy": split.content_entropy,
             "content_normalized_entropy": split.content_normalized_entropy,

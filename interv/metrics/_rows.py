@@ -84,6 +84,12 @@ def choose(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
+def divide_by_log_n(entropy_nats: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``entropy_nats / log n``, NaN where ``n <= 1`` (normalized entropy is undefined)."""
+    log_n = n.clamp(min=1).to(torch.float64).log()
+    return torch.where(n > 1, entropy_nats / log_n, torch.nan)
+
+
 def sum_tolerance(dtype: torch.dtype, n: torch.Tensor) -> torch.Tensor:
     """``[...]`` float64 tolerance on a row sum for rows stored in ``dtype`` over ``n`` keys."""
     accumulator = torch.float64 if dtype == torch.float64 else torch.float32

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from interv.errors import IntervError
-from interv.metrics._rows import Rows, check_unit, prepare_rows
+from interv.metrics._rows import Rows, check_unit, divide_by_log_n, prepare_rows
 
 __all__ = [
     "available_keys",
@@ -99,8 +99,7 @@ def normalized_entropy(
         with ``(available_keys(...) <= 1).sum()``.
     """
     prepared = prepare_rows(rows, key_mask, allow_deficit=allow_deficit)
-    log_n = prepared.n.to(torch.float64).log()
-    return torch.where(prepared.n > 1, _entropy_nats(prepared) / log_n, torch.nan)
+    return divide_by_log_n(_entropy_nats(prepared), prepared.n)
 
 
 def effective_support(

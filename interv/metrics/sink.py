@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from interv.errors import IntervError
-from interv.metrics._rows import check_unit, prepare_rows, resolve_sink
+from interv.metrics._rows import check_unit, divide_by_log_n, prepare_rows, resolve_sink
 
 __all__ = ["EntropyChange", "SinkSplit", "entropy_change", "mean_entropy_change", "sink_split"]
 
@@ -41,6 +41,8 @@ class SinkSplit:
     Attributes:
         unit: ``"nats"`` or ``"bits"``, the unit of every entropy field.
         entropy: ``H(a)`` in ``unit``; NaN in rows with no available key.
+        normalized_entropy: ``H(a) / log n`` in [0, 1], the same number as
+            :func:`~interv.metrics.concentration.normalized_entropy`; NaN where ``n <= 1``.
         sink_mass: ``s`` in [0, 1], share of the row's mass on the sink keys.
         content: ``[..., key]`` the content distribution ``q``: sums to 1 over available
             non-sink keys, 0 at sink and masked keys; all NaN in rows whose content mass
@@ -60,6 +62,7 @@ class SinkSplit:
 
     unit: str
     entropy: torch.Tensor
+    normalized_entropy: torch.Tensor
     sink_mass: torch.Tensor
     content: torch.Tensor
     sink_term: torch.Tensor
@@ -123,13 +126,13 @@ def sink_split(
     )
     content_entropy = torch.where(has_content, content_term / safe_content_mass[..., 0], torch.nan)
     n_content = in_content.sum(dim=-1)
-    log_n_content = n_content.clamp(min=1).to(torch.float64).log()
-    content_normalized = torch.where(n_content > 1, content_entropy / log_n_content, torch.nan)
+    content_normalized = divide_by_log_n(content_entropy, n_content)
     content = torch.where(has_content.unsqueeze(-1), content_weights / safe_content_mass, torch.nan)
     empty = prepared.empty
     return SinkSplit(
         unit=unit,
         entropy=torch.where(empty, torch.nan, entropy_nats / divisor),
+        normalized_entropy=divide_by_log_n(entropy_nats, prepared.n),
         sink_mass=torch.where(empty, torch.nan, sink_mass),
         content=prepared.real_keys(content),
         sink_term=torch.where(empty, torch.nan, sink_term / divisor),
