@@ -64,7 +64,8 @@ REDUCTIONS = ("mean", "median")
 SINK_CONVENTION = "key positions counted from each prompt's first real token"
 MASK_RULE = "causal AND padding (key j available for query t iff j <= t and j is real)"
 # Upper bound on the float64 elements of one chunk of query rows: [batch, head, chunk, key].
-_CHUNK_ELEMENTS = 1 << 19
+# The metric math holds about ten such arrays at once (2 MiB each at this size).
+_CHUNK_ELEMENTS = 1 << 18
 
 
 @dataclass(frozen=True, eq=False)
