@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv.engine.forwarding import forward_kwargs, model_device
 from interv.engine.hooks import _masked_mean
 from interv.engine.interventions import Combined, MeanAblation
-from interv.engine.runner import _device, _forward_kwargs, run
+from interv.engine.runner import run
 from interv.engine.sites import check_head, hook_name
 from interv.engine.targets import METRICS as TARGET_METRICS
 from interv.errors import IntervError
@@ -165,13 +166,13 @@ def _pooled_z_means(
 ) -> dict[int, torch.Tensor]:
     """Per layer, each head's ``z`` averaged over all real positions: ``[head_index, d_head]``."""
     names = {hook_name("z", layer) for layer in range(model.cfg.n_layers)}
-    device = _device(model)
+    device = model_device(model)
     with torch.no_grad():
         _, cache = model.run_with_cache(
             tokens.to(device),
             names_filter=lambda name: name in names,
             return_type=None,
-            **_forward_kwargs(mask.to(device)),
+            **forward_kwargs(mask.to(device)),
         )
     return {
         layer: _masked_mean(cache[hook_name("z", layer)].flatten(2), mask.to(device), True)
@@ -367,7 +368,7 @@ class TextEvaluation:
         """
         n_rows = self.tokens.shape[0]
         means = _pooled_z_means(model, self.tokens, torch.ones_like(self.tokens, dtype=torch.bool))
-        device = _device(model)
+        device = model_device(model)
         out = torch.empty(len(ablated), dtype=torch.float64)
         for group in _set_groups(len(ablated), n_rows, self.max_batch_size):
             sets = [ablated[j] for j in group]
@@ -449,7 +450,7 @@ class EmbeddingEvaluation:
 
         n_rows = self.tokens.shape[0]
         means = _pooled_z_means(model, self.tokens, self.attention_mask)
-        device = _device(model)
+        device = model_device(model)
         sets = [(), *ablated]
         embeddings = []
         for group in _set_groups(len(sets), n_rows, self.max_batch_size):

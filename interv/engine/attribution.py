@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from interv.engine.runner import _answer_logits, _device, _forward_kwargs
+from interv.engine.forwarding import answer_logits, forward_kwargs, model_device
 from interv.engine.sites import hook_name
 from interv.engine.targets import TargetMetric, get_metric
 from interv.tasks.tokenized import TokenizedPairs
@@ -56,14 +56,14 @@ def approximate_head_patching_scores(
     """
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
-    device = _device(model)
+    device = model_device(model)
     names = [hook_name("z", layer) for layer in range(model.cfg.n_layers)]
-    kwargs = _forward_kwargs(task.attention_mask.to(device))
+    kwargs = forward_kwargs(task.attention_mask.to(device))
     with torch.no_grad():
         clean_logits, clean_cache = model.run_with_cache(
             task.clean_tokens.to(device), names_filter=lambda name: name in names, **kwargs
         )
-    clean_answer = _answer_logits(clean_logits, task.answer_positions)
+    clean_answer = answer_logits(clean_logits, task.answer_positions)
     corrupted_z: dict[str, torch.Tensor] = {}
 
     def keeper(name: str) -> Any:
@@ -78,7 +78,7 @@ def approximate_head_patching_scores(
     with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keeper(name)) for name in names]):
         logits = model(task.corrupted_tokens.to(device), **kwargs)
         values = target_metric(
-            _answer_logits(logits, task.answer_positions),
+            answer_logits(logits, task.answer_positions),
             task.target_ids.to(device),
             None if task.foil_ids is None else task.foil_ids.to(device),
             clean_answer,

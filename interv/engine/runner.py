@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from interv.engine._suffix import BlockInputs, record_block_inputs, suffix_answer_logits
+from interv.engine.forwarding import answer_logits, forward_kwargs, model_device
 from interv.engine.hooks import (
     Captured,
     Source,
@@ -46,22 +47,6 @@ from interv.tasks.tokenized import TokenizedPairs
 __all__ = ["run"]
 
 
-def _device(model: Any) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return torch.device("cpu") if parameter is None else parameter.device
-
-
-def _forward_kwargs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Pass the attention mask only when there is padding (otherwise the default path)."""
-    return {} if bool(mask.all()) else {"attention_mask": mask}
-
-
-def _answer_logits(logits: torch.Tensor, answer_positions: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos, d_vocab]`` -> ``[batch, d_vocab]`` at each row's answer position."""
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    return logits[rows, answer_positions.to(logits.device)]
-
-
 def _capture(
     model: Any, tokens: torch.Tensor, mask: torch.Tensor, names: set[str]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], BlockInputs | None]:
@@ -70,12 +55,12 @@ def _capture(
     The block inputs are None when the model's forward does not call each of its
     blocks once (then the prefix cannot be reused).
     """
-    device = _device(model)
+    device = model_device(model)
     with record_block_inputs(model) as recorded:
         logits, cache = model.run_with_cache(
             tokens.to(device),
             names_filter=lambda name: name in names,
-            **_forward_kwargs(mask.to(device)),
+            **forward_kwargs(mask.to(device)),
         )
     block_inputs = recorded[0] if len(recorded) == 1 else None
     return logits, {name: cache[name] for name in names}, block_inputs
@@ -142,7 +127,7 @@ def run(
     run_tokens = {"clean": task.clean_tokens, "corrupted": task.corrupted_tokens}
     with torch.no_grad():
         captured: dict[tuple[Source, str], torch.Tensor] = {}
-        answer_logits: dict[str, torch.Tensor] = {}
+        baseline_logits: dict[str, torch.Tensor] = {}
         block_inputs: dict[str, BlockInputs | None] = {}
         for source, names in needed.items():
             if isinstance(source, ReferenceSet):
@@ -151,7 +136,7 @@ def run(
                 logits, activations, block_inputs[source] = _capture(
                     model, run_tokens[source], task.attention_mask, names
                 )
-                answer_logits[source] = _answer_logits(logits, task.answer_positions).cpu()
+                baseline_logits[source] = answer_logits(logits, task.answer_positions).cpu()
             captured.update({(source, name): act for name, act in activations.items()})
 
         def score(logits: torch.Tensor) -> torch.Tensor:
@@ -161,11 +146,11 @@ def run(
                 logits,
                 task.target_ids.repeat(n_copies),
                 None if task.foil_ids is None else task.foil_ids.repeat(n_copies),
-                answer_logits["clean"].repeat(n_copies, 1),
+                baseline_logits["clean"].repeat(n_copies, 1),
             ).reshape(n_copies, task.n_pairs)
 
-        clean = score(answer_logits["clean"])[0]
-        corrupted = score(answer_logits["corrupted"])[0]
+        clean = score(baseline_logits["clean"])[0]
+        corrupted = score(baseline_logits["corrupted"])[0]
         prefix = None
         if reuse_prefix and all(block_inputs[run] is not None for run in RUNS):
             prefix = {run: block_inputs[run] for run in RUNS}
@@ -222,7 +207,7 @@ def _intervened_answer_logits(
     """
     n = task.n_pairs
     per_forward = max(1, max_batch_size // n)
-    device = _device(model)
+    device = model_device(model)
     by_start: dict[int, list[int]] = {}
     for index, intervention in enumerate(interventions):
         layer = 0 if prefix is None else _start_layer(intervention)
@@ -240,8 +225,8 @@ def _intervened_answer_logits(
                 if prefix is None:
                     tokens = torch.cat([run_tokens[iv.base_run] for iv in group])
                     mask = task.attention_mask.repeat(len(group), 1)
-                    logits = model(tokens.to(device), **_forward_kwargs(mask.to(device)))
-                    logits = _answer_logits(logits, answer_positions)
+                    logits = model(tokens.to(device), **forward_kwargs(mask.to(device)))
+                    logits = answer_logits(logits, answer_positions)
                 else:
                     base = [prefix[iv.base_run] for iv in group]
                     logits = suffix_answer_logits(model, base, layer, answer_positions)
