@@ -127,18 +127,19 @@ def demo_interventions(
 
 def _attention_row_figure(model: Any, task: TokenizedPairs, report: Report) -> Any:
     """Bars of the most instructive head's attention row on the first prompt."""
-    from interv.engine.sites import pattern_hook
+    from interv.engine.forward import Prompts, forward
+    from interv.engine.sites import Site
     from interv.report.plots import attention_row
 
     instructive = report.instructive(1)
     if not instructive:
         return None
     site = instructive[0][0].site
-    name = pattern_hook(site.layer)
-    with torch.no_grad():
-        _, cache = model.run_with_cache(task.clean_tokens[:1], names_filter=lambda n: n == name)
+    pattern = Site("pattern", site.layer)
+    prompt = Prompts.of(task.clean_tokens[:1], task.attention_mask[:1])
+    out = forward(model, prompt, capture=[pattern], readout=None, stop_after=pattern)
     query = int(task.answer_positions[0])
-    weights = cache[name][0, site.head, query, : query + 1].detach().cpu()
+    weights = out.captured[pattern][0, site.head, query, : query + 1].cpu()
     return attention_row(
         weights,
         sink=report.header.sink_positions,
@@ -188,9 +189,7 @@ def run_demo(
         bridge.cfg.n_layers, bridge.cfg.n_heads, task.n_positions, layers
     )
     effects = run(bridge, task, interventions, "logit_diff", max_batch_size=_MAX_BATCH_ROWS)
-    report = build_report(
-        effects, heads_conc, interventions=interventions, n_bootstrap=n_bootstrap, seed=seed
-    )
+    report = build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)
     figure = _attention_row_figure(bridge, task, report)
     paths = save_report(report, out, figures=None if figure is None else {"attention_row": figure})
     return DemoResult(report, paths, time.perf_counter() - start)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
 
 from interv.analysis.concentration import METRICS, HeadConcentration
-from interv.engine.results import InterventionResult, MetricInfo, Scope, normalized_recovery
+from interv.engine.results import InterventionResult, MetricInfo, Scope
+from interv.engine.sites import Site
 
 MODEL = "test-model"
 
@@ -19,22 +21,28 @@ def make_result(
     kinds: Sequence[str],
     descriptions: Sequence[str],
     base_runs: Sequence[str] | None = None,
+    sites: Sequence[Site | None] | None = None,
 ) -> InterventionResult:
-    """An InterventionResult with ``values`` ``[k, n]`` and the given baselines."""
+    """An InterventionResult with ``values`` ``[k, n]`` and the given baselines.
+
+    Without ``sites``, a description naming ``L{layer}H{head}`` is filed under that
+    head's output ``z`` (these fixtures' own convention), any other under no site.
+    """
     n = clean.shape[0]
-    base_runs = base_runs or ["clean"] * len(kinds)
-    return InterventionResult(
-        values=values,
-        clean=clean,
-        corrupted=corrupted,
-        recovery=normalized_recovery(values, clean, corrupted, 1e-6),
-        n_undefined_recovery=int(((clean - corrupted).abs() <= 1e-6).sum()),
-        recovery_atol=1e-6,
-        descriptions=tuple(descriptions),
-        kinds=tuple(kinds),
-        base_runs=tuple(base_runs),
+    if sites is None:
+        found = [re.search(r"\bL(\d+)H(\d+)\b", d) for d in descriptions]
+        sites = [None if m is None else Site("z", int(m[1]), int(m[2])) for m in found]
+    return InterventionResult.build(
+        values,
+        clean,
+        corrupted,
+        kinds=kinds,
+        descriptions=descriptions,
+        base_runs=base_runs or ["clean"] * len(kinds),
+        sites=sites,
         metric=MetricInfo("logit_diff", "logits", "target minus foil logit"),
         scope=Scope(MODEL, "toy", n, 5, tuple([4] * n), "right"),
+        recovery_atol=1e-6,
     )
 
 

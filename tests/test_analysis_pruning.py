@@ -15,14 +15,14 @@ from interv.analysis.pruning import (
     EmbeddingEvaluation,
     TaskEvaluation,
     TextEvaluation,
-    _order,
-    plot_pruning_curves,
     pruning_curves,
     rank_heads,
     text_sample,
 )
+from interv.analysis.pruning.rankings import _order
 from interv.engine.attribution import approximate_head_patching_scores
 from interv.engine.interventions import Combined, MeanAblation, ReferenceSet
+from interv.report.plots import plot_pruning_curves
 from interv.tasks.tokenized import TokenizedPairs
 
 ALL_HEADS = [(layer, head) for layer in range(2) for head in range(4)]

@@ -14,9 +14,10 @@ import torch
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
-from interv.engine import runner as engine_runner
-from interv.engine._suffix import record_block_inputs, suffix_answer_logits
+from interv.engine import stacking as engine_stacking
+from interv.engine.forward import Prompts, Suffix, forward
 from interv.engine.interventions import (
+    PATCH_COMPONENTS,
     ActivationPatch,
     AttentionKnockout,
     Combined,
@@ -29,7 +30,7 @@ from interv.engine.interventions import (
     ZeroAblation,
 )
 from interv.engine.runner import run
-from interv.engine.sites import COMPONENTS
+from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
@@ -91,7 +92,7 @@ def make_task(
 
 def every_kind(n_layers: int, n_heads: int, mlp: bool) -> list:
     """One intervention of each kind at each layer, plus combinations across layers."""
-    components = [c for c in COMPONENTS if mlp or c not in ("resid_mid", "mlp_out")]
+    components = [c for c in PATCH_COMPONENTS if mlp or c not in ("resid_mid", "mlp_out")]
     interventions = []
     for layer in range(n_layers):
         head = (layer + 1) % n_heads
@@ -166,24 +167,30 @@ def test_prefix_reuse_equals_full_forwards_on_the_zoo_model():
 def test_suffix_from_every_block_reproduces_the_full_forward(gqa_model, padding_side):
     """No hooks: blocks L.. on the recorded residual give the full forward's answer logits."""
     task = make_task(lengths=(7, 4, 6), padding_side=padding_side)
-    with torch.no_grad():
-        with record_block_inputs(gqa_model) as recorded:
-            logits = gqa_model(task.clean_tokens, attention_mask=task.attention_mask)
-        expected = logits[torch.arange(N_PROMPTS), task.answer_positions]
-        for layer in range(gqa_model.cfg.n_layers):
-            stacked = suffix_answer_logits(
-                gqa_model, recorded * 2, layer, task.answer_positions.repeat(2)
-            )
-            torch.testing.assert_close(stacked, expected.repeat(2, 1), atol=1e-5, rtol=1e-5)
+    prompts = Prompts.of(task.clean_tokens, task.attention_mask)
+    base = forward(gqa_model, prompts, record_prefix=True)
+    expected = base.readout[torch.arange(N_PROMPTS), task.answer_positions]
+    for layer in range(gqa_model.cfg.n_layers):
+        stacked = forward(
+            gqa_model,
+            Suffix((base.prefix, base.prefix), layer),
+            readout="position_logits",
+            positions=task.answer_positions.repeat(2),
+        ).readout
+        torch.testing.assert_close(stacked, expected.repeat(2, 1), atol=1e-5, rtol=1e-5)
 
 
 def test_block_recording_hooks_are_removed_when_the_forward_raises(gqa_model):
     def n_block_pre_hooks():
         return sum(len(block._forward_pre_hooks) for block in gqa_model.blocks)
 
+    def explode(activation, hook):
+        raise RuntimeError("raised inside the recording forward")
+
     before = n_block_pre_hooks()
-    with pytest.raises(RuntimeError), record_block_inputs(gqa_model):
-        raise RuntimeError("raised inside the recording context")
+    prompts = Prompts.of(make_task().clean_tokens)
+    with pytest.raises(RuntimeError, match="recording forward"):
+        forward(gqa_model, prompts, hooks=[(Site("z", 1), explode)], record_prefix=True)
     assert n_block_pre_hooks() == before
 
 
@@ -192,9 +199,9 @@ def test_intervention_hooks_are_removed_when_a_hook_raises_in_the_suffix(gqa_mod
         def hook(activation, hook):
             raise RuntimeError("hook failed")
 
-        return [("blocks.2.attn.hook_z", hook)]
+        return [(Site("z", 2), hook)]
 
-    monkeypatch.setattr(engine_runner, "build_hooks", raising_hooks)
+    monkeypatch.setattr(engine_stacking, "edit_hooks", raising_hooks)
     with pytest.raises(RuntimeError, match="hook failed"):
         run(gqa_model, make_task(), [ZeroAblation(2, 0)], "logit_diff")
     attached = [name for name, point in gqa_model.hook_dict.items() if point._forward_hooks]

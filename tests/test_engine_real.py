@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformer_lens import patching
 
-from interv.engine.hooks import build_hooks
 from interv.engine.interventions import ActivationPatch, ValueScale
 from interv.engine.runner import run
-from interv.engine.sites import hook_name
+from interv.engine.sites import Site, hook_name
+from interv.engine.stacking import forward_under
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
@@ -142,17 +142,12 @@ def test_sink_value_edit_on_smollm2_leaves_the_other_heads_of_its_group_untouche
     task = ioi_task(model)
     layer, head = 5, 4  # query heads 3, 4, 5 share key/value head 1
     name = hook_name("z", layer)
-    seen = {}
-
-    def record(activation, hook):
-        seen["z"] = activation.clone()
-
     edit = ValueScale(layer, head, key_positions=(0,), factor=0.0)
-    hooks = build_hooks(edit, model.cfg, task, {}, slice(0, task.n_pairs))
     with torch.no_grad():
-        _, cache = model.run_with_cache(task.clean_tokens, names_filter=[name])
-        with model.hooks(fwd_hooks=[*hooks, (name, record)]):
-            model(task.clean_tokens)
+        _, cache = model.run_with_cache(
+            task.clean_tokens, attention_mask=task.attention_mask, names_filter=[name]
+        )
+    z = forward_under(model, task, edit, capture=[Site("z", layer)]).captured[Site("z", layer)]
     others = [h for h in range(model.cfg.n_heads) if h != head]
-    torch.testing.assert_close(seen["z"][:, :, others], cache[name][:, :, others], atol=0, rtol=0)
-    assert (seen["z"][:, :, head] - cache[name][:, :, head]).abs().max() > 1e-4
+    torch.testing.assert_close(z[:, :, others], cache[name][:, :, others], atol=0, rtol=0)
+    assert (z[:, :, head] - cache[name][:, :, head]).abs().max() > 1e-4

@@ -8,9 +8,9 @@ from transformer_lens import patching
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
-from interv.engine import hooks as engine_hooks
-from interv.engine.hooks import build_hooks, required_activations
+from interv.engine import interventions as engine_interventions
 from interv.engine.interventions import (
+    PATCH_COMPONENTS,
     ActivationPatch,
     AttentionKnockout,
     Combined,
@@ -24,7 +24,8 @@ from interv.engine.interventions import (
     ZeroAblation,
 )
 from interv.engine.runner import run
-from interv.engine.sites import COMPONENTS, hook_name
+from interv.engine.sites import Site, hook_name
+from interv.engine.stacking import forward_under
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
@@ -91,15 +92,7 @@ def answer_metric(logits: torch.Tensor, task: TokenizedPairs) -> torch.Tensor:
 
 def logits_under(model, task, intervention) -> torch.Tensor:
     """Full logits ``[n_prompts, pos, d_vocab]`` of the base run under ``intervention``."""
-    tokens = {"clean": task.clean_tokens, "corrupted": task.corrupted_tokens}
-    captured = {}
-    with torch.no_grad():
-        for source, name in required_activations(intervention):
-            _, cache = model.run_with_cache(tokens[source], names_filter=[name])
-            captured[(source, name)] = cache[name]
-        hooks = build_hooks(intervention, model.cfg, task, captured, slice(0, task.n_pairs))
-        with model.hooks(fwd_hooks=hooks):
-            return model(tokens[intervention.base_run])
+    return forward_under(model, task, intervention).readout
 
 
 def test_zero_ablation_equals_hand_recomputation_through_the_output_projection(model):
@@ -122,7 +115,7 @@ def test_zero_ablation_equals_hand_recomputation_through_the_output_projection(m
     assert not torch.allclose(result.values[0], result.clean, atol=1e-3)
 
 
-@pytest.mark.parametrize("component", COMPONENTS)
+@pytest.mark.parametrize("component", PATCH_COMPONENTS)
 def test_patching_clean_into_clean_leaves_logits_unchanged(model, component):
     task = make_task(same=True)
     head = 1 if component == "z" else None
@@ -181,25 +174,13 @@ def test_value_edit_on_one_query_head_leaves_heads_sharing_its_value_head_untouc
     gqa_model, edit
 ):
     task = make_task()
-    seen = {}
-
-    def recorder(name):
-        def record(activation, hook):
-            seen[name] = activation.clone()
-
-        return record
-
     names = ["blocks.1.attn.hook_z", "blocks.1.attn.hook_v"]
     with torch.no_grad():
         _, clean_cache = gqa_model.run_with_cache(task.clean_tokens, names_filter=names)
-        _, corrupted_cache = gqa_model.run_with_cache(task.corrupted_tokens, names_filter=names)
-        captured = {key: corrupted_cache[key[1]] for key in required_activations(edit)}
-        hooks = build_hooks(edit, gqa_model.cfg, task, captured, slice(0, task.n_pairs))
-        with gqa_model.hooks(fwd_hooks=[*hooks, *((name, recorder(name)) for name in names)]):
-            gqa_model(task.clean_tokens)
-    z, clean_z = seen["blocks.1.attn.hook_z"], clean_cache["blocks.1.attn.hook_z"]
+    seen = forward_under(gqa_model, task, edit, capture=[Site("z", 1), Site("v", 1)]).captured
+    z, clean_z = seen[Site("z", 1)], clean_cache["blocks.1.attn.hook_z"]
     torch.testing.assert_close(z[:, :, 1:], clean_z[:, :, 1:], atol=0, rtol=0)
-    torch.testing.assert_close(seen["blocks.1.attn.hook_v"], clean_cache["blocks.1.attn.hook_v"])
+    torch.testing.assert_close(seen[Site("v", 1)], clean_cache["blocks.1.attn.hook_v"])
     assert (z[:, :, 0] - clean_z[:, :, 0]).abs().max() > 1e-4
 
 
@@ -213,19 +194,11 @@ def test_knockout_renormalizes_the_remaining_keys_by_hand(model):
     pattern[:, :, keys] = 0
     rows = pattern.sum(-1, keepdim=True)
     expected_z = torch.where(rows > 0, pattern / rows, 0.0) @ values
-    seen = {}
-
-    def record(activation, hook):
-        seen["z"] = activation[:, :, head].clone()
-
-    hooks = build_hooks(
-        AttentionKnockout(layer, head, tuple(keys)), model.cfg, task, {}, slice(0, 4)
-    )
-    with torch.no_grad(), model.hooks(fwd_hooks=[*hooks, (hook_name("z", layer), record)]):
-        model(task.clean_tokens)
-    torch.testing.assert_close(seen["z"], expected_z, atol=1e-6, rtol=0)
+    knockout = AttentionKnockout(layer, head, tuple(keys))
+    z = forward_under(model, task, knockout, capture=[Site("z", layer)]).captured[Site("z", layer)]
+    torch.testing.assert_close(z[:, :, head], expected_z, atol=1e-6, rtol=0)
     # query 0 only sees key 0: with it knocked out it reads nothing
-    assert seen["z"][:, 0].abs().max() == 0
+    assert z[:, 0, head].abs().max() == 0
 
 
 def test_mean_ablation_averages_only_real_tokens(model):
@@ -284,7 +257,8 @@ def test_resample_from_a_single_source_prompt_copies_its_z(model):
 def test_resample_is_reproducible_for_a_seed(model):
     task = make_task()
     first = run(model, task, [ResampleAblation(0, 1, seed=s) for s in (0, 0, 1)], "target_logit")
-    torch.testing.assert_close(first.values[0], first.values[1], atol=0, rtol=0)
+    torch.testing.assert_close(first.values[0], first.values[1], atol=1e-6, rtol=0)
+    assert (first.values[0] - first.values[2]).abs().max() > 1e-4
 
 
 def test_denoising_head_patches_match_transformer_lens_all_pos(model):
@@ -366,7 +340,7 @@ def test_exception_inside_a_hook_leaves_the_model_as_fresh(model, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("hook failed")
 
-    monkeypatch.setattr(engine_hooks, "_edit_pattern_and_values", explode)
+    monkeypatch.setattr(engine_interventions.ValueScale, "edit_pattern_values", explode)
     with pytest.raises(RuntimeError, match="hook failed"):
         run(model, task, [ZeroAblation(0, 0), ValueScale(1, 1, (0,), 0.0)], "target_logit")
     with torch.no_grad():

@@ -51,6 +51,7 @@ def report():
         [type(iv).__name__ for iv in interventions],
         [iv.describe() for iv in interventions],
         [iv.base_run for iv in interventions],
+        sites=[iv.site for iv in interventions],
     )
     conc = make_concentration(
         {name: torch.rand(N_PROMPTS, 2, 3, generator=generator) for name in METRICS}

@@ -16,9 +16,10 @@ from interv.engine.interventions import (
     ValueScale,
     ZeroAblation,
 )
+from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.report.render import to_json
-from interv.report.table import Report, Site, build_report
+from interv.report.table import Report, build_report
 
 N_PROMPTS = 6
 
@@ -41,6 +42,7 @@ def _toy(seed: int = 0):
         [type(iv).__name__ for iv in interventions],
         [iv.describe() for iv in interventions],
         [iv.base_run for iv in interventions],
+        sites=[iv.site for iv in interventions],
     )
     per_prompt = {
         name: torch.rand(N_PROMPTS, 2, 2, generator=generator, dtype=torch.float64)
@@ -119,16 +121,32 @@ def test_bootstrap_interval_is_reproducible_from_its_seed():
     assert first.header.n_bootstrap == 100 and first.header.seed == 3
 
 
-def test_sites_parsed_from_sentences_match_the_intervention_values():
+def test_rows_take_their_sites_from_the_results_data_not_from_the_sentences():
     interventions = [
-        ZeroAblation(2, 3),
+        ZeroAblation(1, 0),
         ResampleAblation(0, 1, positions=(4,)),
-        ActivationPatch("resid_pre", 5, positions=(7,)),
-        ActivationPatch("mlp_out", 1),
-        ValueScale(1, 2, key_positions=(0,), factor=0.0),
+        ActivationPatch("resid_pre", 1, positions=(3,)),
+        ValueScale(1, 1, key_positions=(0,), factor=0.0),
     ]
-    for intervention in interventions:
-        assert Site.parse(intervention.describe()) == Site.of(intervention)
+    sites = [iv.site for iv in interventions]
+    assert sites == [
+        Site("z", 1, 0),
+        Site("z", 0, 1, (4,)),
+        Site("resid_pre", 1, positions=(3,)),
+        Site("z", 1, 1),
+    ]
+    result = make_result(
+        torch.ones(4, N_PROMPTS),
+        torch.full((N_PROMPTS,), 2.0),
+        torch.zeros(N_PROMPTS),
+        [type(iv).__name__ for iv in interventions],
+        ["a sentence that names L0H0 but is about another site"] * 4,
+        sites=sites,
+    )
+    conc = make_concentration({"entropy": torch.rand(N_PROMPTS, 2, 2)})
+    report = build_report(result, conc, n_bootstrap=10)
+    assert [row.site for row in report.rows] == sites
+    assert [row.label for row in report.rows] == ["L1H0", "L0H1@4", "L1 resid_pre@3", "L1H1"]
 
 
 def test_header_names_the_answer_position_as_the_query():
@@ -162,11 +180,12 @@ def test_report_round_trips_through_strict_json():
         torch.zeros(N_PROMPTS),
         ["ZeroAblation"] * 4,
         [iv.describe() for iv in interventions],
+        sites=[iv.site for iv in interventions],
     )
     conc = make_concentration(
         {"normalized_entropy": torch.rand(N_PROMPTS, 2, 2, generator=generator)}
     )
-    report = build_report(result, conc, interventions=interventions, n_bootstrap=50)
+    report = build_report(result, conc, n_bootstrap=50)
     assert report.agreement, "four heads of one kind must give an all-layer agreement"
     data = json.loads(to_json(report), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
     again = Report.from_dict(data)

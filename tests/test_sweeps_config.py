@@ -12,12 +12,7 @@ from hypothesis import strategies as st
 
 from interv.errors import IntervError
 from interv.sweeps import execute
-from interv.sweeps.config import (
-    INTERVENTION_KINDS,
-    config_diff,
-    load_config,
-    parse_config,
-)
+from interv.sweeps.config import config_diff, load_config, parse_config
 
 MINIMAL = {
     "model": {"spec": "induction-2l"},
@@ -75,7 +70,28 @@ def test_bad_values_name_the_key_and_the_allowed_values(path, value, expected):
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
-        ({"kind": "zero"}, f"sweep.interventions[0].kind must be one of {INTERVENTION_KINDS}"),
+        (
+            {"kind": "zero"},
+            "sweep.interventions[0].kind: unknown intervention kind 'zero'; choose one of "
+            "('activation_patch', 'add_vector', ",
+        ),
+        (
+            {"kind": "no_such_module_xyz:Kind"},
+            "sweep.interventions[0].kind: intervention kind 'no_such_module_xyz:Kind': module "
+            "'no_such_module_xyz' does not import",
+        ),
+        (
+            {"kind": "combined"},
+            "kind 'combined' (Combined) has no 'layer' field, so a sweep cannot expand it",
+        ),
+        (
+            {"kind": "value_scale", "factor": float("nan")},
+            "sweep.interventions[0] (kind 'value_scale'): factor must be a finite number; got nan",
+        ),
+        (
+            {"kind": "add_vector"},
+            "missing key sweep.interventions[0].vector; kind 'add_vector' needs it",
+        ),
         (
             {"kind": "zero_ablation", "factor": 0.5},
             "unknown key sweep.interventions[0] (kind 'zero_ablation').factor; allowed keys",
@@ -96,7 +112,8 @@ def test_bad_values_name_the_key_and_the_allowed_values(path, value, expected):
         ),
         (
             {"kind": "noise", "component": "mlp"},
-            "sweep.interventions[0].component must be one of ('z', 'resid_pre',",
+            "sweep.interventions[0] (kind 'noise'): unknown component 'mlp'; choose one of "
+            "('z', 'resid_pre',",
         ),
         (
             {"kind": "zero_ablation", "positions": "every"},
@@ -108,15 +125,17 @@ def test_bad_values_name_the_key_and_the_allowed_values(path, value, expected):
         ),
         (
             {"kind": "knockout", "key_positions": [0, 0]},
-            "sweep.interventions[0].key_positions must not repeat values; got [0, 0]",
+            "sweep.interventions[0] (kind 'knockout'): key_positions must not repeat; got (0, 0)",
         ),
         (
             {"kind": "mean_ablation", "reference": "other"},
-            "sweep.interventions[0].reference must be one of ('clean', 'corrupted')",
+            "sweep.interventions[0] (kind 'mean_ablation'): unknown reference 'other'; choose "
+            "one of ('clean', 'corrupted')",
         ),
         (
             {"kind": "pattern_patch", "direction": "both"},
-            "sweep.interventions[0].direction must be one of ('denoise', 'noise')",
+            "sweep.interventions[0] (kind 'pattern_patch'): unknown direction 'both'; choose "
+            "one of ('denoise', 'noise')",
         ),
     ],
 )

@@ -41,10 +41,13 @@ N_INTERVENTIONS = 8 + 4 + 1 + 1  # 14 in 5 units of 3, 3, 3, 3, 2
 
 
 def assert_same_result(actual, expected):
-    assert torch.equal(actual.values, expected.values)
-    assert torch.equal(actual.clean, expected.clean)
-    assert torch.equal(actual.corrupted, expected.corrupted)
-    torch.testing.assert_close(actual.recovery, expected.recovery, rtol=0, atol=0, equal_nan=True)
+    """Equal to float rounding: a sweep batches the interventions into other forwards than
+    a single run does, so bitwise equality depends on the CPU's kernels."""
+    close = {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(actual.values, expected.values, **close)
+    torch.testing.assert_close(actual.clean, expected.clean, **close)
+    torch.testing.assert_close(actual.corrupted, expected.corrupted, **close)
+    torch.testing.assert_close(actual.recovery, expected.recovery, equal_nan=True, **close)
     assert actual.n_undefined_recovery == expected.n_undefined_recovery
     assert actual.descriptions == expected.descriptions
     assert actual.kinds == expected.kinds

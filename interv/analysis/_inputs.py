@@ -39,11 +39,6 @@ class PromptBatch:
     first_real: torch.Tensor
     lengths: torch.Tensor
 
-    @property
-    def forward_mask(self) -> torch.Tensor | None:
-        """The ``[batch, pos]`` int64 0/1 mask to hand the model, or None without padding."""
-        return None if bool(self.real.all()) else self.real.to(torch.int64)
-
 
 def prompt_batch(
     model: TransformerBridge,

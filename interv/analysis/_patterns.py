@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from interv.analysis._inputs import prompt_batch
+from interv.engine.forward import Prompts, forward
+from interv.engine.sites import Site, head_label
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -93,7 +95,7 @@ class AttentionRows:
     @property
     def head_labels(self) -> tuple[str, ...]:
         """``"L{layer}H{head}"`` of every head, layer-major (the flat head order)."""
-        return tuple(f"L{i}H{j}" for i in self.layers for j in range(self.n_heads))
+        return tuple(head_label(i, j) for i in self.layers for j in range(self.n_heads))
 
     @property
     def mask_rule(self) -> str:
@@ -240,18 +242,16 @@ def attention_rows(
             f"layers must be distinct ints in 0..{n_layers - 1} (the model's layers); got "
             f"{layers!r}"
         )
-    names = {f"blocks.{layer}.attn.hook_pattern" for layer in kept}
+    sites = [Site("pattern", layer) for layer in kept]
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
-    device = torch.device(model.cfg.device or "cpu")
-    forward_mask = None if batch.forward_mask is None else batch.forward_mask.to(device)
-    with torch.no_grad():
-        _, cache = model.run_with_cache(
-            batch.tokens.to(device),
-            attention_mask=forward_mask,
-            names_filter=lambda name: name in names,
-        )
-    patterns = [cache[f"blocks.{layer}.attn.hook_pattern"] for layer in kept]
-    pattern = torch.stack(patterns, dim=1).detach().cpu()
+    captured = forward(
+        model,
+        Prompts(batch.tokens, batch.real),
+        capture=sites,
+        readout=None,
+        stop_after=Site("pattern", max(kept)),
+    ).captured
+    pattern = torch.stack([captured[site] for site in sites], dim=1).cpu()
     return rows_from_pattern(
         pattern,
         attention_mask=batch.real,

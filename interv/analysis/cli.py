@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from interv.engine.sites import head_label
 from interv.errors import IntervError
 
 __all__ = ["DEFAULT_PROMPTS", "register"]
@@ -101,7 +102,7 @@ def _run_entropy_change(args: argparse.Namespace) -> int:
     for layer in range(n_layers):
         for head in range(n_heads):
             print(
-                f"  L{layer}H{head}: total {float(result.total[layer, head]):+.4f} "
+                f"  {head_label(layer, head)}: total {float(result.total[layer, head]):+.4f} "
                 f"(std over prompts {float(spread[layer, head]):.4f}) = sink "
                 f"{float(result.sink_part[layer, head]):+.4f} + content "
                 f"{float(result.content_part[layer, head]):+.4f}; sink share "
@@ -119,10 +120,10 @@ def _run_pruning(args: argparse.Namespace) -> int:
         TaskEvaluation,
         TextEvaluation,
         check_rankings,
-        plot_pruning_curves,
         pruning_curves,
     )
     from interv.models import load_model
+    from interv.report.plots import plot_pruning_curves
     from interv.tasks.builtin import load_task
 
     rankings = list(RANKINGS) if args.rankings is None else args.rankings
@@ -146,7 +147,7 @@ def _run_pruning(args: argparse.Namespace) -> int:
     print(f"lower is better: {curves.lower_is_better}")
     for name in curves.orders:
         print(f"  {curves.describe(name)}")
-        removed = ", ".join(f"L{layer}H{head}" for layer, head in curves.orders[name])
+        removed = ", ".join(head_label(*head) for head in curves.orders[name])
         print(f"    removed in order: {removed}")
         print(f"    rule: {curves.rules[name]}")
     if args.plot is not None:

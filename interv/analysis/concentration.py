@@ -15,12 +15,12 @@ numbers that say how much of what the head writes comes from the sink:
   (fraction in [0, 1]), to be read next to ``sink_mass = sum_{i in S} a_i``: a sink
   that takes most of the mass but writes small vectors has a share far below its mass.
 
-Memory: nothing quadratic in the context is kept. A forward hook on
-``blocks.{L}.attn.hook_v`` (which fires before the pattern hook of the same layer)
-stores the per-key norms ``||v_i W_O^h||`` (``[batch, head_index, key_pos]``); a
-forward hook on ``blocks.{L}.attn.hook_pattern`` reduces the pattern, in chunks of
-query rows, to per-(batch, head, query) numbers and returns None, so the pattern is
-freed as soon as the model is done with it. Under grouped-query attention query head
+Memory: nothing quadratic in the context is kept. A hook on each layer's values
+(site ``v``, which fires before the pattern of the same layer) stores the per-key norms
+``||v_i W_O^h||`` (``[batch, head_index, key_pos]``); a hook on its pattern (site
+``pattern``) reduces the pattern, in chunks of query rows, to per-(batch, head, query)
+numbers and returns None, so the pattern is freed as soon as the model is done with it;
+the forward ends right after the last layer's pattern. Under grouped-query attention query head
 ``h`` reads value head ``h // (n_heads // n_key_value_heads)``.
 
 Masks and padding: key ``j`` is available for query ``t`` iff ``j <= t`` (causal) and
@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.analysis._inputs import PromptBatch, prompt_batch
-from interv.engine.sites import kv_head_of, pattern_hook, value_hook
+from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
 from interv.metrics.sink import sink_split
 
@@ -197,8 +198,8 @@ def concentration(
     """Concentration metrics of every layer and head, computed without an attention cache.
 
     Args:
-        model: a transformer-lens ``TransformerBridge`` exposing ``hook_pattern`` and
-            ``hook_v`` on every block.
+        model: a transformer-lens ``TransformerBridge`` exposing the pattern and value
+            hooks on every block.
         prompts_or_tokens: a string or list of strings (tokenized with
             ``model.to_tokens``, BOS prepended, right-padded), a ``[batch, pos]`` (or
             ``[pos]``) int token tensor, or a :class:`~interv.TokenizedPairs` (its clean
@@ -223,17 +224,18 @@ def concentration(
         queries = _check_positions(query_positions, "query_positions", allow_negative=True)
     query_index = _query_index(queries, batch.lengths)
     reducer = _Reducer(model, batch, sink_positions, query_index)
-    fwd_hooks: list[tuple[str, Any]] = []
+    hooks: list[tuple[Site, Any]] = []
     for layer in range(model.cfg.n_layers):
-        fwd_hooks.append((value_hook(layer), reducer.value_hook(layer)))
-        fwd_hooks.append((pattern_hook(layer), reducer.pattern_hook(layer)))
-    device = torch.device(model.cfg.device or "cpu")
-    forward_mask = None if batch.forward_mask is None else batch.forward_mask.to(device)
-    try:
-        with torch.no_grad(), model.hooks(fwd_hooks=fwd_hooks):
-            model(batch.tokens.to(device), attention_mask=forward_mask, return_type=None)
-    except _LastPatternReduced:
-        pass  # the rest of the forward (last block's output, unembedding) is not needed
+        hooks.append((Site("v", layer), reducer.value_hook(layer)))
+        hooks.append((Site("pattern", layer), reducer.pattern_hook(layer)))
+    # the rest of the forward (last block's output, unembedding) is not needed
+    forward(
+        model,
+        Prompts(batch.tokens, batch.real),
+        hooks=hooks,
+        readout=None,
+        stop_after=Site("pattern", model.cfg.n_layers - 1),
+    )
     return HeadConcentration(
         **reducer.results(),
         n_available_keys=reducer.n_available_keys,
@@ -285,16 +287,6 @@ def _query_index(queries: tuple[int, ...], lengths: torch.Tensor) -> torch.Tenso
     return torch.where(inside, index, -1)
 
 
-class _LastPatternReduced(Exception):
-    """Raised by the last layer's pattern hook to end the forward early.
-
-    Everything after the last attention pattern (the last block's outputs, the final
-    norm and the ``[batch, pos, d_vocab]`` logits, which on a long prompt are larger than
-    all the reduced numbers together) is skipped. ``model.hooks`` removes the hooks on
-    the way out, as it does for any exception.
-    """
-
-
 class _Reducer:
     """Hook callbacks that turn each layer's pattern into per-query numbers, then drop it."""
 
@@ -307,8 +299,7 @@ class _Reducer:
     ) -> None:
         cfg = model.cfg
         self._model = model
-        self._last_layer = cfg.n_layers - 1
-        device = torch.device(cfg.device or "cpu")
+        device = model_device(model)
         self._value_heads = torch.tensor(
             [kv_head_of(cfg, h) for h in range(cfg.n_heads)], device=device
         )
@@ -345,7 +336,7 @@ class _Reducer:
         return key_mask[:, None], sink_mask[:, None]
 
     def value_hook(self, layer: int) -> Any:
-        """Hook on ``hook_v`` storing ``||v_i W_O^h||`` as ``[batch, head_index, key_pos]``."""
+        """Hook on the values of ``layer`` storing ``||v_i W_O^h||`` ``[batch, head, key_pos]``."""
 
         def hook(values: torch.Tensor, hook: Any) -> None:
             w_out = self._model.blocks[layer].attn.W_O.detach().to(torch.float64)
@@ -358,12 +349,13 @@ class _Reducer:
         return hook
 
     def pattern_hook(self, layer: int) -> Any:
-        """Hook on ``hook_pattern`` reducing it to per-query numbers for ``layer``."""
+        """Hook on the pattern of ``layer`` reducing it to per-query numbers."""
 
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             if self._value_norms is None:
                 raise IntervError(
-                    f"hook_v of layer {layer} did not fire before its hook_pattern; this model's "
+                    f"the values of layer {layer} did not reach a hook before its pattern; this "
+                    "model's "
                     "attention order is not supported by interv.concentration"
                 )
             n_query = self._query_abs.shape[1]
@@ -377,8 +369,6 @@ class _Reducer:
                 rows = pattern.detach()[batch_index, :, query_abs, :n_keys]
                 self._reduce(layer, start, stop, rows.transpose(1, 2))
             self._value_norms = None
-            if layer == self._last_layer:
-                raise _LastPatternReduced
 
         return hook
 

@@ -1,16 +1,17 @@
-"""The intervention engine: declarative interventions, target metrics, one runner.
+"""The intervention engine: sites, the intervention protocol, one forward primitive, one runner.
 
-- :mod:`interv.engine.sites`: component names -> transformer-lens hook names, and
-  validation of layers, heads and positions against a model's config.
-- :mod:`interv.engine.interventions`: frozen intervention values that describe their
-  own semantics in one sentence.
+- :mod:`interv.engine.sites`: :class:`~interv.engine.sites.Site` (component, layer, head,
+  positions) and the only place transformer-lens hook names are spelled.
+- :mod:`interv.engine.forward`: :func:`~interv.engine.forward.forward`, the one way interv
+  runs a model (device, masks, hooks, captures, readouts, early stop, prefix reuse).
+- :mod:`interv.engine.protocol`: what an intervention declares (sites it edits, what it
+  reads, how it writes, its semantics sentence) and the registry of kinds.
+- :mod:`interv.engine.interventions`: the built-in kinds (ablations, patches, value and
+  routing edits, combinations); :mod:`interv.engine.directions`: kinds built only on the
+  public protocol (steering vectors, projections, subspace patches).
+- :mod:`interv.engine.stacking`: base runs, and many edited copies in one forward.
 - :mod:`interv.engine.targets`: target metrics read at the answer position.
-- :mod:`interv.engine.hooks`: turns an intervention into hook functions.
-- :mod:`interv.engine.runner`: :func:`~interv.engine.runner.run`, the one effectful
-  entry point (forwards, hooks, batching).
-- :mod:`interv.engine._suffix`: the fast path of the runner: records each block's inputs
-  in the base runs, then runs only the blocks from an intervention's earliest layer on,
-  with the final norm and unembedding at the answer positions only.
+- :mod:`interv.engine.runner`: :func:`~interv.engine.runner.run`.
 - :mod:`interv.engine.attribution`: attribution patching, a first-order approximation
   of head patching (one forward and one backward), for screening only.
 - :mod:`interv.engine.results`: the typed result of a run.

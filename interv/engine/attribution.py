@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from interv.engine.forwarding import answer_logits, forward_kwargs, model_device
-from interv.engine.sites import hook_name
+from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric, get_metric
 from interv.tasks.tokenized import TokenizedPairs
 
@@ -37,10 +37,10 @@ def approximate_head_patching_scores(
 
     For every head, ``sum_{pos, d_head} grad * (z_clean - z_corrupted)``, with ``grad``
     the gradient of the prompt-mean metric on the corrupted run with respect to the
-    head's output ``z`` (``blocks.{L}.attn.hook_z``, ``[batch, pos, head_index,
-    d_head]``), summed over prompts. Approximates
-    ``mean_i m(corrupted_i with z_h clean) - mean_i m(corrupted_i)``. One clean forward,
-    one corrupted forward and one backward; model parameters get no ``.grad``.
+    head's output ``z`` (``[batch, pos, head_index, d_head]``), summed over prompts.
+    Approximates ``mean_i m(corrupted_i with z_h clean) - mean_i m(corrupted_i)``. One
+    clean forward, one corrupted forward and one backward; model parameters get no
+    ``.grad``.
 
     Args:
         model: a transformer-lens ``TransformerBridge`` in eval mode.
@@ -57,36 +57,44 @@ def approximate_head_patching_scores(
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
     device = model_device(model)
-    names = [hook_name("z", layer) for layer in range(model.cfg.n_layers)]
-    kwargs = forward_kwargs(task.attention_mask.to(device))
-    with torch.no_grad():
-        clean_logits, clean_cache = model.run_with_cache(
-            task.clean_tokens.to(device), names_filter=lambda name: name in names, **kwargs
-        )
-    clean_answer = answer_logits(clean_logits, task.answer_positions)
-    corrupted_z: dict[str, torch.Tensor] = {}
+    sites = [Site("z", layer) for layer in range(model.cfg.n_layers)]
+    clean = forward(
+        model,
+        Prompts.of(task.clean_tokens, task.attention_mask),
+        capture=sites,
+        readout="position_logits",
+        positions=task.answer_positions,
+    )
+    corrupted_z: dict[Site, torch.Tensor] = {}
 
-    def keeper(name: str) -> Any:
+    def keeper(site: Site) -> Any:
         def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
             # The returned copy is what the rest of the forward reads, so the gradient
             # with respect to it is the full downstream derivative.
-            corrupted_z[name] = activation.clone()
-            return corrupted_z[name]
+            corrupted_z[site] = activation.clone()
+            return corrupted_z[site]
 
         return keep
 
-    with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keeper(name)) for name in names]):
-        logits = model(task.corrupted_tokens.to(device), **kwargs)
+    with torch.enable_grad():
+        corrupted = forward(
+            model,
+            Prompts.of(task.corrupted_tokens, task.attention_mask),
+            hooks=[(site, keeper(site)) for site in sites],
+            readout="position_logits",
+            positions=task.answer_positions,
+            grad=True,
+        )
         values = target_metric(
-            answer_logits(logits, task.answer_positions),
+            corrupted.readout,
             task.target_ids.to(device),
             None if task.foil_ids is None else task.foil_ids.to(device),
-            clean_answer,
+            clean.readout,
         )
-        grads = torch.autograd.grad(values.mean(), [corrupted_z[name] for name in names])
+        grads = torch.autograd.grad(values.mean(), [corrupted_z[site] for site in sites])
     return torch.stack(
         [
-            (grad * (clean_cache[name] - corrupted_z[name].detach())).sum((0, 1, 3))
-            for name, grad in zip(names, grads, strict=True)
+            (grad * (clean.captured[site] - corrupted_z[site].detach())).sum((0, 1, 3))
+            for site, grad in zip(sites, grads, strict=True)
         ]
     ).cpu()

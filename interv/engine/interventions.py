@@ -1,44 +1,60 @@
-"""Interventions: frozen values that say what replaces an activation, and from where.
+"""The built-in interventions: frozen values that say what replaces an activation, and from where.
 
 A causal effect is only meaningful together with the intervention's semantics: what
 replaces the activation (zero, a mean, another prompt's activation, an edited
 attention pattern), from which data, at which positions, in which direction. Each
-intervention here is a small frozen dataclass that holds exactly that and states it in
-one sentence (:meth:`Intervention.describe`), which travels into every result row.
-
-Interventions do not know any model: layers, heads and positions are checked against
-the model and the task when :func:`interv.engine.runner.run` is called.
+intervention here is a frozen dataclass that holds exactly that, states it in one
+sentence (``describe``), and follows the same protocol as a user's own kind
+(:mod:`interv.engine.protocol`): it declares the sites it edits, what it reads from
+other runs, and how it writes.
 
 Every intervention acts on a *base run*, the forward it modifies: ablations and
 value/routing edits act on the clean prompts; patches act on the corrupted run when
 denoising (clean activations in: is the component sufficient?) and on the clean run
 when noising (corrupted activations in: is it necessary?).
 
-Families:
+Families (registered kind names in brackets):
 
-- Head ablation (``z`` of one head): :class:`ZeroAblation`, :class:`MeanAblation`,
-  :class:`ResampleAblation`.
-- :class:`ActivationPatch`: one component (head output ``z``, residual stream,
-  attention output, MLP output) from the other run of the pair.
+- Head ablation of ``z`` [``zero_ablation``, ``mean_ablation``, ``resample_ablation``].
+- :class:`ActivationPatch`: one component from the other run of the pair
+  [``activation_patch``; ``denoise`` and ``noise`` fix the direction].
 - z-level edits of one query head, computed from its pattern ``A`` ``[query_pos,
   key_pos]`` and values ``V`` ``[key_pos, d_head]`` as ``z = A V``: :class:`ValueScale`,
-  :class:`ValueReplace` (value vectors at chosen key positions), :class:`AttentionKnockout`
-  (routing), :class:`PatternPatch` and :class:`ValuePatch` (pattern-only / value-only
-  patches). They never edit the pattern hook, so they work where a model discards
-  pattern edits, and under grouped-query attention they leave the other query heads
-  that share the value head untouched.
-- :class:`Combined`: several interventions applied in the same forward.
+  :class:`ValueReplace` [``value_scale``, ``value_replace``], :class:`AttentionKnockout`
+  [``knockout``], :class:`PatternPatch` and :class:`ValuePatch` [``pattern_patch``,
+  ``value_patch``]. They write ``z_h + A'V' - AV`` into the head's output ``z`` (head
+  ``h`` only) and never edit the pattern or value hooks, so they work where a model
+  discards pattern edits, and under grouped-query attention they leave the other query
+  heads that share the value head untouched.
+- :class:`Combined`: several interventions in the same forward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from interv.engine.sites import COMPONENTS, HEAD_COMPONENTS, check_component
+from interv._checks import as_finite, as_positions
+from interv.engine.protocol import (
+    RUNS,
+    EditContext,
+    Intervention,
+    Read,
+    ReferenceSet,
+    Source,
+    check_source,
+    register,
+)
+from interv.engine.sites import (
+    HEAD_COMPONENTS,
+    RESIDUAL_COMPONENTS,
+    Site,
+    at_positions,
+    check_positions,
+    head_label,
+)
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -46,6 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIRECTIONS",
+    "PATCH_COMPONENTS",
     "RUNS",
     "ActivationPatch",
     "AttentionKnockout",
@@ -59,59 +76,20 @@ __all__ = [
     "ValueReplace",
     "ValueScale",
     "ZeroAblation",
+    "masked_mean",
+    "position_index",
+    "resample_index",
 ]
-
-RUNS: tuple[str, ...] = ("clean", "corrupted")
-"""The two runs of a task that an intervention can take activations from."""
 
 DIRECTIONS: tuple[str, ...] = ("denoise", "noise")
 """Patching directions: ``"denoise"`` = clean into corrupted, ``"noise"`` = corrupted into clean."""
 
-_COMPONENT_PHRASES = {
-    "resid_pre": "residual stream before block {layer} (resid_pre)",
-    "resid_mid": "residual stream between attention and MLP of block {layer} (resid_mid)",
-    "resid_post": "residual stream after block {layer} (resid_post)",
-    "attn_out": "attention output of block {layer} (attn_out)",
-    "mlp_out": "MLP output of block {layer} (mlp_out)",
-}
+PATCH_COMPONENTS: tuple[str, ...] = ("z", *RESIDUAL_COMPONENTS)
+"""Components :class:`ActivationPatch` copies between runs."""
 
-
-@dataclass(frozen=True, eq=False)
-class ReferenceSet:
-    """A named set of prompts whose activations serve as a replacement source.
-
-    Attributes:
-        tokens: ``[n_ref, pos]`` int64 token ids.
-        name: how the set is named in semantics sentences.
-        attention_mask: ``[n_ref, pos]`` bool, True on real tokens; None = all real.
-    """
-
-    tokens: torch.Tensor
-    name: str
-    attention_mask: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.tokens.ndim != 2 or self.tokens.shape[0] == 0:
-            raise IntervError(
-                f"reference set {self.name!r} must have tokens of shape [n_ref, pos] with "
-                f"n_ref >= 1; got shape {tuple(self.tokens.shape)}"
-            )
-        if self.attention_mask is not None and (
-            self.attention_mask.shape != self.tokens.shape
-            or self.attention_mask.dtype != torch.bool
-        ):
-            raise IntervError(
-                f"reference set {self.name!r}: attention_mask must be bool of shape "
-                f"{tuple(self.tokens.shape)}; got {self.attention_mask.dtype} of shape "
-                f"{tuple(self.attention_mask.shape)}"
-            )
-
-    @property
-    def mask(self) -> torch.Tensor:
-        """``[n_ref, pos]`` bool mask, all True when none was given."""
-        if self.attention_mask is None:
-            return torch.ones_like(self.tokens, dtype=torch.bool)
-        return self.attention_mask
+_QUESTION = {"denoise": "is it sufficient?", "noise": "is it necessary?"}
+_DIRECTION_NOUN = {"denoise": "denoising", "noise": "noising"}
+_SHARED = "other query heads sharing its key/value head untouched"
 
 
 def _check_choice(value: object, allowed: tuple[str, ...], what: str) -> None:
@@ -119,28 +97,9 @@ def _check_choice(value: object, allowed: tuple[str, ...], what: str) -> None:
         raise IntervError(f"unknown {what} {value!r}; choose one of {allowed}")
 
 
-def _check_source(source: object, what: str) -> None:
-    if not isinstance(source, ReferenceSet):
-        _check_choice(source, RUNS, what)
-
-
-def _positions_tuple(positions: Iterable[int] | None, what: str) -> tuple[int, ...] | None:
-    if positions is None:
-        return None
-    values = tuple(int(p) for p in positions)
-    if any(p < 0 for p in values):
-        raise IntervError(f"{what} must be >= 0 (absolute positions); got {values}")
-    if len(set(values)) != len(values):
-        raise IntervError(f"{what} must not repeat; got {values}")
-    return values
-
-
-def _at_positions(positions: tuple[int, ...] | None) -> str:
-    if positions is None:
-        return "at all positions"
-    if len(positions) == 1:
-        return f"at position {positions[0]}"
-    return f"at positions {list(positions)}"
+def position_index(positions: tuple[int, ...] | None) -> slice | list[int]:
+    """An index over the position axis: every position (None) or the given ones."""
+    return slice(None) if positions is None else list(positions)
 
 
 def _at_keys(key_positions: tuple[int, ...]) -> str:
@@ -151,11 +110,7 @@ def _at_keys(key_positions: tuple[int, ...]) -> str:
     return f"at key positions {list(key_positions)}"
 
 
-def _head(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
-
-
-def _prompts_of(source: str | ReferenceSet, task: TokenizedPairs | None) -> str:
+def prompts_of(source: Source, task: TokenizedPairs | None) -> str:
     """Noun phrase for a source set, e.g. "the 16 clean prompts of 'ioi'"."""
     if isinstance(source, ReferenceSet):
         return f"the {source.tokens.shape[0]} prompts of reference set {source.name!r}"
@@ -164,35 +119,86 @@ def _prompts_of(source: str | ReferenceSet, task: TokenizedPairs | None) -> str:
     return f"the {task.n_pairs} {source} prompts of {task.name!r}"
 
 
-class Intervention:
-    """Base of all interventions: a frozen value with a one-sentence semantics.
+def masked_mean(act: torch.Tensor, mask: torch.Tensor, pooled: bool) -> torch.Tensor:
+    """Mean of ``act`` ``[n, pos, d]`` over real tokens: ``[pos, d]``, or ``[d]`` if pooled.
 
-    Subclasses are frozen dataclasses; :attr:`base_run` names the forward they modify
-    (``"clean"`` or ``"corrupted"``).
+    ``mask`` is ``[n, pos]`` bool (True = real token). Positions where no prompt is real
+    get zero.
     """
+    weights = mask.to(act).unsqueeze(-1)
+    dims = (0, 1) if pooled else (0,)
+    total = (act * weights).sum(dims)
+    count = weights.sum(dims)
+    return total / count.clamp(min=1)
 
-    @property
-    def base_run(self) -> str:
-        """The run this intervention modifies: ``"clean"`` or ``"corrupted"``."""
-        return "clean"
 
-    def describe(self, task: TokenizedPairs | None = None) -> str:
-        """One plain sentence stating the intervention's semantics.
+def resample_index(
+    seed: int, run_mask: torch.Tensor, source_mask: torch.Tensor, source_name: str
+) -> torch.Tensor:
+    """For each run prompt, a source prompt drawn uniformly among those covering it.
 
-        With ``task``, reference and source sets are named with their size and the
-        task's name.
-        """
-        raise NotImplementedError
+    A source prompt covers a run prompt when it is real at every position where the
+    run prompt is real. Returns ``[n_run]`` int64 indices into the source prompts.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    covers = (source_mask.cpu().unsqueeze(0) | ~run_mask.cpu().unsqueeze(1)).all(-1)
+    index = torch.empty(run_mask.shape[0], dtype=torch.long)
+    for i, row in enumerate(covers):
+        candidates = row.nonzero().squeeze(-1)
+        if candidates.numel() == 0:
+            raise IntervError(
+                f"no prompt of {source_name} is real at every real position of prompt {i} "
+                f"({int(run_mask[i].sum())} real tokens); resampling needs source prompts at "
+                f"least as long"
+            )
+        pick = torch.randint(candidates.numel(), (1,), generator=generator)
+        index[i] = candidates[pick]
+    return index
+
+
+def _check_reference_length(source: Source, n_positions: int, kind: str) -> None:
+    """Per-position replacements need reference prompts of the task's padded length."""
+    if isinstance(source, ReferenceSet) and source.tokens.shape[1] != n_positions:
+        raise IntervError(
+            f"reference set {source.name!r} has prompts of {source.tokens.shape[1]} positions, "
+            f"but {kind} replaces activations at the same position, so it needs the task's "
+            f"{n_positions} positions (shape [n_ref, {n_positions}]); got shape "
+            f"{tuple(source.tokens.shape)}"
+        )
 
 
 @dataclass(frozen=True)
 class _HeadIntervention(Intervention):
+    """An intervention on query head ``head`` of block ``layer``."""
+
     layer: int
     head: int
 
+    def __post_init__(self) -> None:
+        Site("z", self.layer, self.head)  # validates layer and head
+
 
 @dataclass(frozen=True)
-class ZeroAblation(_HeadIntervention):
+class _HeadAblation(_HeadIntervention):
+    """Head output ``z`` replaced at ``positions`` (None = all), in the clean run.
+
+    Subclasses declare ``positions`` as their last field (so that positional arguments
+    keep the order layer, head, options..., positions).
+    """
+
+    family = "ablation"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+
+    def edits(self) -> tuple[Site, ...]:
+        return (Site("z", self.layer, self.head, self.positions),)
+
+
+@register("zero_ablation")
+@dataclass(frozen=True)
+class ZeroAblation(_HeadAblation):
     """Head output ``z`` set to zero, in the clean run.
 
     Attributes:
@@ -202,16 +208,18 @@ class ZeroAblation(_HeadIntervention):
 
     positions: tuple[int, ...] | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "positions", _positions_tuple(self.positions, "positions"))
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        activation[:, position_index(self.positions)] = 0
+        return activation
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
-        where = _at_positions(self.positions)
-        return f"{_head(self.layer, self.head)} output (z) set to zero {where}"
+        where = at_positions(self.positions)
+        return f"{head_label(self.layer, self.head)} output (z) set to zero {where}"
 
 
+@register("mean_ablation")
 @dataclass(frozen=True)
-class MeanAblation(_HeadIntervention):
+class MeanAblation(_HeadAblation):
     """Head output ``z`` replaced by its mean over a reference set, in the clean run.
 
     The mean respects the reference set's attention mask (padding never enters it).
@@ -228,24 +236,40 @@ class MeanAblation(_HeadIntervention):
         positions: query positions to ablate; None = all positions.
     """
 
-    reference: str | ReferenceSet = "clean"
+    reference: Source = "clean"
     pooled: bool = False
     positions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        _check_source(self.reference, "reference")
-        object.__setattr__(self, "positions", _positions_tuple(self.positions, "positions"))
+        super().__post_init__()
+        check_source(self.reference, "reference")
+
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.reference, Site("z", self.layer, self.head)),)
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        super().check(cfg, n_positions)
+        if not self.pooled:
+            _check_reference_length(self.reference, n_positions, "MeanAblation")
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        source = context.read(self.reference, site)
+        mean = masked_mean(source, context.source_mask(self.reference), self.pooled)
+        index = position_index(self.positions)
+        activation[:, index] = mean if self.pooled else mean[index]
+        return activation
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         where = "pooled over all real positions" if self.pooled else "at the same position"
         return (
-            f"{_head(self.layer, self.head)} output (z) replaced by its mean over "
-            f"{_prompts_of(self.reference, task)} {where}, {_at_positions(self.positions)}"
+            f"{head_label(self.layer, self.head)} output (z) replaced by its mean over "
+            f"{prompts_of(self.reference, task)} {where}, {at_positions(self.positions)}"
         )
 
 
+@register("resample_ablation")
 @dataclass(frozen=True)
-class ResampleAblation(_HeadIntervention):
+class ResampleAblation(_HeadAblation):
     """Head output ``z`` replaced by another prompt's ``z``, in the clean run.
 
     For each clean prompt one source prompt is drawn uniformly (with replacement,
@@ -260,19 +284,36 @@ class ResampleAblation(_HeadIntervention):
         positions: query positions to ablate; None = all positions.
     """
 
-    source: str | ReferenceSet = "corrupted"
+    source: Source = "corrupted"
     seed: int = 0
     positions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        _check_source(self.source, "source")
-        object.__setattr__(self, "positions", _positions_tuple(self.positions, "positions"))
+        super().__post_init__()
+        check_source(self.source, "source")
+
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.source, Site("z", self.layer, self.head)),)
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        super().check(cfg, n_positions)
+        _check_reference_length(self.source, n_positions, "ResampleAblation")
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        source = context.read(self.source, site)
+        name = self.source.name if isinstance(self.source, ReferenceSet) else self.source
+        index = resample_index(
+            self.seed, context.mask, context.source_mask(self.source), repr(name)
+        )
+        positions = position_index(self.positions)
+        activation[:, positions] = source[index.to(source.device)][:, positions]
+        return activation
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_head(self.layer, self.head)} output (z) resampled from "
-            f"{_prompts_of(self.source, task)} (seed {self.seed}), same position, "
-            f"{_at_positions(self.positions)}"
+            f"{head_label(self.layer, self.head)} output (z) resampled from "
+            f"{prompts_of(self.source, task)} (seed {self.seed}), same position, "
+            f"{at_positions(self.positions)}"
         )
 
 
@@ -281,10 +322,9 @@ def _patch_runs(direction: str) -> tuple[str, str]:
     return ("clean", "corrupted") if direction == "denoise" else ("corrupted", "clean")
 
 
-_QUESTION = {"denoise": "is it sufficient?", "noise": "is it necessary?"}
-_DIRECTION_NOUN = {"denoise": "denoising", "noise": "noising"}
-
-
+@register("noise", fixed={"direction": "noise"}, defaults={"component": "z"})
+@register("denoise", fixed={"direction": "denoise"}, defaults={"component": "z"})
+@register("activation_patch", defaults={"component": "z"})
 @dataclass(frozen=True)
 class ActivationPatch(Intervention):
     """One component's activation copied from the other run of each pair.
@@ -294,7 +334,7 @@ class ActivationPatch(Intervention):
     necessary for it?). Pair ``i`` always receives pair ``i``'s activation.
 
     Attributes:
-        component: one of :data:`interv.engine.sites.COMPONENTS`.
+        component: one of :data:`PATCH_COMPONENTS`.
         layer: the block.
         head: the query head; required for ``"z"``, forbidden otherwise.
         direction: ``"denoise"`` or ``"noise"``.
@@ -306,9 +346,11 @@ class ActivationPatch(Intervention):
     head: int | None = None
     direction: str = "denoise"
     positions: tuple[int, ...] | None = None
+    family = "patch"
+    reports_recovery = True
 
     def __post_init__(self) -> None:
-        check_component(self.component)
+        _check_choice(self.component, PATCH_COMPONENTS, "component")
         _check_choice(self.direction, DIRECTIONS, "direction")
         if (self.component in HEAD_COMPONENTS) != (self.head is not None):
             raise IntervError(
@@ -317,11 +359,11 @@ class ActivationPatch(Intervention):
                     "needs a head (head=None given)"
                     if self.component in HEAD_COMPONENTS
                     else f"has no head axis; got head={self.head}. Heads apply only to "
-                    f"{HEAD_COMPONENTS}; other components: "
-                    f"{tuple(c for c in COMPONENTS if c not in HEAD_COMPONENTS)}"
+                    f"{HEAD_COMPONENTS}; other components: {RESIDUAL_COMPONENTS}"
                 )
             )
-        object.__setattr__(self, "positions", _positions_tuple(self.positions, "positions"))
+        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        Site(self.component, self.layer, self.head)  # validates layer and head
 
     @property
     def source_run(self) -> str:
@@ -332,32 +374,84 @@ class ActivationPatch(Intervention):
     def base_run(self) -> str:
         return _patch_runs(self.direction)[1]
 
+    def edits(self) -> tuple[Site, ...]:
+        return (Site(self.component, self.layer, self.head, self.positions),)
+
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.source_run, Site(self.component, self.layer, self.head)),)
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        index = position_index(self.positions)
+        activation[:, index] = context.read(self.source_run, site)[:, index]
+        return activation
+
     def describe(self, task: TokenizedPairs | None = None) -> str:
-        if self.component == "z":
-            what = f"{_head(self.layer, self.head)} output (z)"
-        else:
-            what = _COMPONENT_PHRASES[self.component].format(layer=self.layer)
+        what = Site(self.component, self.layer, self.head).phrase
         return (
             f"{_DIRECTION_NOUN[self.direction]}: {what} from the {self.source_run} run "
-            f"patched into the {self.base_run} run {_at_positions(self.positions)} "
+            f"patched into the {self.base_run} run {at_positions(self.positions)} "
             f"({_QUESTION[self.direction]})"
         )
 
 
 @dataclass(frozen=True)
-class _KeyIntervention(_HeadIntervention):
-    key_positions: tuple[int, ...] = field(default=())
+class _ZLevelEdit(_HeadIntervention):
+    """An edit of one head's ``(A, V)``, written as ``z_h <- z_h + A'V' - AV``.
 
-    def __post_init__(self) -> None:
-        positions = _positions_tuple(self.key_positions, "key_positions")
-        object.__setattr__(self, "key_positions", positions)
+    Subclasses define :meth:`edit_pattern_values`. Several z-level edits of the same
+    head in one forward (parts of a :class:`Combined`) compose on ``(A, V)`` in order:
+    each writes the difference from the previous part's ``(A', V')``, so the sum
+    telescopes to ``A_last V_last - A V``.
+    """
 
+    def edits(self) -> tuple[Site, ...]:
+        return (Site("z", self.layer, self.head),)
 
-_SHARED = "other query heads sharing its key/value head untouched"
+    def observes(self) -> tuple[Site, ...]:
+        return (Site("pattern", self.layer, self.head), Site("v", self.layer, self.head))
+
+    def edit_pattern_values(
+        self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The edited ``(A' [n, query, key], V' [n, key, d_head])``; inputs stay unchanged."""
+        raise NotImplementedError
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        key = ("z-level", self.layer, self.head)
+        pattern, values = context.state.get(
+            key,
+            (
+                context.observed(Site("pattern", self.layer, self.head)),
+                context.observed(Site("v", self.layer, self.head)),
+            ),
+        )
+        new_pattern, new_values = self.edit_pattern_values(pattern, values, context)
+        context.state[key] = (new_pattern, new_values)
+        delta = torch.einsum("bqk,bkd->bqd", new_pattern, new_values) - torch.einsum(
+            "bqk,bkd->bqd", pattern, values
+        )
+        return activation + delta.to(activation.dtype)
 
 
 @dataclass(frozen=True)
-class ValueScale(_KeyIntervention):
+class _KeyEdit(_ZLevelEdit):
+    """A z-level edit at chosen key positions (default ``(0,)``: the first token, the sink)."""
+
+    key_positions: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positions = as_positions(self.key_positions, "key_positions")
+        object.__setattr__(self, "key_positions", positions)
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        super().check(cfg, n_positions)
+        check_positions(self.key_positions, n_positions, "key position")
+
+
+@register("value_scale")
+@dataclass(frozen=True)
+class ValueScale(_KeyEdit):
     """Value vectors read by one query head at chosen key positions scaled, in the clean run.
 
     Computed at the z level: ``z_h <- z_h + A_h (V' - V)`` with ``V'`` the head's value
@@ -366,22 +460,37 @@ class ValueScale(_KeyIntervention):
 
     Attributes:
         layer, head: the query head.
-        key_positions: key positions whose value vectors are scaled (e.g. ``(0,)``, the sink).
-        factor: the multiplier (dimensionless).
+        key_positions: key positions whose value vectors are scaled (default ``(0,)``,
+            the sink).
+        factor: the multiplier (dimensionless, finite).
     """
 
     factor: float = 0.0
+    family = "value"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "factor", as_finite(self.factor, "factor"))
+
+    def edit_pattern_values(
+        self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = list(self.key_positions)
+        values = values.clone()
+        values[:, keys] = values[:, keys] * self.factor
+        return pattern, values
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         verb = "set to zero" if self.factor == 0 else f"scaled by {self.factor}"
         return (
-            f"{_head(self.layer, self.head)} value vectors {_at_keys(self.key_positions)} "
+            f"{head_label(self.layer, self.head)} value vectors {_at_keys(self.key_positions)} "
             f"{verb}, {_SHARED}"
         )
 
 
+@register("value_replace")
 @dataclass(frozen=True)
-class ValueReplace(_KeyIntervention):
+class ValueReplace(_KeyEdit):
     """Value vectors read by one query head at chosen key positions taken from another run.
 
     Computed at the z level: ``z_h <- z_h + A_h (V' - V)``, ``V'`` = the head's values
@@ -389,25 +498,39 @@ class ValueReplace(_KeyIntervention):
 
     Attributes:
         layer, head: the query head.
-        key_positions: key positions whose value vectors are replaced.
+        key_positions: key positions whose value vectors are replaced (default ``(0,)``).
         source: ``"corrupted"`` or ``"clean"`` (the same pair's other run).
     """
 
     source: str = "corrupted"
+    family = "value"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_choice(self.source, RUNS, "source")
 
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.source, Site("v", self.layer, self.head)),)
+
+    def edit_pattern_values(
+        self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = list(self.key_positions)
+        source = context.read(self.source, Site("v", self.layer, self.head))
+        values = values.clone()
+        values[:, keys] = source[:, keys].to(values)
+        return pattern, values
+
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_head(self.layer, self.head)} value vectors {_at_keys(self.key_positions)} "
+            f"{head_label(self.layer, self.head)} value vectors {_at_keys(self.key_positions)} "
             f"replaced by those of the {self.source} run of the same pair, {_SHARED}"
         )
 
 
+@register("knockout")
 @dataclass(frozen=True)
-class AttentionKnockout(_KeyIntervention):
+class AttentionKnockout(_KeyEdit):
     """One query head's attention to chosen keys removed and the rest renormalized.
 
     Computed at the z level from the head's pattern ``A``: ``A'`` = ``A`` with columns
@@ -417,22 +540,35 @@ class AttentionKnockout(_KeyIntervention):
 
     Attributes:
         layer, head: the query head.
-        key_positions: key positions knocked out.
+        key_positions: key positions knocked out (default ``(0,)``).
     """
+
+    family = "routing"
+
+    def edit_pattern_values(
+        self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        pattern = pattern.clone()
+        pattern[:, :, list(self.key_positions)] = 0
+        remaining = pattern.sum(-1, keepdim=True)
+        return torch.where(remaining > 0, pattern / remaining, torch.zeros_like(pattern)), values
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_head(self.layer, self.head)} attention to "
+            f"{head_label(self.layer, self.head)} attention to "
             f"{_at_keys(self.key_positions).removeprefix('at ')} knocked out and each "
             f"query row renormalized over the remaining keys, {_SHARED}"
         )
 
 
 @dataclass(frozen=True)
-class _RoutingPatch(_HeadIntervention):
+class _RoutingPatch(_ZLevelEdit):
     direction: str = "denoise"
+    family = "routing"
+    reports_recovery = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_choice(self.direction, DIRECTIONS, "direction")
 
     @property
@@ -445,6 +581,7 @@ class _RoutingPatch(_HeadIntervention):
         return _patch_runs(self.direction)[1]
 
 
+@register("pattern_patch")
 @dataclass(frozen=True)
 class PatternPatch(_RoutingPatch):
     """Pattern-only patch: one head reads its own values with the other run's pattern.
@@ -454,15 +591,25 @@ class PatternPatch(_RoutingPatch):
     full head-output patch ``z_h = A_source V_source``.
     """
 
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.source_run, Site("pattern", self.layer, self.head)),)
+
+    def edit_pattern_values(
+        self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        source = context.read(self.source_run, Site("pattern", self.layer, self.head))
+        return source.to(pattern), values
+
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_DIRECTION_NOUN[self.direction]}: {_head(self.layer, self.head)} attention "
+            f"{_DIRECTION_NOUN[self.direction]}: {head_label(self.layer, self.head)} attention "
             f"pattern from the {self.source_run} run with its own values in the "
             f"{self.base_run} run (pattern-only patch, z = A_{self.source_run} "
             f"V_{self.base_run}), {_SHARED}"
         )
 
 
+@register("value_patch")
 @dataclass(frozen=True)
 class ValuePatch(_RoutingPatch):
     """Value-only patch: one head reads the other run's values with its own pattern.
@@ -470,25 +617,36 @@ class ValuePatch(_RoutingPatch):
     ``z_h = A_own V_source`` (what the head reads is patched, where it looks is not).
     """
 
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.source_run, Site("v", self.layer, self.head)),)
+
+    def edit_pattern_values(
+        self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        source = context.read(self.source_run, Site("v", self.layer, self.head))
+        return pattern, source.to(values)
+
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_DIRECTION_NOUN[self.direction]}: {_head(self.layer, self.head)} value "
+            f"{_DIRECTION_NOUN[self.direction]}: {head_label(self.layer, self.head)} value "
             f"vectors from the {self.source_run} run read with its own pattern in the "
             f"{self.base_run} run (value-only patch, z = A_{self.base_run} "
             f"V_{self.source_run}), {_SHARED}"
         )
 
 
+@register("combined")
 @dataclass(frozen=True)
 class Combined(Intervention):
     """Several interventions applied together in one forward, in the given order.
 
-    All parts must modify the same base run. z-level edits of the same head compose
-    on ``(A, V)`` in order (e.g. :class:`PatternPatch` then :class:`ValuePatch` gives
-    ``A_source V_source``); other parts are applied hook after hook.
+    All parts must modify the same base run. Parts that edit the same site apply one
+    after the other (z-level edits of the same head compose on ``(A, V)``, e.g.
+    :class:`PatternPatch` then :class:`ValuePatch` gives ``A_source V_source``).
     """
 
     parts: tuple[Intervention, ...]
+    family = "combined"
 
     def __post_init__(self) -> None:
         parts = tuple(self.parts)
@@ -509,6 +667,25 @@ class Combined(Intervention):
     @property
     def base_run(self) -> str:
         return self.parts[0].base_run
+
+    def edits(self) -> tuple[Site, ...]:
+        return tuple(dict.fromkeys(site for part in self.parts for site in part.edits()))
+
+    def reads(self) -> tuple[Read, ...]:
+        return tuple(dict.fromkeys(read for part in self.parts for read in part.reads()))
+
+    def observes(self) -> tuple[Site, ...]:
+        return tuple(dict.fromkeys(site for part in self.parts for site in part.observes()))
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        for part in self.parts:
+            part.check(cfg, n_positions)
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        for part in self.parts:
+            if site in part.edits():
+                activation = part.edit(site, activation, context)
+        return activation
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return "; and ".join(part.describe(task) for part in self.parts)

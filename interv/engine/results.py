@@ -15,12 +15,26 @@ in :attr:`InterventionResult.n_undefined_recovery`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-__all__ = ["InterventionResult", "MetricInfo", "Scope", "normalized_recovery"]
+from interv.engine.sites import Site
+
+if TYPE_CHECKING:
+    from interv.engine.protocol import Intervention
+    from interv.engine.targets import TargetMetric
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = [
+    "InterventionResult",
+    "MetricInfo",
+    "Scope",
+    "intervention_fields",
+    "normalized_recovery",
+]
 
 
 def normalized_recovery(
@@ -72,6 +86,34 @@ class Scope:
     answer_positions: tuple[int, ...]
     padding_side: str
 
+    @classmethod
+    def of(cls, model: Any, task: TokenizedPairs) -> Scope:
+        """The scope of a run of ``model`` on ``task``."""
+        return cls(
+            model_name=str(getattr(model.cfg, "model_name", type(model).__name__)),
+            task_name=task.name,
+            n_prompts=task.n_pairs,
+            n_positions=task.n_positions,
+            answer_positions=tuple(int(p) for p in task.answer_positions),
+            padding_side=task.padding_side,
+        )
+
+
+def intervention_fields(
+    interventions: Sequence[Intervention], task: TokenizedPairs | None
+) -> dict[str, tuple]:
+    """Per intervention: ``kinds`` (class names), ``descriptions`` (semantics sentences),
+    ``base_runs`` and ``sites`` (:class:`~interv.engine.sites.Site` or None), as
+    :meth:`InterventionResult.build` takes them."""
+    from interv.engine.protocol import semantics
+
+    return {
+        "kinds": tuple(type(iv).__name__ for iv in interventions),
+        "descriptions": tuple(semantics(iv, task) for iv in interventions),
+        "base_runs": tuple(iv.base_run for iv in interventions),
+        "sites": tuple(iv.site for iv in interventions),
+    }
+
 
 @dataclass(frozen=True, eq=False)
 class InterventionResult:
@@ -89,6 +131,9 @@ class InterventionResult:
         descriptions: the semantics sentence of each intervention.
         kinds: the class name of each intervention.
         base_runs: the run each intervention modified (``"clean"``/``"corrupted"``).
+        sites: where each intervention acts (component, layer, head, positions), as
+            data; None for an intervention that is not filed under one site (e.g. a
+            combination of heads).
         metric: the metric's name, unit and definition.
         scope: model, task, prompts and positions.
     """
@@ -102,8 +147,44 @@ class InterventionResult:
     descriptions: tuple[str, ...]
     kinds: tuple[str, ...]
     base_runs: tuple[str, ...]
+    sites: tuple[Site | None, ...]
     metric: MetricInfo
     scope: Scope
+
+    @classmethod
+    def build(
+        cls,
+        values: torch.Tensor,
+        clean: torch.Tensor,
+        corrupted: torch.Tensor,
+        *,
+        kinds: Sequence[str],
+        descriptions: Sequence[str],
+        base_runs: Sequence[str],
+        sites: Sequence[Site | None],
+        metric: MetricInfo | TargetMetric,
+        scope: Scope,
+        recovery_atol: float,
+    ) -> InterventionResult:
+        """A result from metric values and per-intervention fields; recovery is derived.
+
+        The one constructor of results, for the runner (fields from
+        :func:`intervention_fields`) and for sweeps read back from disk.
+        """
+        return cls(
+            values=values,
+            clean=clean,
+            corrupted=corrupted,
+            recovery=normalized_recovery(values, clean, corrupted, recovery_atol),
+            n_undefined_recovery=int(((clean - corrupted).abs() <= recovery_atol).sum()),
+            recovery_atol=recovery_atol,
+            descriptions=tuple(descriptions),
+            kinds=tuple(kinds),
+            base_runs=tuple(base_runs),
+            sites=tuple(sites),
+            metric=MetricInfo(metric.name, metric.unit, metric.definition),
+            scope=scope,
+        )
 
     @property
     def n_interventions(self) -> int:
@@ -129,12 +210,19 @@ class InterventionResult:
         """One plain dict per intervention x prompt, for tables and reports.
 
         Keys: ``intervention`` (index), ``kind``, ``semantics``, ``base_run``,
-        ``prompt`` (index), ``answer_position``, ``value``, ``clean``, ``corrupted``,
-        ``recovery``, ``metric``, ``unit``, ``metric_definition``, ``model``, ``task``,
-        ``n_prompts``.
+        ``component``, ``layer``, ``head``, ``positions`` (the site; None where the
+        intervention has no single site), ``prompt`` (index), ``answer_position``,
+        ``value``, ``clean``, ``corrupted``, ``recovery``, ``metric``, ``unit``,
+        ``metric_definition``, ``model``, ``task``, ``n_prompts``.
         """
         records = []
         for j in range(self.n_interventions):
+            site = self.sites[j]
+            where = (
+                dict.fromkeys(("component", "layer", "head", "positions"))
+                if site is None
+                else site.to_dict()
+            )
             for i in range(self.scope.n_prompts):
                 records.append(
                     {
@@ -142,6 +230,7 @@ class InterventionResult:
                         "kind": self.kinds[j],
                         "semantics": self.descriptions[j],
                         "base_run": self.base_runs[j],
+                        **where,
                         "prompt": i,
                         "answer_position": self.scope.answer_positions[i],
                         "value": float(self.values[j, i]),

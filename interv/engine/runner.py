@@ -1,45 +1,29 @@
-"""The one effectful runner: forwards with hooks, batched, scored at the answer position.
+"""``interv.run``: measure a target metric under each intervention, next to both baselines.
 
-:func:`run` measures a target metric on a task's prompts under each intervention,
-next to the clean and corrupted baselines of the same prompts:
+1. One clean and one corrupted forward (plus one per named reference set) give the
+   baselines and capture, once, every activation the interventions read.
+2. The interventions run stacked along the batch axis, each on its own copy of its base
+   run's prompts (see :mod:`interv.engine.stacking`), and are scored at each prompt's
+   answer position.
 
-1. One clean and one corrupted forward (plus one per named reference set), which give
-   the baselines and capture, once, every activation the interventions take their
-   replacements from.
-2. One forward per group of interventions: each intervention gets its own copy of
-   its base run's prompts, stacked along the batch axis (at most ``max_batch_size``
-   rows per forward), and its hooks edit only its rows.
-
-With ``reuse_prefix=True`` (the default) step 2 runs only what an intervention can
-change (see :mod:`interv.engine._suffix`): interventions are grouped by their earliest
-block ``L``, and each group's forward starts at block ``L`` from the base run's
-residual stream (recorded in step 1) and computes logits at the answer positions only.
-The results equal the full forwards up to float rounding; ``reuse_prefix=False`` runs
-every intervened forward from the embedding (the reference path).
-
-Hooks are attached only inside ``model.hooks(...)``, which removes exactly the hooks
-it attached, also when a hook or the caller raises, and leaves hooks the user
-attached alone. The runner never prints.
+With ``reuse_prefix=True`` (the default) each intervened forward starts at the earliest
+block its interventions touch, from the base run's recorded block inputs, and computes
+logits at the answer positions only; the results equal full forwards up to float
+rounding. ``reuse_prefix=False`` runs every intervened forward from the embedding (the
+reference path). The runner never prints; hooks never outlive a call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from interv.engine._suffix import BlockInputs, record_block_inputs, suffix_answer_logits
-from interv.engine.forwarding import answer_logits, forward_kwargs, model_device
-from interv.engine.hooks import (
-    Captured,
-    Source,
-    build_hooks,
-    check_intervention,
-    required_activations,
-)
-from interv.engine.interventions import RUNS, Combined, Intervention, ReferenceSet
-from interv.engine.results import InterventionResult, MetricInfo, Scope, normalized_recovery
+from interv._checks import as_finite, as_int
+from interv.engine.protocol import RUNS, Intervention, semantics
+from interv.engine.results import InterventionResult, Scope, intervention_fields
+from interv.engine.stacking import capture_base_runs, intervened_readouts, task_runs
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
@@ -47,23 +31,38 @@ from interv.tasks.tokenized import TokenizedPairs
 __all__ = ["run"]
 
 
-def _capture(
-    model: Any, tokens: torch.Tensor, mask: torch.Tensor, names: set[str]
-) -> tuple[torch.Tensor, dict[str, torch.Tensor], BlockInputs | None]:
-    """One forward: full logits, the activations named ``names``, every block's inputs.
-
-    The block inputs are None when the model's forward does not call each of its
-    blocks once (then the prefix cannot be reused).
-    """
-    device = model_device(model)
-    with record_block_inputs(model) as recorded:
-        logits, cache = model.run_with_cache(
-            tokens.to(device),
-            names_filter=lambda name: name in names,
-            **forward_kwargs(mask.to(device)),
+def _checked_interventions(
+    interventions: Intervention | Sequence[Intervention], cfg: Any, task: TokenizedPairs
+) -> tuple[Intervention, ...]:
+    if isinstance(interventions, Intervention):
+        interventions = (interventions,)
+    if isinstance(interventions, str) or not isinstance(interventions, Sequence):
+        raise IntervError(
+            "interventions must be an intervention or a sequence of them; got "
+            f"{type(interventions).__name__}"
         )
-    block_inputs = recorded[0] if len(recorded) == 1 else None
-    return logits, {name: cache[name] for name in names}, block_inputs
+    checked = tuple(interventions)
+    for intervention in checked:
+        semantics(intervention, task)
+        if intervention.base_run not in RUNS:
+            raise IntervError(
+                f"{type(intervention).__name__}.base_run must be one of {RUNS}; got "
+                f"{intervention.base_run!r}"
+            )
+        intervention.check(cfg, task.n_positions)
+    return checked
+
+
+def check_task(task: Any) -> TokenizedPairs:
+    """``task`` if it is a :class:`TokenizedPairs`, else a clear error saying how to get one."""
+    if isinstance(task, TokenizedPairs):
+        return task
+    hint = (
+        "; call .tokenize(model) on it first"
+        if type(task).__name__ == "PromptPairs"
+        else " (interv.load_task(name).tokenize(model), or PromptPairs(...).tokenize(model))"
+    )
+    raise IntervError(f"task must be a TokenizedPairs; got {type(task).__name__}{hint}")
 
 
 def run(
@@ -82,152 +81,77 @@ def run(
         model: a transformer-lens ``TransformerBridge`` (in eval mode for
             deterministic results).
         task: clean/corrupted prompt pairs with answer positions and target ids.
-        interventions: one intervention or a sequence of them.
+        interventions: one intervention or a sequence of them (built-in kinds or your own,
+            see :mod:`interv.engine.protocol`).
         metric: a name in :data:`interv.engine.targets.METRICS` or a
             :class:`~interv.engine.targets.TargetMetric`.
         max_batch_size: most rows per intervened forward; interventions are stacked
             along the batch axis up to this many rows (at least one intervention's
             ``task.n_pairs`` rows per forward).
         recovery_atol: tolerance on ``|clean - corrupted|`` below which normalized
-            recovery is NaN, in the metric's unit.
+            recovery is NaN, in the metric's unit (finite, >= 0).
         reuse_prefix: run each intervened forward from the earliest block it edits,
-            with logits at the answer positions only (exact; see the module
-            docstring); models whose forward does not call each block once get
-            full forwards. False runs full forwards, the reference path.
+            with logits at the answer positions only (exact up to float rounding);
+            models whose forward does not call each block once get full forwards.
+            False runs full forwards, the reference path.
 
     Returns:
         An :class:`~interv.engine.results.InterventionResult` with ``values``
         ``[n_interventions, n_prompts]``.
 
     Raises:
-        IntervError: unknown metric, a metric needing a foil on a task without one,
-            an intervention that does not fit the model or the task, or a bad
-            ``max_batch_size``.
+        IntervError: a task that is not tokenized, an unknown metric, a metric needing a
+            foil on a task without one, an intervention without a semantics sentence or
+            that does not fit the model or the task, or a bad ``max_batch_size``.
     """
-    if isinstance(interventions, Intervention):
-        interventions = (interventions,)
-    interventions = tuple(interventions)
+    task = check_task(task)
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int):
-        raise IntervError(f"max_batch_size must be an int >= 1; got {max_batch_size!r}")
-    if max_batch_size < 1:
-        raise IntervError(f"max_batch_size must be >= 1; got {max_batch_size}")
+    as_int(max_batch_size, "max_batch_size", minimum=1)
+    recovery_atol = as_finite(recovery_atol, "recovery_atol", minimum=0)
     if not isinstance(reuse_prefix, bool):
         raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
-    cfg = model.cfg
-    for intervention in interventions:
-        check_intervention(intervention, cfg, task)
+    checked = _checked_interventions(interventions, model.cfg, task)
 
-    needed: dict[Source, set[str]] = {run: set() for run in RUNS}
-    for intervention in interventions:
-        for source, name in required_activations(intervention):
-            needed.setdefault(source, set()).add(name)
-
-    run_tokens = {"clean": task.clean_tokens, "corrupted": task.corrupted_tokens}
-    with torch.no_grad():
-        captured: dict[tuple[Source, str], torch.Tensor] = {}
-        baseline_logits: dict[str, torch.Tensor] = {}
-        block_inputs: dict[str, BlockInputs | None] = {}
-        for source, names in needed.items():
-            if isinstance(source, ReferenceSet):
-                _, activations, _ = _capture(model, source.tokens, source.mask, names)
-            else:
-                logits, activations, block_inputs[source] = _capture(
-                    model, run_tokens[source], task.attention_mask, names
-                )
-                baseline_logits[source] = answer_logits(logits, task.answer_positions).cpu()
-            captured.update({(source, name): act for name, act in activations.items()})
-
-        def score(logits: torch.Tensor) -> torch.Tensor:
-            """``[k * n_pairs, d_vocab]`` answer logits -> ``[k, n_pairs]`` metric."""
-            n_copies = logits.shape[0] // task.n_pairs
-            return target_metric(
-                logits,
-                task.target_ids.repeat(n_copies),
-                None if task.foil_ids is None else task.foil_ids.repeat(n_copies),
-                baseline_logits["clean"].repeat(n_copies, 1),
-            ).reshape(n_copies, task.n_pairs)
-
-        clean = score(baseline_logits["clean"])[0]
-        corrupted = score(baseline_logits["corrupted"])[0]
-        prefix = None
-        if reuse_prefix and all(block_inputs[run] is not None for run in RUNS):
-            prefix = {run: block_inputs[run] for run in RUNS}
-        values_tensor = torch.empty(len(interventions), task.n_pairs, dtype=clean.dtype)
-        for indices, logits in _intervened_answer_logits(
-            model, task, interventions, captured, run_tokens, max_batch_size, prefix
-        ):
-            values_tensor[indices] = score(logits)
-
-    recovery = normalized_recovery(values_tensor, clean, corrupted, recovery_atol)
-    return InterventionResult(
-        values=values_tensor,
-        clean=clean,
-        corrupted=corrupted,
-        recovery=recovery,
-        n_undefined_recovery=int(((clean - corrupted).abs() <= recovery_atol).sum()),
-        recovery_atol=recovery_atol,
-        descriptions=tuple(iv.describe(task) for iv in interventions),
-        kinds=tuple(type(iv).__name__ for iv in interventions),
-        base_runs=tuple(iv.base_run for iv in interventions),
-        metric=MetricInfo(target_metric.name, target_metric.unit, target_metric.definition),
-        scope=Scope(
-            model_name=str(getattr(cfg, "model_name", type(model).__name__)),
-            task_name=task.name,
-            n_prompts=task.n_pairs,
-            n_positions=task.n_positions,
-            answer_positions=tuple(int(p) for p in task.answer_positions),
-            padding_side=task.padding_side,
-        ),
+    base = capture_base_runs(
+        model,
+        task_runs(task),
+        [read for intervention in checked for read in intervention.reads()],
+        readout="position_logits",
+        positions=task.answer_positions,
     )
+    clean_logits = base.readouts["clean"].cpu()
 
+    def score(logits: torch.Tensor) -> torch.Tensor:
+        """``[k * n_pairs, d_vocab]`` answer logits -> ``[k, n_pairs]`` metric."""
+        copies = logits.shape[0] // task.n_pairs
+        return target_metric(
+            logits,
+            task.target_ids.repeat(copies),
+            None if task.foil_ids is None else task.foil_ids.repeat(copies),
+            clean_logits.repeat(copies, 1),
+        ).reshape(copies, task.n_pairs)
 
-def _start_layer(intervention: Intervention) -> int:
-    """The earliest block whose computation ``intervention`` edits."""
-    parts = intervention.parts if isinstance(intervention, Combined) else (intervention,)
-    return min(part.layer for part in parts)
-
-
-def _intervened_answer_logits(
-    model: Any,
-    task: TokenizedPairs,
-    interventions: tuple[Intervention, ...],
-    captured: Captured,
-    run_tokens: dict[str, torch.Tensor],
-    max_batch_size: int,
-    prefix: dict[str, BlockInputs] | None,
-) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """Per group of ``k`` stacked interventions: their indices and answer logits.
-
-    Yields ``(indices, logits)`` with ``logits`` ``[k * n_pairs, d_vocab]`` (CPU), rows
-    ``j * n_pairs .. (j + 1) * n_pairs - 1`` belonging to ``interventions[indices[j]]``.
-    With ``prefix`` (the base runs' block inputs), groups share an earliest block and
-    run from it; without, every forward starts at the embedding.
-    """
-    n = task.n_pairs
-    per_forward = max(1, max_batch_size // n)
-    device = model_device(model)
-    by_start: dict[int, list[int]] = {}
-    for index, intervention in enumerate(interventions):
-        layer = 0 if prefix is None else _start_layer(intervention)
-        by_start.setdefault(layer, []).append(index)
-    for layer, indices in sorted(by_start.items()):
-        for start in range(0, len(indices), per_forward):
-            chunk = indices[start : start + per_forward]
-            group = [interventions[i] for i in chunk]
-            hooks = []
-            for k, intervention in enumerate(group):
-                rows = slice(k * n, (k + 1) * n)
-                hooks.extend(build_hooks(intervention, model.cfg, task, captured, rows))
-            answer_positions = task.answer_positions.repeat(len(group))
-            with model.hooks(fwd_hooks=hooks):
-                if prefix is None:
-                    tokens = torch.cat([run_tokens[iv.base_run] for iv in group])
-                    mask = task.attention_mask.repeat(len(group), 1)
-                    logits = model(tokens.to(device), **forward_kwargs(mask.to(device)))
-                    logits = answer_logits(logits, answer_positions)
-                else:
-                    base = [prefix[iv.base_run] for iv in group]
-                    logits = suffix_answer_logits(model, base, layer, answer_positions)
-            yield chunk, logits.cpu()
+    clean = score(clean_logits)[0]
+    corrupted = score(base.readouts["corrupted"].cpu())[0]
+    values = torch.empty(len(checked), task.n_pairs, dtype=clean.dtype)
+    for indices, logits in intervened_readouts(
+        model,
+        checked,
+        base,
+        readout="position_logits",
+        positions=task.answer_positions,
+        max_batch_size=max_batch_size,
+        reuse_prefix=reuse_prefix,
+        task=task,
+    ):
+        values[indices] = score(logits.cpu())
+    return InterventionResult.build(
+        values,
+        clean,
+        corrupted,
+        **intervention_fields(checked, task),
+        metric=target_metric,
+        scope=Scope.of(model, task),
+        recovery_atol=recovery_atol,
+    )

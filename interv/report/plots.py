@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.errors import IntervError
-from interv.report.flags import ABLATION_KINDS, FLAGS
+from interv.report.flags import FLAGS, is_ablation
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from interv.analysis.pruning.curves import PruningCurves
     from interv.report.table import Report
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "baseline_comparison",
     "concentration_vs_effect",
     "head_heatmaps",
+    "plot_pruning_curves",
     "recovery_by_layer_position",
     "standard_figures",
 ]
@@ -54,7 +56,7 @@ def _primary_kind(report: Report, kind: str | None) -> str:
         return kind
     if not head_kinds:
         raise IntervError("the report has no head rows to plot")
-    preferred = [k for k in ABLATION_KINDS if k in head_kinds]
+    preferred = [k for k in head_kinds if is_ablation(k)]
     return (preferred or head_kinds)[0]
 
 
@@ -123,7 +125,7 @@ def concentration_vs_effect(
             fx, fy = zip(*flagged, strict=True)
             ax.scatter(fx, fy, s=60, facecolors="none", edgecolors=color, label=flag)
     for xi, yi, r in zip(x, y, rows, strict=True):
-        ax.annotate(r.site.label, (xi, yi), fontsize=6, xytext=(2, 2), textcoords="offset points")
+        ax.annotate(r.label, (xi, yi), fontsize=6, xytext=(2, 2), textcoords="offset points")
     ax.axhline(0, color="0.8", linewidth=0.8)
     ax.set_xlabel(f"{metric} ({report.header.concentration_units[metric]}), mean over prompts")
     ax.set_ylabel(f"{kind} effect ({report.header.metric_unit}), mean over prompts")
@@ -177,12 +179,12 @@ def attention_row(
 
 def baseline_comparison(report: Report, *, ax: Axes | None = None) -> Figure:
     """Zero vs mean vs resample ablation effect per head, with bootstrap intervals."""
-    rows = [r for r in report.rows if r.kind in ABLATION_KINDS and r.concentration is not None]
+    rows = [r for r in report.rows if is_ablation(r.kind) and r.concentration is not None]
     if not rows:
-        raise IntervError(f"the report has no head ablation rows (kinds {ABLATION_KINDS})")
+        raise IntervError("the report has no head ablation rows (zero, mean or resample)")
     ax = _new_axes(1, 10, 3.5)[0] if ax is None else ax
     heads = list(dict.fromkeys((r.site.layer, r.site.head) for r in rows))
-    kinds = [k for k in ABLATION_KINDS if any(r.kind == k for r in rows)]
+    kinds = list(dict.fromkeys(r.kind for r in rows))
     width = 0.8 / len(kinds)
     for k, kind in enumerate(kinds):
         by_head = {(r.site.layer, r.site.head): r for r in rows if r.kind == kind}
@@ -214,8 +216,8 @@ def recovery_by_layer_position(report: Report, *, ax: Axes | None = None) -> Fig
         r
         for r in report.rows
         if r.recovery is not None
+        and r.site is not None
         and r.site.head is None
-        and r.site.layer is not None
         and r.site.positions is not None
         and len(r.site.positions) == 1
     ]
@@ -244,10 +246,31 @@ def standard_figures(report: Report) -> dict[str, Figure]:
     if any(r.concentration is not None for r in report.rows):
         figures["heatmaps"] = head_heatmaps(report)
         figures["concentration_vs_effect"] = concentration_vs_effect(report)
-    if any(r.kind in ABLATION_KINDS and r.concentration is not None for r in report.rows):
+    if any(is_ablation(r.kind) and r.concentration is not None for r in report.rows):
         figures["baseline_comparison"] = baseline_comparison(report)
     if any(
-        r.recovery is not None and r.site.head is None and r.site.positions for r in report.rows
+        r.recovery is not None and r.site is not None and r.site.head is None and r.site.positions
+        for r in report.rows
     ):
         figures["recovery_by_layer_position"] = recovery_by_layer_position(report)
     return figures
+
+
+def plot_pruning_curves(curves: PruningCurves, ax: Axes | None = None) -> Figure:
+    """One line per order: the evaluation against the number of heads removed.
+
+    Draws into ``ax`` when given (and returns its figure); otherwise makes a new
+    ``matplotlib.figure.Figure``. Shows and saves nothing.
+    """
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(6.4, 4.2))
+        ax = figure.add_subplot()
+    for name, values in curves.values.items():
+        ax.plot(range(len(values)), values.tolist(), marker="o", markersize=3, label=name)
+    ax.set_xlabel("heads mean-ablated (count, least important first)")
+    ax.set_ylabel(f"{curves.evaluation} ({curves.unit})")
+    ax.set_title(curves.scope, fontsize=8)
+    ax.legend(fontsize=7)
+    return ax.figure

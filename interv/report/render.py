@@ -87,7 +87,7 @@ def _header_lines(report: Report) -> list[tuple[str, str]]:
 def _row_cells(report: Report, row: ReportRow) -> list[str]:
     unit = report.header.metric_unit
     cells = [
-        row.site.label,
+        row.label,
         row.kind,
         row.semantics,
         f"{_fmt(row.effect_mean)} [{_fmt(row.effect_ci_low)}, {_fmt(row.effect_ci_high)}] {unit}",
@@ -267,6 +267,7 @@ def to_csv(report: Report) -> str:
     writer = csv.writer(buffer)
     columns = [
         "index",
+        "component",
         "layer",
         "head",
         "positions",
@@ -293,9 +294,12 @@ def to_csv(report: Report) -> str:
         writer.writerow(
             [
                 r.index,
-                r.site.layer,
-                r.site.head,
-                "" if r.site.positions is None else " ".join(map(str, r.site.positions)),
+                None if r.site is None else r.site.component,
+                None if r.site is None else r.site.layer,
+                None if r.site is None else r.site.head,
+                ""
+                if r.site is None or r.site.positions is None
+                else " ".join(map(str, r.site.positions)),
                 r.kind,
                 r.semantics,
                 r.base_run,

@@ -22,7 +22,6 @@ model. Each row keeps the two questions apart, side by side:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ import torch
 
 from interv import __version__
 from interv.analysis.concentration import METRICS
+from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
 from interv.report.flags import FlagRules, assign_flags
@@ -41,10 +41,17 @@ if TYPE_CHECKING:
     from interv.engine.interventions import Intervention
     from interv.engine.results import InterventionResult
 
-__all__ = ["PATCH_KINDS", "Report", "ReportHeader", "ReportRow", "Site", "build_report"]
+__all__ = ["Report", "ReportHeader", "ReportRow", "build_report", "reports_recovery"]
 
-PATCH_KINDS: tuple[str, ...] = ("ActivationPatch", "PatternPatch", "ValuePatch")
-"""Intervention kinds whose rows carry a normalized recovery."""
+
+def reports_recovery(kind: str) -> bool:
+    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
+    between the two runs of a task, as the kind's class declares)."""
+    from interv.engine.protocol import kind_of
+
+    registered = kind_of(kind)
+    return registered is not None and registered.cls.reports_recovery
+
 
 EFFECT_DEFINITION = (
     "effect = metric under the intervention minus the metric of the run it modified "
@@ -61,62 +68,6 @@ AGGREGATION_RULE = (
     "each prompt, then mean (and standard deviation) over prompts, each prompt weighing "
     "the same"
 )
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where an intervention acts: a layer, a head (None: not one head), positions."""
-
-    layer: int | None
-    head: int | None = None
-    positions: tuple[int, ...] | None = None
-
-    @classmethod
-    def of(cls, intervention: Intervention) -> Site:
-        """The site of an intervention value (reads its ``layer``/``head``/``positions``).
-
-        A :class:`~interv.engine.interventions.Combined` whose parts share one head has
-        that head's site; otherwise its site has no layer.
-        """
-        parts = getattr(intervention, "parts", None)
-        if parts is not None:
-            sites = {cls.of(part) for part in parts}
-            return sites.pop() if len(sites) == 1 else cls(None)
-        positions = getattr(intervention, "positions", None)
-        return cls(
-            getattr(intervention, "layer", None),
-            getattr(intervention, "head", None),
-            None if positions is None else tuple(positions),
-        )
-
-    @classmethod
-    def parse(cls, description: str) -> Site:
-        """The site named in a semantics sentence (``L{layer}H{head}`` or ``block {layer}``).
-
-        Used when only saved results (no intervention values) are available.
-        """
-        head = re.search(r"\bL(\d+)H(\d+)\b", description)
-        block = re.search(r"\bblock (\d+)\b", description)
-        position = re.search(r"\bat positions? \[?([\d, ]+)\]?", description)
-        positions = (
-            None if position is None else tuple(int(p) for p in position.group(1).split(","))
-        )
-        if head is not None:
-            return cls(int(head.group(1)), int(head.group(2)), positions)
-        return cls(None if block is None else int(block.group(1)), None, positions)
-
-    @property
-    def label(self) -> str:
-        """``L1H3``, ``L1`` or ``-``, plus ``@p`` for positions."""
-        if self.layer is None:
-            text = "-"
-        elif self.head is None:
-            text = f"L{self.layer}"
-        else:
-            text = f"L{self.layer}H{self.head}"
-        if self.positions is not None:
-            text += "@" + ",".join(str(p) for p in self.positions)
-        return text
 
 
 @dataclass(frozen=True)
@@ -159,7 +110,8 @@ class ReportRow:
     Attributes:
         index: the intervention's index in the engine's result(s), in order.
         kind: intervention class name; semantics: its one-sentence semantics.
-        base_run: the run it modified; site: layer, head, positions.
+        base_run: the run it modified; site: component, layer, head, positions (None:
+            the intervention is not filed under one site, e.g. several heads at once).
         effect_mean, effect_ci_low, effect_ci_high, effect_std, effect_min,
             effect_max: the effect over prompts, in the metric's unit.
         recovery: normalized recovery of the prompt-mean metric (patches only).
@@ -173,7 +125,7 @@ class ReportRow:
     kind: str
     semantics: str
     base_run: str
-    site: Site
+    site: Site | None
     effect_mean: float
     effect_ci_low: float
     effect_ci_high: float
@@ -185,6 +137,19 @@ class ReportRow:
     concentration_std: dict[str, float] | None
     flags: tuple[str, ...]
     per_prompt_effect: tuple[float, ...]
+
+    @property
+    def label(self) -> str:
+        """The site's label (``L1H3``, ``L1 resid_pre@4``), ``-`` without a site."""
+        return "-" if self.site is None else self.site.label
+
+    @property
+    def head(self) -> tuple[int, int] | None:
+        """``(layer, head)`` of a row about one head at all positions, else None."""
+        site = self.site
+        if site is None or site.head is None or site.positions is not None:
+            return None
+        return (site.layer, site.head)
 
 
 @dataclass(frozen=True)
@@ -216,7 +181,7 @@ class Report:
             {
                 (row.site.layer, row.site.head): row.concentration[metric]
                 for row in self.rows
-                if row.concentration is not None
+                if row.concentration is not None and row.site is not None
             }
         )
 
@@ -224,9 +189,9 @@ class Report:
         """``[layer, head_index]`` mean effect of the head rows of ``kind`` (metric unit)."""
         return self.head_grid(
             {
-                (row.site.layer, row.site.head): row.effect_mean
+                row.head: row.effect_mean
                 for row in self.rows
-                if row.kind == kind and row.site.head is not None and row.site.positions is None
+                if row.kind == kind and row.head is not None
             }
         )
 
@@ -263,7 +228,7 @@ class Report:
                 rank_c = by_conc.index(row) + 1
                 rank_e = by_effect.index(row) + 1
                 why = (
-                    f"{row.site.label} {kind}: concentration rank {rank_c}/{len(rows)} "
+                    f"{row.label} {kind}: concentration rank {rank_c}/{len(rows)} "
                     f"(normalized entropy {row.concentration['normalized_entropy']:.3f}), "
                     f"|effect| rank {rank_e}/{len(rows)} (effect {row.effect_mean:+.4g} "
                     f"{self.header.metric_unit}); flags: {', '.join(row.flags) or 'none'}"
@@ -287,13 +252,7 @@ class Report:
                 ReportRow(
                     **{
                         **row,
-                        "site": Site(
-                            row["site"]["layer"],
-                            row["site"]["head"],
-                            None
-                            if row["site"]["positions"] is None
-                            else tuple(row["site"]["positions"]),
-                        ),
+                        "site": _site_from_dict(row["site"]),
                         "concentration": _nan_for_none(row["concentration"]),
                         "concentration_std": _nan_for_none(row["concentration_std"]),
                         "flags": tuple(row["flags"]),
@@ -333,6 +292,18 @@ class Report:
         from interv.report.render import to_html
 
         return to_html(self, figures=False)
+
+
+def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
+    """A saved row's site. Reports of interv 0.1 stored no component: their head rows were
+    all about ``z``; their other rows get no site."""
+    if data is None:
+        return None
+    if "component" not in data:
+        if data.get("head") is None:
+            return None
+        data = {**data, "component": "z"}
+    return Site.from_dict(data)
 
 
 def _nan_for_none(values: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -398,7 +369,8 @@ def build_report(
             should show (default choice: the answer positions, ``query_positions=(-1,)``
             for right-padded tasks scored at the last token).
         interventions: the intervention values, in the order of the rows, to read each
-            row's site from; None = parse sites from the semantics sentences.
+            row's site from instead of the results' own ``sites`` (for results saved
+            without sites).
         flag_rules: thresholds of the flags (default :class:`FlagRules`).
         n_bootstrap: number of bootstrap resamples of prompts (>= 1).
         level: confidence level of every interval, in (0, 1).
@@ -418,16 +390,14 @@ def build_report(
             f"{concentration.n_prompts} prompts of {concentration.model_name!r} for effects on "
             f"{scope.n_prompts} prompts of {scope.model_name!r}"
         )
-    descriptions = [d for result in results for d in result.descriptions]
-    if interventions is None:
-        sites = [Site.parse(d) for d in descriptions]
-    else:
-        if len(interventions) != len(descriptions):
+    sites = [site for result in results for site in result.sites]
+    if interventions is not None:
+        if len(interventions) != len(sites):
             raise IntervError(
                 f"interventions must match the results one to one; got {len(interventions)} "
-                f"interventions for {len(descriptions)} result rows"
+                f"interventions for {len(sites)} result rows"
             )
-        sites = [Site.of(iv) for iv in interventions]
+        sites = [iv.site for iv in interventions]
     clean = results[0].clean.to(torch.float64)
     corrupted = results[0].corrupted.to(torch.float64)
     baselines = {"clean": clean, "corrupted": corrupted}
@@ -446,7 +416,7 @@ def build_report(
     for (result, j, recovery), site in zip(partial, sites, strict=True):
         effect = result.values[j].to(torch.float64) - baselines[result.base_runs[j]]
         effect_rows.append(effect)
-        is_head = site.head is not None and site.layer is not None
+        is_head = site is not None and site.head is not None
         low, high = bootstrap_mean_ci(effect, indices, level)
         drafts.append(
             {
@@ -460,7 +430,7 @@ def build_report(
                 "effect_std": float(effect.std()) if effect.numel() > 1 else float("nan"),
                 "effect_min": float(effect.min()),
                 "effect_max": float(effect.max()),
-                "recovery": recovery if result.kinds[j] in PATCH_KINDS else None,
+                "recovery": recovery if reports_recovery(result.kinds[j]) else None,
                 "concentration": (
                     {
                         name: float(per_prompt[name][:, site.layer, site.head].nanmean())
@@ -505,7 +475,7 @@ def build_report(
         members = [
             i
             for i, row in enumerate(rows)
-            if row.kind == kind and row.concentration is not None and row.site.positions is None
+            if row.kind == kind and row.concentration is not None and row.head is not None
         ]
         if len(members) < 3:
             continue

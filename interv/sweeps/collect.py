@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from interv.engine.results import InterventionResult, MetricInfo, Scope, normalized_recovery
+from interv.engine.results import InterventionResult, MetricInfo, Scope
+from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.sweeps.config import config_diff, parse_config
 from interv.sweeps.plan import Shard, unit_id
@@ -129,19 +130,21 @@ def _assemble(
     corrupted = torch.tensor(baselines["corrupted"], dtype=dtype)
     rows = [row for record in records for row in record["values"]]
     values = torch.tensor(rows, dtype=dtype).reshape(len(rows), clean.shape[0])
-    atol = float(baselines["recovery_atol"])
     scope = dict(baselines["scope"])
     scope["answer_positions"] = tuple(scope["answer_positions"])
-    return InterventionResult(
-        values=values,
-        clean=clean,
-        corrupted=corrupted,
-        recovery=normalized_recovery(values, clean, corrupted, atol),
-        n_undefined_recovery=int(((clean - corrupted).abs() <= atol).sum()),
-        recovery_atol=atol,
-        descriptions=tuple(d for record in records for d in record["descriptions"]),
-        kinds=tuple(k for record in records for k in record["kinds"]),
-        base_runs=tuple(b for record in records for b in record["base_runs"]),
+    return InterventionResult.build(
+        values,
+        clean,
+        corrupted,
+        kinds=[k for record in records for k in record["kinds"]],
+        descriptions=[d for record in records for d in record["descriptions"]],
+        base_runs=[b for record in records for b in record["base_runs"]],
+        sites=[
+            None if site is None else Site.from_dict(site)
+            for record in records
+            for site in record.get("sites", [None] * len(record["kinds"]))
+        ],
         metric=MetricInfo(**baselines["metric"]),
         scope=Scope(**scope),
+        recovery_atol=float(baselines["recovery_atol"]),
     )

@@ -27,27 +27,21 @@ interventions with their sites, the target metric, the seed and the batch sizes:
     sites = "all_layers"             # or {layers = [0]}
     positions = "each"               # one patch per position; or [3, 5]; default: all
 
-Intervention kinds, their engine value and their options (defaults in brackets);
-every kind also takes ``sites``:
+Intervention kinds come from one registry (:func:`interv.engine.protocol.kinds`): every
+registered name (``zero_ablation``, ``mean_ablation``, ``resample_ablation``,
+``activation_patch`` and its fixed-direction forms ``denoise`` / ``noise``,
+``value_scale``, ``value_replace``, ``knockout``, ``pattern_patch``, ``value_patch``,
+``add_vector``, ``project_out``, ``subspace_patch``, and any kind a user registered), or
+a class named by its import path, ``kind = "my_package.kinds:MyIntervention"``. An
+entry's other keys are the class's fields, with the class's defaults (or the kind's
+sweep defaults, e.g. ``component = "z"`` for the patch kinds); ``layer`` and ``head``
+come from ``sites``, and ``seed`` defaults to ``sweep.seed``.
 
-- ``zero_ablation`` (:class:`~interv.engine.interventions.ZeroAblation`): ``positions``.
-- ``mean_ablation`` (``MeanAblation``): ``reference`` [``"clean"``], ``pooled`` [false],
-  ``positions``.
-- ``resample_ablation`` (``ResampleAblation``): ``source`` [``"corrupted"``], ``seed``
-  [``sweep.seed``], ``positions``.
-- ``value_scale`` (``ValueScale``): ``key_positions`` [[0], the sink], ``factor`` [0.0].
-- ``value_replace`` (``ValueReplace``): ``key_positions`` [[0]], ``source`` [``"corrupted"``].
-- ``knockout`` (``AttentionKnockout``): ``key_positions`` [[0]].
-- ``pattern_patch`` / ``value_patch`` (``PatternPatch`` / ``ValuePatch``): ``direction``
-  [``"denoise"``].
-- ``denoise`` / ``noise`` (``ActivationPatch`` in that direction): ``component`` [``"z"``;
-  or ``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``], ``positions``.
-
-``sites`` of head kinds (and of ``component = "z"``): ``"all_heads"`` [default] or
-``{layers = [...], heads = [...]}`` (an omitted key means all). Sites of the other
-components: ``"all_layers"`` [default] or ``{layers = [...]}``. ``positions``: absent
-(all positions at once), a list (those positions at once) or ``"each"`` (one
-intervention per position).
+``sites``: for a kind that takes a head (``head`` field, and an instance with a head is
+valid): ``"all_heads"`` [default] or ``{layers = [...], heads = [...]}`` (an omitted key
+means all); otherwise ``"all_layers"`` [default] or ``{layers = [...]}``. ``positions``
+(kinds with a ``positions`` field): absent (the class's default, usually all positions at
+once), a list (those positions at once) or ``"each"`` (one intervention per position).
 
 :func:`parse_config` is pure: it checks every key and value before any model is
 loaded, and an :class:`~interv.errors.IntervError` names the offending key path and
@@ -62,6 +56,7 @@ configs that differ only in omitted defaults are the same sweep.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import tomllib
@@ -70,38 +65,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interv.engine.interventions import DIRECTIONS, RUNS
-from interv.engine.sites import COMPONENTS, HEAD_COMPONENTS
+from interv._checks import as_finite
+from interv.engine.protocol import Intervention, Kind, get_kind
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
 
 __all__ = [
-    "HEAD_KINDS",
-    "INTERVENTION_KINDS",
-    "PATCH_KINDS",
+    "SITE_FIELDS",
     "SweepConfig",
+    "build_intervention",
     "config_diff",
     "load_config",
     "parse_config",
+    "takes_head",
 ]
 
-HEAD_KINDS: tuple[str, ...] = (
-    "zero_ablation",
-    "mean_ablation",
-    "resample_ablation",
-    "value_scale",
-    "value_replace",
-    "knockout",
-    "pattern_patch",
-    "value_patch",
-)
-"""Intervention kinds that act on one query head (their sites are heads)."""
-
-PATCH_KINDS: tuple[str, ...] = ("denoise", "noise")
-"""Activation patching directions (:class:`~interv.engine.interventions.ActivationPatch`)."""
-
-INTERVENTION_KINDS: tuple[str, ...] = (*HEAD_KINDS, *PATCH_KINDS)
-"""Every ``kind`` a ``[[sweep.interventions]]`` entry accepts."""
+SITE_FIELDS: tuple[str, ...] = ("layer", "head")
+"""Fields of an intervention class that a sweep fills from ``sites``."""
 
 _TOP_KEYS = ("model", "task", "sweep")
 _MODEL_DEFAULTS: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
@@ -113,19 +93,6 @@ _SWEEP_DEFAULTS: dict[str, Any] = {
     "unit_size": 8,
     "seed": 0,
     "recovery_atol": 1e-6,
-}
-_KIND_OPTIONS: dict[str, dict[str, Any]] = {
-    # kind -> its options and their defaults (None = filled from elsewhere)
-    "zero_ablation": {"positions": None},
-    "mean_ablation": {"positions": None, "reference": "clean", "pooled": False},
-    "resample_ablation": {"positions": None, "source": "corrupted", "seed": None},
-    "value_scale": {"key_positions": [0], "factor": 0.0},
-    "value_replace": {"key_positions": [0], "source": "corrupted"},
-    "knockout": {"key_positions": [0]},
-    "pattern_patch": {"direction": "denoise"},
-    "value_patch": {"direction": "denoise"},
-    "denoise": {"positions": None, "component": "z"},
-    "noise": {"positions": None, "component": "z"},
 }
 _HEAD_SITE_KEYS = ("layers", "heads")
 
@@ -262,9 +229,7 @@ def _int(value: Any, path: str, minimum: int | None = None) -> int:
 
 
 def _float(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise IntervError(f"{path} must be a number; got {value!r}")
-    return float(value)
+    return as_finite(value, path)
 
 
 def _bool(value: Any, path: str) -> bool:
@@ -355,42 +320,109 @@ def _parse_sweep(table: Any) -> dict[str, Any]:
     return sweep
 
 
+def _plain(value: Any) -> Any:
+    """A default value as TOML-like data: tuples become lists."""
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def takes_head(kind: Kind, options: Mapping[str, Any]) -> bool:
+    """Whether ``kind`` with ``options`` is swept over heads.
+
+    True when the class requires a ``head``. For an optional ``head`` (e.g.
+    :class:`~interv.engine.interventions.ActivationPatch`, whose residual components take
+    none): True when an instance with ``head=0`` is valid, False when only one without a
+    head is.
+
+    Raises:
+        IntervError: no instance can be built from ``options`` (a bad option value).
+    """
+    head = {f.name: f for f in dataclasses.fields(kind.cls)}.get("head")
+    if head is None:
+        return False
+    if head.default is dataclasses.MISSING and head.default_factory is dataclasses.MISSING:
+        return True
+    try:
+        build_intervention(kind, options, layer=0, head=0)
+    except IntervError as with_head:
+        try:
+            build_intervention(kind, options, layer=0)
+        except IntervError:
+            raise with_head from None
+        return False
+    return True
+
+
+def build_intervention(
+    kind: Kind,
+    options: Mapping[str, Any],
+    *,
+    layer: int,
+    head: int | None = None,
+) -> Intervention:
+    """An instance of ``kind`` at ``layer`` (and ``head``) with the entry's ``options``.
+
+    ``options`` may hold ``kind`` and ``sites`` (ignored); ``positions``, when present,
+    must already be concrete (not ``"each"``).
+    """
+    values = {key: value for key, value in options.items() if key not in ("kind", "sites")}
+    sites: dict[str, Any] = {"layer": layer}
+    if head is not None:
+        sites["head"] = head
+    try:
+        return kind.build(**sites, **values)
+    except TypeError as error:  # a user class whose __init__ disagrees with its fields
+        raise IntervError(f"kind {kind.name!r} cannot be built from {values}: {error}") from error
+
+
 def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any]:
     if not isinstance(entry, Mapping) or "kind" not in entry:
-        raise IntervError(f"{path} must be a table with a 'kind' in {INTERVENTION_KINDS}")
-    kind = _choice(entry["kind"], f"{path}.kind", INTERVENTION_KINDS)
-    options = _KIND_OPTIONS[kind]
-    _check_table(entry, f"{path} (kind {kind!r})", ("kind", "sites", *options))
-    merged = {**options, **entry}
-    parsed: dict[str, Any] = {"kind": kind}
-    if kind in PATCH_KINDS:
-        component = _choice(merged["component"], f"{path}.component", COMPONENTS)
-        parsed["component"] = component
-        per_head = component in HEAD_COMPONENTS
-    else:
-        per_head = True
-    parsed["sites"] = _parse_sites(
-        merged.get("sites", "all_heads" if per_head else "all_layers"), f"{path}.sites", per_head
-    )
+        raise IntervError(
+            f"{path} must be a table with a 'kind' (a registered kind name or "
+            "'module:Class'); see interv.engine.protocol.kinds()"
+        )
+    name = _str(entry["kind"], f"{path}.kind")
+    try:
+        kind = get_kind(name)
+    except IntervError as error:
+        raise IntervError(f"{path}.kind: {error}") from error
+    fields = {f.name: f for f in dataclasses.fields(kind.cls)}
+    if "layer" not in fields:
+        raise IntervError(
+            f"{path}.kind: kind {name!r} ({kind.cls.__name__}) has no 'layer' field, so a "
+            "sweep cannot expand it over sites; run it with interv.run instead"
+        )
+    options = [key for key in fields if key not in SITE_FIELDS and key not in kind.fixed]
+    where = f"{path} (kind {name!r})"
+    _check_table(entry, where, ("kind", "sites", *options))
+    parsed: dict[str, Any] = {"kind": name}
     for key in options:
-        if key == "component":
-            continue
-        value = merged[key]
-        where = f"{path}.{key}"
-        if key == "positions":
-            parsed[key] = _parse_positions(value, where)
-        elif key == "key_positions":
-            parsed[key] = _int_list(value, where, allow_empty=True)
-        elif key in ("reference", "source"):
-            parsed[key] = _choice(value, where, RUNS)
-        elif key == "direction":
-            parsed[key] = _choice(value, where, DIRECTIONS)
-        elif key == "pooled":
-            parsed[key] = _bool(value, where)
-        elif key == "factor":
-            parsed[key] = _float(value, where)
+        spec = fields[key]
+        if key in entry:
+            parsed[key] = entry[key]
         elif key == "seed":
-            parsed[key] = sweep_seed if value is None else _int(value, where)
+            parsed[key] = sweep_seed
+        elif key in kind.defaults:
+            parsed[key] = _plain(kind.defaults[key])
+        elif spec.default is not dataclasses.MISSING:
+            parsed[key] = _plain(spec.default)
+        elif spec.default_factory is not dataclasses.MISSING:
+            parsed[key] = _plain(spec.default_factory())
+        else:
+            raise IntervError(f"missing key {path}.{key}; kind {name!r} needs it")
+    probe = dict(parsed)
+    if "positions" in parsed:
+        parsed["positions"] = _parse_positions(parsed["positions"], f"{path}.positions")
+        probe["positions"] = None if parsed["positions"] == "each" else parsed["positions"]
+    try:  # validates every option value before any model is loaded
+        per_head = takes_head(kind, probe)
+        build_intervention(kind, probe, layer=0, head=0 if per_head else None)
+    except IntervError as error:
+        raise IntervError(f"{where}: {error}") from error
+    parsed["sites"] = _parse_sites(
+        entry.get("sites", "all_heads" if per_head else "all_layers"), f"{path}.sites", per_head
+    )
     return parsed
 
 

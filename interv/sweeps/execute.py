@@ -152,6 +152,7 @@ class SweepWorker:
             "kinds": list(result.kinds),
             "descriptions": list(result.descriptions),
             "base_runs": list(result.base_runs),
+            "sites": [None if site is None else site.to_dict() for site in result.sites],
             "values": result.values.tolist(),
         }
         baselines = {

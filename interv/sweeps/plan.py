@@ -22,21 +22,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from interv.engine.interventions import (
-    ActivationPatch,
-    AttentionKnockout,
-    Intervention,
-    MeanAblation,
-    PatternPatch,
-    ResampleAblation,
-    ValuePatch,
-    ValueReplace,
-    ValueScale,
-    ZeroAblation,
-)
-from interv.engine.sites import HEAD_COMPONENTS, check_head, check_layer, check_positions
+from interv.engine.protocol import Intervention, get_kind
 from interv.errors import IntervError
-from interv.sweeps.config import PATCH_KINDS, SweepConfig
+from interv.sweeps.config import SweepConfig, build_intervention, takes_head
 
 __all__ = ["Shard", "WorkUnit", "expand_interventions", "plan_units", "unit_id"]
 
@@ -140,57 +128,19 @@ def expand_interventions(
 def _expand_entry(
     entry: Mapping[str, Any], model_cfg: Any, n_positions: int
 ) -> Iterator[Intervention]:
-    kind = entry["kind"]
-    per_head = kind not in PATCH_KINDS or entry["component"] in HEAD_COMPONENTS
+    kind = get_kind(entry["kind"])
+    positions = entry.get("positions")
+    concrete = None if positions == "each" else positions
+    per_head = takes_head(kind, {**entry, "positions": concrete} if "positions" in entry else entry)
     sites = entry["sites"]
     every = not isinstance(sites, Mapping)
     layers = range(model_cfg.n_layers) if every or "layers" not in sites else sites["layers"]
     heads = range(model_cfg.n_heads) if every or "heads" not in sites else sites["heads"]
+    choices = [[p] for p in range(n_positions)] if positions == "each" else [concrete]
     for layer in layers:
-        check_layer(model_cfg, layer, None if per_head else entry["component"])
         for head in heads if per_head else (None,):
-            if head is not None:
-                check_head(model_cfg, layer, head)
-            for positions in _position_choices(entry, n_positions):
-                yield _build(entry, layer, head, positions)
-
-
-def _position_choices(
-    entry: Mapping[str, Any], n_positions: int
-) -> Sequence[tuple[int, ...] | None]:
-    if "key_positions" in entry:
-        check_positions(entry["key_positions"], n_positions, "key position")
-    positions = entry.get("positions")
-    if positions == "each":
-        return [(p,) for p in range(n_positions)]
-    if positions is None:
-        return [None]
-    check_positions(positions, n_positions, "position")
-    return [tuple(positions)]
-
-
-def _build(
-    entry: Mapping[str, Any], layer: int, head: int | None, positions: tuple[int, ...] | None
-) -> Intervention:
-    kind = entry["kind"]
-    if kind in PATCH_KINDS:
-        return ActivationPatch(entry["component"], layer, head, kind, positions)
-    builders = {
-        "zero_ablation": lambda: ZeroAblation(layer, head, positions),
-        "mean_ablation": lambda: MeanAblation(
-            layer, head, entry["reference"], entry["pooled"], positions
-        ),
-        "resample_ablation": lambda: ResampleAblation(
-            layer, head, entry["source"], entry["seed"], positions
-        ),
-        "value_scale": lambda: ValueScale(
-            layer, head, tuple(entry["key_positions"]), entry["factor"]
-        ),
-        "value_replace": lambda: ValueReplace(
-            layer, head, tuple(entry["key_positions"]), entry["source"]
-        ),
-        "knockout": lambda: AttentionKnockout(layer, head, tuple(entry["key_positions"])),
-        "pattern_patch": lambda: PatternPatch(layer, head, entry["direction"]),
-        "value_patch": lambda: ValuePatch(layer, head, entry["direction"]),
-    }
-    return builders[kind]()
+            for chosen in choices:
+                options = {**entry, "positions": chosen} if "positions" in entry else entry
+                intervention = build_intervention(kind, options, layer=layer, head=head)
+                intervention.check(model_cfg, n_positions)
+                yield intervention

@@ -102,12 +102,15 @@ def measure_roles(model: TransformerBridge, batch: InductionBatch, *, data: str)
     """
     import torch
 
+    from interv.engine.forward import Prompts, forward
+    from interv.engine.sites import Site
+
     tokens = batch.tokens
     n_ctx = tokens.shape[1]
-    with torch.no_grad():
-        _, cache = model.run_with_cache(
-            tokens, names_filter=lambda hook_name: hook_name.endswith("attn.hook_pattern")
-        )
+    sites = [Site("pattern", layer) for layer in range(model.cfg.n_layers)]
+    captured = forward(
+        model, Prompts.of(tokens), capture=sites, readout=None, stop_after=sites[-1]
+    ).captured
     positions = batch.positions
     in_prefix = (positions >= 1) & (positions <= batch.prefix_length[:, None])
     previous_mask = in_prefix & (positions >= 2)
@@ -116,8 +119,8 @@ def measure_roles(model: TransformerBridge, batch: InductionBatch, *, data: str)
     previous_key = (positions - 1).clamp(min=0).expand_as(tokens)
 
     per_layer: dict[str, list[torch.Tensor]] = {role: [] for role in ROLES}
-    for layer in range(model.cfg.n_layers):
-        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]  # [batch, head, query, key]
+    for site in sites:
+        pattern = captured[site].cpu()  # [batch, head, query, key]
         n_heads = pattern.shape[1]
 
         def weight_on(key: torch.Tensor, pattern: torch.Tensor = pattern, h: int = n_heads):
@@ -161,8 +164,9 @@ def task_accuracy(model: TransformerBridge, batch: InductionBatch, *, data: str)
     positions (the chance reference), fractions 0..1."""
     import torch
 
-    with torch.no_grad():
-        logits = model(batch.tokens, return_type="logits")  # [batch, pos, d_vocab]
+    from interv.engine.forward import Prompts, forward
+
+    logits = forward(model, Prompts.of(batch.tokens)).readout.cpu()  # [batch, pos, d_vocab]
     correct = torch.zeros_like(batch.tokens, dtype=torch.bool)
     correct[:, :-1] = logits[:, :-1].argmax(dim=-1) == batch.tokens[:, 1:]
     repeated, fresh = batch.determined_mask, batch.fresh_mask

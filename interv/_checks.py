@@ -1,0 +1,89 @@
+"""The small input checks every layer of interv shares: ints, positions, ranges.
+
+Each check raises :class:`~interv.errors.IntervError` with a message that names the
+value and what is allowed, and returns the normalized value. No torch, no model.
+Internal to interv; no stability promise.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+from interv.errors import IntervError
+
+__all__ = ["as_finite", "as_int", "as_positions", "check_index"]
+
+
+def as_int(value: Any, what: str, *, minimum: int | None = None) -> int:
+    """``value`` as an int: any integer-like value (numpy ints, integer 0-d tensors); bools
+    and floats are refused."""
+    if isinstance(value, bool):
+        raise IntervError(f"{what} must be an integer; got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise IntervError(f"{what} must be an integer; got {value!r}") from None
+    if minimum is not None and value < minimum:
+        raise IntervError(f"{what} must be >= {minimum}; got {value}")
+    return value
+
+
+def as_finite(value: Any, what: str, *, minimum: float | None = None) -> float:
+    """``value`` as a finite float (NaN and infinities refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise IntervError(f"{what} must be a number; got {value!r}")
+    if not math.isfinite(value):
+        raise IntervError(f"{what} must be a finite number; got {value!r}")
+    if minimum is not None and value < minimum:
+        raise IntervError(f"{what} must be >= {minimum}; got {value}")
+    return float(value)
+
+
+def as_positions(
+    positions: Iterable[int] | int | None,
+    what: str,
+    *,
+    allow_negative: bool = False,
+    allow_empty: bool = True,
+) -> tuple[int, ...] | None:
+    """Distinct integer positions as a tuple; ``None`` (all positions) passes through.
+
+    Args:
+        positions: an int, an iterable of ints, or None.
+        what: the argument's name, for messages (e.g. ``"key_positions"``).
+        allow_negative: accept negative positions (counted from the end).
+        allow_empty: accept an empty collection.
+    """
+    if positions is None:
+        return None
+    if isinstance(positions, str | bytes):
+        raise IntervError(f"{what} must be an int or a sequence of ints; got {positions!r}")
+    items = [positions] if isinstance(positions, int) else positions
+    try:
+        values = tuple(as_int(p, f"{what} entry") for p in items)
+    except TypeError as error:
+        raise IntervError(
+            f"{what} must be an int or a sequence of ints; got {positions!r}"
+        ) from error
+    if not values and not allow_empty:
+        raise IntervError(f"{what} must name at least one position; got an empty sequence")
+    if not allow_negative and any(p < 0 for p in values):
+        raise IntervError(f"{what} must be >= 0 (absolute positions); got {values}")
+    if len(set(values)) != len(values):
+        raise IntervError(f"{what} must not repeat; got {values}")
+    return values
+
+
+def check_index(value: Any, count: int, noun: str, owner: str) -> int:
+    """``value`` as an int in ``0..count - 1``; the message names ``noun`` and its range.
+
+    Example: ``check_index(2, 2, "layer", "the model has 2 layers")`` raises
+    "layer 2 is out of range; the model has 2 layers (valid layers 0..1)".
+    """
+    value = as_int(value, noun)
+    if not 0 <= value < count:
+        raise IntervError(f"{noun} {value} is out of range; {owner} (valid {noun}s 0..{count - 1})")
+    return value

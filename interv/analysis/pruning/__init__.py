@@ -1,0 +1,83 @@
+"""Pruning curves: mean-ablate heads cumulatively in the order a ranking gives.
+
+A *ranking* orders heads from least to most important under some criterion: an
+attention-concentration number (raw entropy, content entropy, sink mass), a
+value-aware number (contribution norm), the exact causal effect of ablating the
+head alone, a first-order attribution score, or a seeded random order. A *pruning
+curve* mean-ablates the first ``k`` heads of an order together (``k = 0 .. K``) and
+evaluates the model each time. Pruning removes the least important heads first, so a
+ranking that knows which heads matter keeps the curve flat for longer. Comparing the
+curves of concentration rankings with the curve of the exact effect shows how far
+"concentrated" is from "important".
+
+Evaluations (each states its unit and the reference of the mean ablation):
+
+- :class:`TaskEvaluation`: a target metric of a prompt-pair task at the answer
+  position, through :func:`interv.engine.runner.run` with
+  ``Combined(parts=(MeanAblation(L, h), ...))``: each ablated head's ``z`` is replaced
+  by its mean over the task's clean prompts at the same position. ``metric="loss"`` is
+  the cross-entropy of the target token (``-log_prob``, nats).
+- :class:`TextEvaluation`: language-model loss on a text sample (by default the one
+  shipped in ``interv/data/text_sample.txt``), the mean next-token cross-entropy over
+  every predicted position, in nats/token (perplexity = ``exp`` of it). The text is
+  one token stream cut into chunks, so the reference is *pooled*: each ablated head's
+  ``z`` is replaced at every position by its mean over all positions of all chunks.
+- :class:`EmbeddingEvaluation`: for encoders without a trained output head
+  (all-MiniLM-L6-v2): the mean over sentences of the cosine similarity between the
+  sentence embedding under ablation and the unablated one (unit: cosine, in [-1, 1];
+  1 = unchanged). Reference: pooled over the sentences' real tokens.
+
+Every evaluation runs through the engine: each set of ablated heads is one
+:class:`~interv.engine.interventions.Combined` of mean ablations, stacked with the other
+sets along the batch axis and started at its earliest ablated block
+(:mod:`interv.engine.stacking`); text and embedding evaluations read out the whole
+sequence (logits, final hidden states) instead of the answer position.
+
+Modules: :mod:`~interv.analysis.pruning.evaluations` (what a curve measures),
+:mod:`~interv.analysis.pruning.rankings` (orders of heads),
+:mod:`~interv.analysis.pruning.curves` (the curves); the plot is
+:func:`interv.report.plots.plot_pruning_curves`.
+"""
+
+from interv.analysis.pruning.curves import PruningCurves, pruning_curves
+from interv.analysis.pruning.evaluations import (
+    EmbeddingEvaluation,
+    Evaluation,
+    Head,
+    TaskEvaluation,
+    TextEvaluation,
+    text_sample,
+)
+from interv.analysis.pruning.rankings import RANKINGS, check_rankings, rank_heads
+
+
+def __getattr__(name: str):
+    """``plot_pruning_curves`` moved to :mod:`interv.report.plots` (kept here for one release)."""
+    if name == "plot_pruning_curves":
+        import warnings
+
+        from interv.report.plots import plot_pruning_curves
+
+        warnings.warn(
+            "interv.analysis.pruning.plot_pruning_curves moved to "
+            "interv.report.plots.plot_pruning_curves",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return plot_pruning_curves
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "RANKINGS",
+    "EmbeddingEvaluation",
+    "Evaluation",
+    "Head",
+    "PruningCurves",
+    "TaskEvaluation",
+    "TextEvaluation",
+    "check_rankings",
+    "pruning_curves",
+    "rank_heads",
+    "text_sample",
+]

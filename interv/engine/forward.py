@@ -1,0 +1,347 @@
+"""The one forward primitive: every part of interv that runs a model runs it through here.
+
+>>> out = forward(model, Prompts.of(tokens), capture=[Site("pattern", 0)], readout=None,
+...               stop_after=Site("pattern", 0))
+>>> out.captured[Site("pattern", 0)].shape      # [batch, head_index, query_pos, key_pos]
+
+:func:`forward` owns what every caller would otherwise write again:
+
+- **device and dtype**: tokens and masks go to the model's device; readouts come back
+  in float32 at least (a bfloat16 model's logits are upcast before any metric).
+- **the forward mask** for padding on either side (passed only when there is padding).
+- **hook names**: callers name activations by :class:`~interv.engine.sites.Site`.
+- **readout**: full logits, logits at chosen positions (the final norm and the
+  unembedding run on those positions only), the final residual stream, or nothing.
+- **early stop** right after a chosen site fires (nothing after it is computed).
+- **prefix reuse**: a base forward can record the inputs of every block
+  (:class:`Prefix`); a later forward of copies of the same prompts can start at block
+  ``L`` from them (:class:`Suffix`), running only the blocks an edit can change.
+
+Hooks are attached only inside ``model.hooks(...)``, which removes exactly what it
+attached, also when a hook or the caller raises, and leaves the user's hooks alone.
+
+Why prefix reuse is exact: an edit whose earliest site is in block ``L`` cannot change
+anything block ``L`` reads. The backend's own ``forward(start_at_layer=L)`` still runs
+blocks ``0..L-1``, so instead the inputs each block received (hidden states, attention
+mask, position ids, rotary tables, as the Hugging Face model computed them) are
+recorded during the base forward, and the blocks ``L..`` are called with them. The
+blocks are the bridge's own modules, so every hook inside them fires as in a full
+forward, including the hook on block ``L``'s input (``resid_pre``), which sees the
+injected residual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from interv.engine.sites import Site, block_output_hook, hook_name
+from interv.errors import IntervError
+
+__all__ = [
+    "READOUTS",
+    "ForwardOutput",
+    "HookFn",
+    "Prefix",
+    "Prompts",
+    "Suffix",
+    "forward",
+    "model_device",
+]
+
+HookFn = Callable[[torch.Tensor, Any], torch.Tensor | None]
+"""A transformer-lens hook function: ``fn(activation, hook) -> new activation or None``."""
+
+READOUTS: tuple[str | None, ...] = ("logits", "position_logits", "final_residual", None)
+"""What :func:`forward` returns: ``"logits"`` ``[n, pos, d_vocab]``; ``"position_logits"``
+``[n, d_vocab]`` at one position per row; ``"final_residual"`` ``[n, pos, d_model]`` (the
+last block's output); None: nothing (run for hooks and captures)."""
+
+# Keyword arguments carrying an incremental-decoding cache: a suffix call never uses one.
+_CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s parameters (CPU for a model without parameters)."""
+    parameter = next(model.parameters(), None)
+    return torch.device("cpu") if parameter is None else parameter.device
+
+
+@dataclass(frozen=True, eq=False)
+class Prompts:
+    """A padded batch of prompts.
+
+    Attributes:
+        tokens: ``[n, pos]`` int64 token ids.
+        mask: ``[n, pos]`` bool, True at real tokens (padding on either side).
+    """
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+
+    @classmethod
+    def of(cls, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> Prompts:
+        """Prompts from token ids and an optional mask (None = every token is real)."""
+        if mask is None:
+            mask = torch.ones(tokens.shape, dtype=torch.bool)
+        return cls(tokens.to(torch.int64), mask.to(torch.bool))
+
+    @property
+    def n(self) -> int:
+        """Number of prompts."""
+        return int(self.tokens.shape[0])
+
+    def repeat(self, copies: int) -> Prompts:
+        """``copies`` copies stacked along the batch axis."""
+        return Prompts(self.tokens.repeat(copies, 1), self.mask.repeat(copies, 1))
+
+    @staticmethod
+    def stack(parts: Sequence[Prompts]) -> Prompts:
+        """Several batches of the same padded length, stacked along the batch axis."""
+        return Prompts(torch.cat([p.tokens for p in parts]), torch.cat([p.mask for p in parts]))
+
+
+@dataclass(frozen=True, eq=False)
+class Prefix:
+    """What every block received during one forward of ``n_prompts`` prompts.
+
+    Attributes:
+        residuals: per block ``L``, the residual stream entering it, ``[n, pos, d_model]``.
+        kwargs: per block ``L``, the other keyword arguments it was called with
+            (attention mask, position ids, position embeddings), cache arguments removed.
+        n_prompts: the batch size of the recorded forward.
+    """
+
+    residuals: tuple[torch.Tensor, ...]
+    kwargs: tuple[dict[str, Any], ...]
+    n_prompts: int
+
+
+@dataclass(frozen=True, eq=False)
+class Suffix:
+    """Run blocks ``start_layer..`` on stacked recorded prefixes, one per copy, in row order.
+
+    All prefixes must come from forwards of prompts with the same mask (so that their
+    block keyword arguments agree).
+    """
+
+    prefixes: tuple[Prefix, ...]
+    start_layer: int
+
+    @property
+    def n(self) -> int:
+        """Number of rows: copies times prompts per copy."""
+        return sum(prefix.n_prompts for prefix in self.prefixes)
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardOutput:
+    """What one :func:`forward` produced.
+
+    Attributes:
+        readout: see :data:`READOUTS`; None when no readout was asked for.
+        captured: captured site (positions dropped) -> activation, on the model's device,
+            detached unless the forward ran with gradients.
+        prefix: the recorded block inputs (``record_prefix=True`` on a full forward that
+            called every block once), else None.
+    """
+
+    readout: torch.Tensor | None
+    captured: dict[Site, torch.Tensor]
+    prefix: Prefix | None
+
+
+class _Stopped(Exception):
+    """Raised by the stop hook: the rest of the forward is not needed."""
+
+
+def forward(
+    model: Any,
+    inputs: Prompts | Suffix,
+    *,
+    hooks: Sequence[tuple[Site | str, HookFn]] = (),
+    capture: Sequence[Site] = (),
+    readout: str | None = "logits",
+    positions: torch.Tensor | None = None,
+    stop_after: Site | None = None,
+    record_prefix: bool = False,
+    grad: bool = False,
+) -> ForwardOutput:
+    """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
+
+    Args:
+        model: a transformer-lens ``TransformerBridge``.
+        inputs: :class:`Prompts` (a full forward from the embedding) or a :class:`Suffix`
+            (blocks ``start_layer..`` from recorded prefixes).
+        hooks: ``(site, fn)`` pairs; ``fn`` sees the whole batch's activation at the
+            site (its ``head`` and ``positions`` are ignored here) and returns a
+            replacement or None. A plain hook-name string is accepted for sites outside
+            :class:`~interv.engine.sites.Site` (the final norm's hooks).
+        capture: sites whose activations to return (after the hooks above edited them).
+        readout: one of :data:`READOUTS`.
+        positions: ``[n]`` int64, the position of each row read out by
+            ``"position_logits"``.
+        stop_after: end the forward right after this site's hook (readout must be None).
+        record_prefix: record every block's inputs (full forwards only).
+        grad: run with gradients enabled (default: ``torch.no_grad``).
+
+    Returns:
+        A :class:`ForwardOutput`.
+    """
+    if readout not in READOUTS:
+        raise IntervError(f"unknown readout {readout!r}; choose one of {READOUTS}")
+    if stop_after is not None and readout is not None:
+        raise IntervError(
+            f"stop_after ends the forward early, so readout must be None; got {readout!r}"
+        )
+    if (readout == "position_logits") != (positions is not None):
+        raise IntervError("positions are needed by, and only by, readout='position_logits'")
+    if record_prefix and isinstance(inputs, Suffix):
+        raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
+    device = model_device(model)
+    captured: dict[Site, torch.Tensor] = {}
+    seen: dict[str, torch.Tensor] = {}
+    fwd_hooks = [(_name(site), fn) for site, fn in hooks]
+    fwd_hooks += [
+        (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
+    ]
+    last_block = block_output_hook(model.cfg.n_layers - 1)
+    stop_name = None if stop_after is None else hook_name(stop_after)
+    if readout in ("position_logits", "final_residual"):
+        stop_name = last_block
+        fwd_hooks.append((last_block, _keeper(last_block, seen, grad)))
+    if stop_name is not None:
+        fwd_hooks.append((stop_name, _stop))
+    context = torch.enable_grad() if grad else torch.no_grad()
+    recording = _record_prefix(model) if record_prefix else nullcontext([])
+    logits = None
+    with context, recording as recorded:
+        try:
+            with model.hooks(fwd_hooks=fwd_hooks):
+                if isinstance(inputs, Suffix):
+                    hidden = _run_suffix(model, inputs)
+                    if readout == "logits":
+                        logits = model.unembed(model.ln_final(hidden))
+                else:
+                    logits = _run_full(model, inputs, device, readout == "logits")
+        except _Stopped:
+            pass
+        out: torch.Tensor | None = logits
+        if readout == "final_residual":
+            out = seen[last_block]
+        elif readout == "position_logits":
+            hidden = seen[last_block]
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            at = hidden[rows, positions.to(hidden.device)].unsqueeze(1)
+            out = model.unembed(model.ln_final(at)).squeeze(1)
+    if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
+        out = out.float()
+    prefix = recorded[0] if len(recorded) == 1 else None
+    return ForwardOutput(readout=out, captured=captured, prefix=prefix)
+
+
+def _name(site: Site | str) -> str:
+    return site if isinstance(site, str) else hook_name(site)
+
+
+def _keeper(key: Any, store: dict, grad: bool) -> HookFn:
+    def keep(activation: torch.Tensor, hook: Any) -> None:
+        store[key] = activation if grad else activation.detach()
+
+    return keep
+
+
+def _stop(activation: torch.Tensor, hook: Any) -> None:
+    raise _Stopped
+
+
+def _run_full(model: Any, prompts: Prompts, device: torch.device, want_logits: bool) -> Any:
+    kwargs = {} if bool(prompts.mask.all()) else {"attention_mask": prompts.mask.to(device)}
+    tokens = prompts.tokens.to(device)
+    if want_logits:
+        return model(tokens, **kwargs)
+    model(tokens, return_type=None, **kwargs)
+    return None
+
+
+def _run_suffix(model: Any, suffix: Suffix) -> torch.Tensor:
+    """Blocks ``start_layer..`` on the stacked prefixes; returns the last block's output."""
+    first = suffix.prefixes[0]
+    copies, n_prompts = len(suffix.prefixes), first.n_prompts
+    hidden = torch.cat([prefix.residuals[suffix.start_layer] for prefix in suffix.prefixes])
+    for layer in range(suffix.start_layer, len(model.blocks)):
+        kwargs = {
+            name: _repeat_batch(value, copies, n_prompts)
+            for name, value in first.kwargs[layer].items()
+        }
+        output = model.blocks[layer](hidden, **kwargs)
+        hidden = output[0] if isinstance(output, tuple) else output
+    return hidden
+
+
+def _repeat_batch(value: Any, copies: int, n_prompts: int) -> Any:
+    """Stack ``copies`` copies of every batch-leading tensor (``[n_prompts, ...]``, ndim >= 2).
+
+    Other tensors (e.g. rotary tables ``[1, pos, d]``, broadcast over the batch) pass
+    unchanged. Tuples and lists are handled element-wise.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.ndim >= 2 and value.shape[0] == n_prompts and copies > 1:
+            return value.repeat(copies, *([1] * (value.ndim - 1)))
+        return value
+    if isinstance(value, tuple | list):
+        return type(value)(_repeat_batch(item, copies, n_prompts) for item in value)
+    return value
+
+
+@contextmanager
+def _record_prefix(model: Any) -> Iterator[list[Prefix]]:
+    """Record the inputs of every block during the forwards run inside the context.
+
+    Yields a list that, after the forward, holds one :class:`Prefix` per complete
+    forward (every block called once). The recording hooks are plain torch forward
+    pre-hooks on the blocks, removed in ``finally``.
+    """
+    n_layers = len(model.blocks)
+    residuals: list[torch.Tensor] = []
+    kwargs: list[dict[str, Any]] = []
+    recorded: list[Prefix] = []
+
+    def make_hook(layer: int) -> Any:
+        def hook(module: Any, args: tuple, block_kwargs: dict[str, Any]) -> None:
+            if layer == 0 or len(args) > 1:
+                # a new forward; extra positional inputs are not replayed, so a forward
+                # that passes any stays incomplete and is not recorded
+                residuals.clear()
+                kwargs.clear()
+            if len(args) > 1:
+                return
+            hidden = args[0] if args else block_kwargs["hidden_states"]
+            rest = {k: v for k, v in block_kwargs.items() if k != "hidden_states"}
+            residuals.append(hidden.detach())
+            kwargs.append(_without_cache(rest))
+            if layer == n_layers - 1 and len(residuals) == n_layers:
+                recorded.append(Prefix(tuple(residuals), tuple(kwargs), hidden.shape[0]))
+
+        return hook
+
+    handles = [
+        block.register_forward_pre_hook(make_hook(layer), with_kwargs=True)
+        for layer, block in enumerate(model.blocks)
+    ]
+    try:
+        yield recorded
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _without_cache(block_kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {k: (None if k in _CACHE_KWARGS else v) for k, v in block_kwargs.items()}
+    if "use_cache" in kwargs:
+        kwargs["use_cache"] = False
+    return kwargs

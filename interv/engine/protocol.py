@@ -1,0 +1,429 @@
+"""The intervention protocol: what every intervention declares, built-ins and yours alike.
+
+>>> @interv.register("add_one")
+... @dataclass(frozen=True)
+... class AddOne(interv.Intervention):
+...     layer: int
+...     def edits(self):
+...         return (interv.Site("resid_pre", self.layer),)
+...     def edit(self, site, activation, context):
+...         return activation + 1
+...     def describe(self, task=None):
+...         return f"1 added to every coordinate of the residual stream before block {self.layer}"
+
+An intervention is a frozen dataclass (a value: printable, comparable, storable) that
+subclasses :class:`Intervention` and declares:
+
+- :meth:`~Intervention.edits`: the sites it writes (component, layer, maybe a head and
+  positions). The earliest block among its sites is where an exact forward can start,
+  so the runner's prefix reuse applies to it without further work.
+- :meth:`~Intervention.edit`: how it writes one site, given that site's activation for
+  *its own rows* of the stacked batch (head-sliced when the site names a head) and an
+  :class:`EditContext`; it returns the new activation of the same shape.
+- :meth:`~Intervention.describe`: its semantics in one plain sentence (required).
+- optionally :meth:`~Intervention.reads`: activations it takes from other runs
+  (``"clean"``, ``"corrupted"`` or a :class:`ReferenceSet`), captured once per run and
+  handed over by :meth:`EditContext.read`; :meth:`~Intervention.observes`: activations of
+  the same forward it needs before it writes (:meth:`EditContext.observed`);
+  :attr:`~Intervention.base_run`: the run it modifies (default ``"clean"``);
+  :meth:`~Intervention.check`: extra validation against the model and the prompts.
+
+Register a kind with :func:`register` to name it in TOML sweeps; a sweep can also name
+an unregistered class by its import path, ``"package.module:ClassName"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from interv.engine.sites import Site, check_site, select_head
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = [
+    "RUNS",
+    "EditContext",
+    "Intervention",
+    "Kind",
+    "Read",
+    "ReferenceSet",
+    "Source",
+    "get_kind",
+    "kind_of",
+    "kinds",
+    "register",
+    "semantics",
+]
+
+RUNS: tuple[str, ...] = ("clean", "corrupted")
+"""The two runs of a task that an intervention can modify or take activations from."""
+
+
+@dataclass(frozen=True, eq=False)
+class ReferenceSet:
+    """A named set of prompts whose activations serve as a replacement source.
+
+    Attributes:
+        tokens: ``[n_ref, pos]`` int64 token ids.
+        name: how the set is named in semantics sentences.
+        attention_mask: ``[n_ref, pos]`` bool, True on real tokens; None = all real.
+    """
+
+    tokens: torch.Tensor
+    name: str
+    attention_mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens.ndim != 2 or self.tokens.shape[0] == 0:
+            raise IntervError(
+                f"reference set {self.name!r} must have tokens of shape [n_ref, pos] with "
+                f"n_ref >= 1; got shape {tuple(self.tokens.shape)}"
+            )
+        if self.attention_mask is not None and (
+            self.attention_mask.shape != self.tokens.shape
+            or self.attention_mask.dtype != torch.bool
+        ):
+            raise IntervError(
+                f"reference set {self.name!r}: attention_mask must be bool of shape "
+                f"{tuple(self.tokens.shape)}; got {self.attention_mask.dtype} of shape "
+                f"{tuple(self.attention_mask.shape)}"
+            )
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``[n_ref, pos]`` bool mask, all True when none was given."""
+        if self.attention_mask is None:
+            return torch.ones_like(self.tokens, dtype=torch.bool)
+        return self.attention_mask
+
+
+Source = str | ReferenceSet
+"""Where activations come from: ``"clean"``, ``"corrupted"`` or a :class:`ReferenceSet`."""
+
+
+def check_source(source: object, what: str) -> None:
+    """Raise :class:`IntervError` unless ``source`` is a run name or a :class:`ReferenceSet`."""
+    if not isinstance(source, ReferenceSet) and source not in RUNS:
+        raise IntervError(f"unknown {what} {source!r}; choose one of {RUNS} or a ReferenceSet")
+
+
+@dataclass(frozen=True)
+class Read:
+    """An activation an intervention takes from another run: ``source`` at ``site``."""
+
+    source: Source
+    site: Site
+
+    def __post_init__(self) -> None:
+        check_source(self.source, "read source")
+
+
+@dataclass(eq=False)
+class EditContext:
+    """What an intervention's :meth:`~Intervention.edit` can see, for its own rows.
+
+    Attributes:
+        cfg: the model's config (``model.cfg``: ``n_layers``, ``n_heads``, ``d_model``...).
+        mask: ``[n, pos]`` bool, the real tokens of the base run's prompts (its rows).
+        task: the prompt pairs, when the forward runs on a task; else None.
+        state: a scratch dict shared by the sites (and the parts of a
+            :class:`~interv.engine.interventions.Combined`) of one intervention within
+            one forward.
+    """
+
+    cfg: Any
+    mask: torch.Tensor
+    task: TokenizedPairs | None
+    captured: Mapping[tuple[Source, Site], torch.Tensor]
+    source_masks: Mapping[Source, torch.Tensor]
+    observed_values: dict[Site, torch.Tensor] = field(default_factory=dict)
+    state: dict[Any, Any] = field(default_factory=dict)
+
+    def read(self, source: Source, site: Site) -> torch.Tensor:
+        """``source``'s activation at ``site`` (all positions; head-sliced), ``[n_source, ...]``.
+
+        The site must be among the intervention's :meth:`~Intervention.reads`.
+        """
+        key = (source, site.without_positions())
+        if key not in self.captured:
+            raise IntervError(
+                f"{site.label} of the {_source_name(source)} run was not captured; declare "
+                "Read(source, site) in the intervention's reads()"
+            )
+        return select_head(self.captured[key], site, self.cfg)
+
+    def observed(self, site: Site) -> torch.Tensor:
+        """This forward's activation at ``site`` for these rows (head-sliced), ``[n, ...]``.
+
+        The site must be among the intervention's :meth:`~Intervention.observes` and fire
+        before the site being edited.
+        """
+        key = site.without_positions()
+        if key not in self.observed_values:
+            raise IntervError(
+                f"{site.label} was not observed before this edit; declare it in the "
+                "intervention's observes() (and edit a site that comes later in the forward)"
+            )
+        return self.observed_values[key]
+
+    def source_mask(self, source: Source) -> torch.Tensor:
+        """``[n_source, pos]`` bool, the real tokens of ``source``'s prompts."""
+        return self.source_masks[source]
+
+
+def _source_name(source: Source) -> str:
+    return f"reference set {source.name!r}" if isinstance(source, ReferenceSet) else source
+
+
+class Intervention:
+    """Base of every intervention: a frozen value that edits sites and states its meaning.
+
+    Subclasses are frozen dataclasses. Required: :meth:`edits`, :meth:`edit`,
+    :meth:`describe`. See the module docstring for the protocol.
+
+    Class attributes:
+        family: what kind of question the intervention asks (``"ablation"``,
+            ``"patch"``, ``"value"``, ``"routing"``, ``"steering"``, ``"projection"``,
+            ``"combined"`` or ``"other"``); reports use it to group and compare.
+        reports_recovery: its results carry a normalized recovery (patches between
+            the two runs of a task).
+    """
+
+    family: ClassVar[str] = "other"
+    reports_recovery: ClassVar[bool] = False
+
+    @property
+    def base_run(self) -> str:
+        """The run this intervention modifies: ``"clean"`` (default) or ``"corrupted"``."""
+        return "clean"
+
+    def edits(self) -> tuple[Site, ...]:
+        """The sites this intervention writes."""
+        raise NotImplementedError(f"{type(self).__name__} must define edits()")
+
+    def reads(self) -> tuple[Read, ...]:
+        """Activations from other runs it needs (default: none)."""
+        return ()
+
+    def observes(self) -> tuple[Site, ...]:
+        """Activations of the same forward it reads before writing (default: none)."""
+        return ()
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        """The new activation at ``site`` for this intervention's rows.
+
+        Args:
+            site: one of :meth:`edits`.
+            activation: ``[n, ...]``, the activation of this intervention's rows at
+                ``site``, all positions; for a site that names a head, only that head's
+                slice (``[n, pos, d_head]``; ``[n, query_pos, key_pos]`` for a pattern).
+                It may be modified in place.
+            context: what else the edit may use (captured and observed activations,
+                masks, the task).
+
+        Returns:
+            A tensor of the same shape (cast to the activation's dtype by the engine).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define edit()")
+
+    def describe(self, task: TokenizedPairs | None = None) -> str:
+        """One plain sentence stating the intervention's semantics (required).
+
+        With ``task``, run and reference sets can be named with their size and the
+        task's name.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define describe()")
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        """Raise :class:`IntervError` unless the intervention fits the model and prompts.
+
+        The default checks every edited, observed and read site (layer, head, component
+        and positions against ``cfg`` and the prompts' padded length ``n_positions``).
+        Override to add checks; call ``super().check(cfg, n_positions)``.
+        """
+        for site in (*self.edits(), *self.observes(), *(read.site for read in self.reads())):
+            check_site(cfg, site, n_positions)
+
+    @property
+    def site(self) -> Site | None:
+        """The site results and reports file this intervention under.
+
+        Default: its single edited site; for several, the one they share when they differ
+        only by positions; else None (not one site).
+        """
+        sites = {site.without_positions() for site in self.edits()}
+        if len(sites) != 1:
+            return None
+        edits = self.edits()
+        return edits[0] if len(edits) == 1 else sites.pop()
+
+    @property
+    def start_layer(self) -> int:
+        """The earliest block this intervention edits or observes (prefix reuse starts there)."""
+        return min(site.layer for site in (*self.edits(), *self.observes()))
+
+
+def semantics(intervention: Intervention, task: TokenizedPairs | None = None) -> str:
+    """The intervention's semantics sentence, or :class:`IntervError` if it has none."""
+    if not isinstance(intervention, Intervention):
+        raise IntervError(
+            f"interventions must be interv.Intervention values; got {type(intervention).__name__} "
+            f"({intervention!r})"
+        )
+    try:
+        sentence = intervention.describe(task)
+    except NotImplementedError:
+        sentence = None
+    if not isinstance(sentence, str) or not sentence.strip():
+        raise IntervError(
+            f"intervention {type(intervention).__name__} has no semantics sentence (describe() "
+            f"returned {sentence!r}); every intervention must state what it does in one "
+            "sentence, e.g. 'L1H2 output (z) set to zero at all positions'"
+        )
+    return sentence
+
+
+# --- the registry: kind name -> class ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A registered intervention kind.
+
+    Attributes:
+        name: the kind's name (``"zero_ablation"``), as TOML sweeps write it.
+        cls: the intervention class.
+        fixed: field values the kind fixes (e.g. ``{"direction": "denoise"}`` for the
+            ``"denoise"`` kind of :class:`~interv.engine.interventions.ActivationPatch`).
+        defaults: defaults a sweep config uses for fields the class requires (e.g.
+            ``{"component": "z"}`` for the patch kinds).
+    """
+
+    name: str
+    cls: type[Intervention]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self, **values: Any) -> Intervention:
+        """An instance of the kind with ``values`` and the fixed fields."""
+        return self.cls(**{**values, **self.fixed})
+
+
+_KINDS: dict[str, Kind] = {}
+_BUILTIN_MODULES = ("interv.engine.interventions", "interv.engine.directions")
+
+
+def register(
+    name: str,
+    *,
+    fixed: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> Callable[[type], type]:
+    """Class decorator: register an intervention class as kind ``name``.
+
+    The class must be a frozen dataclass subclassing :class:`Intervention` with its own
+    :meth:`~Intervention.edits`, :meth:`~Intervention.edit` and
+    :meth:`~Intervention.describe`. ``fixed`` pins field values for this kind name (one
+    class can be registered under several names); ``defaults`` gives sweep configs a
+    default for fields the class requires.
+
+    Raises:
+        IntervError: the class breaks the protocol, or ``name`` is taken by another class.
+    """
+
+    def decorate(cls: type) -> type:
+        _check_kind_class(cls, name)
+        kind = Kind(name, cls, dict(fixed or {}), dict(defaults or {}))
+        known = _KINDS.get(name)
+        if known is not None and (known.cls.__qualname__, known.cls.__module__) != (
+            cls.__qualname__,
+            cls.__module__,
+        ):
+            raise IntervError(
+                f"intervention kind {name!r} is already registered for "
+                f"{known.cls.__module__}.{known.cls.__qualname__}; choose another name"
+            )
+        _KINDS[name] = kind
+        return cls
+
+    return decorate
+
+
+def _check_kind_class(cls: type, name: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Intervention)):
+        raise IntervError(f"kind {name!r}: {cls!r} is not a subclass of interv.Intervention")
+    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:
+        raise IntervError(
+            f"kind {name!r}: {cls.__name__} must be a frozen dataclass "
+            "(@dataclass(frozen=True)), so that its values can be stored and compared"
+        )
+    for method in ("edits", "edit", "describe"):
+        if getattr(cls, method) is getattr(Intervention, method):
+            raise IntervError(
+                f"kind {name!r}: {cls.__name__} does not define {method}()"
+                + (
+                    "; every intervention must state its semantics in one sentence"
+                    if method == "describe"
+                    else ""
+                )
+            )
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def kinds() -> dict[str, Kind]:
+    """Every registered kind, built-in and user-registered, by name."""
+    _load_builtins()
+    return dict(_KINDS)
+
+
+def get_kind(name: str) -> Kind:
+    """The kind registered as ``name``, or a class named by import path ``"module:Class"``.
+
+    An import path imports the module (which may register kinds of its own) and, when
+    the class is not registered under that path yet, registers it there.
+
+    Raises:
+        IntervError: an unknown name (the known ones are listed), a module that does not
+            import, or a class that breaks the protocol.
+    """
+    _load_builtins()
+    if name in _KINDS:
+        return _KINDS[name]
+    if ":" not in name:
+        raise IntervError(
+            f"unknown intervention kind {name!r}; choose one of {tuple(sorted(_KINDS))}, or "
+            "name your own class by its import path 'package.module:ClassName'"
+        )
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise IntervError(
+            f"intervention kind {name!r}: module {module_name!r} does not import ({error})"
+        ) from error
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise IntervError(f"intervention kind {name!r}: {module_name} has no {class_name!r}")
+    register(name)(cls)
+    return _KINDS[name]
+
+
+def kind_of(cls_or_name: type | str) -> Kind | None:
+    """The first registered kind of a class (or of a class name), else None."""
+    _load_builtins()
+    for kind in _KINDS.values():
+        if kind.cls is cls_or_name or kind.cls.__name__ == cls_or_name:
+            return kind
+    return None
