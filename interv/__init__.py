@@ -5,6 +5,18 @@ much the target output changes when a component is intervened on) are different
 questions. interv measures both, for the same scope, and never lets one stand in
 for the other.
 
+>>> import interv
+>>> model = interv.load_model("induction-2l")
+>>> task = interv.load_task("induction", n_pairs=16).tokenize(model)
+>>> heads = interv.concentration(model, task, query_positions=[-1])
+>>> result = interv.run(model, task, [interv.ZeroAblation(1, 0)], metric="logit_diff")
+
+The top level holds what a first hour needs: models and tasks, concentration, the
+runner and every intervention kind (and the protocol to write your own), reports and
+sweeps. The rest lives in :mod:`interv.metrics` (row-level math),
+:mod:`interv.analysis` (whole-model sink analyses, pruning, attribution patching),
+:mod:`interv.sweeps`, :mod:`interv.report` and :mod:`interv.engine`.
+
 Importing ``interv`` is cheap and has no side effects: the public names below are
 resolved lazily on first use, so neither torch, transformer-lens nor matplotlib is
 imported until a function that needs them is touched.
@@ -19,47 +31,18 @@ __version__ = "0.1.0"
 
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {
-    # concentration metrics (pure math)
-    "entropy": "interv.metrics.concentration",
-    "normalized_entropy": "interv.metrics.concentration",
-    "effective_support": "interv.metrics.concentration",
-    "max_weight": "interv.metrics.concentration",
-    "top_k_mass": "interv.metrics.concentration",
-    "available_keys": "interv.metrics.concentration",
-    "sink_split": "interv.metrics.sink",
-    "SinkSplit": "interv.metrics.sink",
-    "entropy_change": "interv.metrics.sink",
-    "EntropyChange": "interv.metrics.sink",
-    "mean_entropy_change": "interv.metrics.sink",
-    "clr": "interv.metrics.compositional",
-    "aitchison_distance": "interv.metrics.compositional",
-    "aitchison_split": "interv.metrics.compositional",
-    "AitchisonSplit": "interv.metrics.compositional",
-    "compare_rows": "interv.metrics.compare",
+    # models and tasks
+    "load_model": "interv.models.loading",
+    "load_task": "interv.tasks.builtin",
+    "PromptPairs": "interv.tasks.pairs",
+    "TokenizedPairs": "interv.tasks.tokenized",
     # concentration of a model's heads (reduced inside hooks)
     "concentration": "interv.analysis.concentration",
     "HeadConcentration": "interv.analysis.concentration",
-    # whole-model sink analyses
-    "attention_rows": "interv.analysis._patterns",
-    "head_similarity": "interv.analysis.similarity",
-    "HeadSimilarity": "interv.analysis.similarity",
-    "cluster_heads": "interv.analysis.clustering",
-    "HeadClustering": "interv.analysis.clustering",
-    "entropy_change_attribution": "interv.analysis.attribution",
-    "EntropyAttribution": "interv.analysis.attribution",
-    "checkpoint_entropy_change": "interv.analysis.attribution",
-    "pruning_curves": "interv.analysis.pruning",
-    "rank_heads": "interv.analysis.pruning",
-    "PruningCurves": "interv.analysis.pruning",
-    "TaskEvaluation": "interv.analysis.pruning",
-    "TextEvaluation": "interv.analysis.pruning",
-    "EmbeddingEvaluation": "interv.analysis.pruning",
-    "plot_pruning_curves": "interv.analysis.pruning",
-    # interventions and the runner
+    # the runner and its result
     "run": "interv.engine.runner",
     "InterventionResult": "interv.engine.results",
-    "TargetMetric": "interv.engine.targets",
-    "ReferenceSet": "interv.engine.interventions",
+    # intervention kinds
     "ZeroAblation": "interv.engine.interventions",
     "MeanAblation": "interv.engine.interventions",
     "ResampleAblation": "interv.engine.interventions",
@@ -70,23 +53,74 @@ _EXPORTS: dict[str, str] = {
     "PatternPatch": "interv.engine.interventions",
     "ValuePatch": "interv.engine.interventions",
     "Combined": "interv.engine.interventions",
-    "approximate_head_patching_scores": "interv.engine.attribution",
-    # sweeps and reports
-    "run_sweep": "interv.sweeps.execute",
-    "load_sweep": "interv.sweeps.collect",
-    "merge_sweeps": "interv.sweeps.collect",
+    "AddVector": "interv.engine.directions",
+    "ProjectOut": "interv.engine.directions",
+    "SubspacePatch": "interv.engine.directions",
+    # the protocol for your own kinds
+    "Intervention": "interv.engine.protocol",
+    "Site": "interv.engine.sites",
+    "Read": "interv.engine.protocol",
+    "ReferenceSet": "interv.engine.protocol",
+    "EditContext": "interv.engine.protocol",
+    "register": "interv.engine.protocol",
+    # reports and sweeps
     "build_report": "interv.report.table",
     "Report": "interv.report.table",
     "save_report": "interv.report.render",
-    # models and tasks
-    "load_model": "interv.models.loading",
-    "PromptPairs": "interv.tasks.pairs",
-    "TokenizedPairs": "interv.tasks.tokenized",
-    "load_task": "interv.tasks.builtin",
-    "available_tasks": "interv.tasks.builtin",
+    "run_sweep": "interv.sweeps.execute",
+    "load_sweep": "interv.sweeps.collect",
+}
+
+# names of interv 0.1 that moved: old top-level name -> its public home now
+_MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "entropy",
+            "normalized_entropy",
+            "effective_support",
+            "max_weight",
+            "top_k_mass",
+            "available_keys",
+            "sink_split",
+            "SinkSplit",
+            "entropy_change",
+            "EntropyChange",
+            "mean_entropy_change",
+            "clr",
+            "aitchison_distance",
+            "aitchison_split",
+            "AitchisonSplit",
+            "compare_rows",
+        ),
+        "interv.metrics",
+    ),
+    **dict.fromkeys(
+        (
+            "attention_rows",
+            "head_similarity",
+            "HeadSimilarity",
+            "cluster_heads",
+            "HeadClustering",
+            "entropy_change_attribution",
+            "EntropyAttribution",
+            "checkpoint_entropy_change",
+            "pruning_curves",
+            "rank_heads",
+            "PruningCurves",
+            "TaskEvaluation",
+            "TextEvaluation",
+            "EmbeddingEvaluation",
+            "approximate_head_patching_scores",
+        ),
+        "interv.analysis",
+    ),
+    "plot_pruning_curves": "interv.report.plots",
+    "TargetMetric": "interv.engine.targets",
+    "merge_sweeps": "interv.sweeps",
+    "available_tasks": "interv.tasks",
 }
 
 __all__ = ["IntervError", "__version__", *sorted(_EXPORTS)]
 
 
-__getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals(), _MOVED)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_metrics_strategies import PROPERTY_SETTINGS, row_batches
 
-import interv
+from interv import metrics
 from interv.metrics import mean_entropy_change
 
 
@@ -19,7 +19,7 @@ def binary_entropy(s: float) -> float:
 
 
 def test_all_mass_on_the_sink_gives_sink_mass_one_entropy_zero_and_nan_content():
-    split = interv.sink_split(torch.tensor([[1.0, 0.0, 0.0]]))
+    split = metrics.sink_split(torch.tensor([[1.0, 0.0, 0.0]]))
     assert split.sink_mass.item() == 1.0
     assert split.entropy.item() == 0.0
     assert split.content_term.item() == 0.0
@@ -30,7 +30,7 @@ def test_all_mass_on_the_sink_gives_sink_mass_one_entropy_zero_and_nan_content()
 
 
 def test_hand_computed_split_of_a_sink_row():
-    split = interv.sink_split(torch.tensor([0.6, 0.1, 0.3, 0.0]), unit="bits")
+    split = metrics.sink_split(torch.tensor([0.6, 0.1, 0.3, 0.0]), unit="bits")
     q = [0.25, 0.75]
     content_entropy = -sum(p * math.log2(p) for p in q)
     assert split.sink_mass.item() == pytest.approx(0.6)
@@ -42,7 +42,7 @@ def test_hand_computed_split_of_a_sink_row():
 
 
 def test_a_multi_position_sink_moves_its_internal_entropy_into_the_sink_part():
-    split = interv.sink_split(torch.tensor([0.3, 0.3, 0.4]), sink=[0, 1])
+    split = metrics.sink_split(torch.tensor([0.3, 0.3, 0.4]), sink=[0, 1])
     assert split.sink_mass.item() == pytest.approx(0.6)
     assert split.sink_internal_term.item() == pytest.approx(0.6 * math.log(2))
     assert split.content_entropy.item() == 0.0
@@ -50,7 +50,7 @@ def test_a_multi_position_sink_moves_its_internal_entropy_into_the_sink_part():
 
 
 def test_off_row_sink_deficit_is_sink_mass():
-    split = interv.sink_split(torch.tensor([0.2, 0.1, 0.1]), allow_deficit=True)
+    split = metrics.sink_split(torch.tensor([0.2, 0.1, 0.1]), allow_deficit=True)
     assert split.sink_mass.item() == pytest.approx(0.8)
     assert split.content.shape == (3,)
     assert split.content.tolist() == pytest.approx([0.0, 0.5, 0.5])
@@ -66,11 +66,11 @@ def test_grouping_identity_holds_to_1e_9(batch, extra_sinks, unit):
     positions = torch.arange(rows.shape[-1])
     sink = (positions == 0) | torch.isin(positions, torch.tensor(sorted(extra_sinks)))
     sink = sink & mask  # per-row sink mask: the chosen positions that are available
-    split = interv.sink_split(rows, sink=sink, key_mask=mask, unit=unit)
+    split = metrics.sink_split(rows, sink=sink, key_mask=mask, unit=unit)
     reconstructed = split.sink_term + split.sink_internal_term + split.content_term
     torch.testing.assert_close(split.entropy, reconstructed, rtol=0, atol=1e-9)
     torch.testing.assert_close(
-        split.entropy, interv.entropy(rows, key_mask=mask, unit=unit), rtol=0, atol=1e-12
+        split.entropy, metrics.entropy(rows, key_mask=mask, unit=unit), rtol=0, atol=1e-12
     )
     defined = ~split.content_entropy.isnan()
     torch.testing.assert_close(
@@ -85,8 +85,8 @@ def test_grouping_identity_holds_to_1e_9(batch, extra_sinks, unit):
 @given(row_batches(count=2), st.sampled_from(["nats", "bits"]))
 def test_entropy_change_splits_exactly_into_sink_and_content_parts(batch, unit):
     mask, (before, after) = batch
-    change = interv.entropy_change(before, after, key_mask=mask, unit=unit)
-    expected_total = interv.entropy(after, key_mask=mask, unit=unit) - interv.entropy(
+    change = metrics.entropy_change(before, after, key_mask=mask, unit=unit)
+    expected_total = metrics.entropy(after, key_mask=mask, unit=unit) - metrics.entropy(
         before, key_mask=mask, unit=unit
     )
     torch.testing.assert_close(change.total, expected_total, rtol=0, atol=1e-12)
@@ -100,7 +100,7 @@ def test_entropy_change_components_match_the_hand_split():
     before = torch.tensor([0.2, 0.4, 0.4])  # s = 0.2, H(q) = log 2
     after = torch.tensor([0.6, 0.1, 0.3])  # s = 0.6, H(q) = H(0.25, 0.75)
     content_after = binary_entropy(0.25)
-    change = interv.entropy_change(before, after)
+    change = metrics.entropy_change(before, after)
     assert change.sink_term_change.item() == pytest.approx(
         binary_entropy(0.6) - binary_entropy(0.2)
     )
@@ -110,7 +110,7 @@ def test_entropy_change_components_match_the_hand_split():
 
 
 def test_a_row_that_had_no_content_attributes_its_whole_change_to_the_sink():
-    change = interv.entropy_change(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.5, 0.25, 0.25]))
+    change = metrics.entropy_change(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.5, 0.25, 0.25]))
     assert change.content_part.item() == 0.0
     assert change.total.item() == pytest.approx(change.sink_part.item(), abs=1e-15)
 
@@ -128,8 +128,8 @@ def test_mean_entropy_change_is_exact_across_different_row_lengths(unit):
     long_mask = torch.arange(20) < torch.arange(20, 10, -1).unsqueeze(-1)  # ragged right pad
     long = random_rows((10, 20), seed=1, sink_bias=3.0).masked_fill(~long_mask, 0.0)
     long = long / long.sum(dim=-1, keepdim=True)
-    before = interv.sink_split(short, unit=unit)
-    after = interv.sink_split(long, key_mask=long_mask, unit=unit)
+    before = metrics.sink_split(short, unit=unit)
+    after = metrics.sink_split(long, key_mask=long_mask, unit=unit)
     change = mean_entropy_change(before, after)
     assert change.total.shape == ()
     expected_total = after.entropy.mean() - before.entropy.mean()
@@ -143,7 +143,7 @@ def test_mean_entropy_change_is_exact_across_different_row_lengths(unit):
 def test_mean_entropy_change_skips_rows_without_available_keys():
     rows = torch.tensor([[0.5, 0.5], [0.0, 0.0]])
     mask = torch.tensor([[True, True], [False, False]])
-    split = interv.sink_split(rows, key_mask=mask)
+    split = metrics.sink_split(rows, key_mask=mask)
     change = mean_entropy_change(split, split)
     assert change.total.item() == 0.0
     assert change.sink_part.item() == 0.0
@@ -153,9 +153,11 @@ def test_mean_entropy_change_skips_rows_without_available_keys():
 def test_sink_split_carries_the_same_normalized_entropy_as_the_function():
     rows = torch.tensor([[0.7, 0.1, 0.1, 0.1], [1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
     mask = torch.tensor([[True, True, True, True], [True, False, False, False], [True] * 4])
-    split = interv.sink_split(rows, key_mask=mask)
+    split = metrics.sink_split(rows, key_mask=mask)
     torch.testing.assert_close(
-        split.normalized_entropy, interv.normalized_entropy(rows, key_mask=mask), equal_nan=True
+        split.normalized_entropy,
+        metrics.normalized_entropy(rows, key_mask=mask),
+        equal_nan=True,
     )
     assert bool(split.normalized_entropy[1].isnan())  # one available key: undefined
     assert float(split.normalized_entropy[2]) == pytest.approx(1.0)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import interv
+from interv import metrics
 from interv.metrics import mean_entropy_change
 from interv.metrics._rows import sum_tolerance
 
@@ -34,45 +35,48 @@ ROW = torch.tensor([0.5, 0.25, 0.25])
 )
 def test_invalid_rows_raise_an_interv_error_naming_the_value(rows, key_mask, message):
     with pytest.raises(interv.IntervError, match=message):
-        interv.entropy(rows, key_mask=key_mask)
+        metrics.entropy(rows, key_mask=key_mask)
 
 
 def test_interv_error_is_a_value_error():
     with pytest.raises(ValueError, match="negative weight"):
-        interv.normalized_entropy(torch.tensor([1.5, -0.5]))
+        metrics.normalized_entropy(torch.tensor([1.5, -0.5]))
 
 
 def test_a_mask_that_would_stretch_the_key_dim_is_refused():
     with pytest.raises(interv.IntervError, match="its last dim must be 1"):
-        interv.entropy(torch.ones(4, 1), key_mask=torch.ones(4, 3, dtype=torch.bool))
+        metrics.entropy(torch.ones(4, 1), key_mask=torch.ones(4, 3, dtype=torch.bool))
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
         (
-            lambda: interv.entropy(ROW, unit="dits"),
+            lambda: metrics.entropy(ROW, unit="dits"),
             r"unit must be one of \('nats', 'bits'\); got 'dits'",
         ),
         (
-            lambda: interv.compare_rows(ROW, ROW, measure="kl", convention="keep_sink"),
+            lambda: metrics.compare_rows(ROW, ROW, measure="kl", convention="keep_sink"),
             r"measure must be one of \('cosine', 'js', 'aitchison'\); got 'kl'",
         ),
         (
-            lambda: interv.compare_rows(ROW, ROW, measure="js", convention="raw"),
+            lambda: metrics.compare_rows(ROW, ROW, measure="js", convention="raw"),
             r"convention must be one of \('keep_sink', 'drop_sink'\); got 'raw'",
         ),
-        (lambda: interv.sink_split(ROW, sink=3), r"sink position 3 is out of range; .*0\.\.2"),
-        (lambda: interv.sink_split(ROW, sink=-1), r"sink position -1 is out of range"),
-        (lambda: interv.sink_split(ROW, sink=[]), r"at least one key position"),
-        (lambda: interv.sink_split(ROW, sink="bos"), r"got 'bos'"),
         (
-            lambda: interv.sink_split(ROW, sink=torch.ones(2, dtype=torch.bool)),
+            lambda: metrics.sink_split(ROW, sink=3),
+            r"sink position 3 is out of range; .*0\.\.2",
+        ),
+        (lambda: metrics.sink_split(ROW, sink=-1), r"sink position -1 is out of range"),
+        (lambda: metrics.sink_split(ROW, sink=[]), r"at least one key position"),
+        (lambda: metrics.sink_split(ROW, sink="bos"), r"got 'bos'"),
+        (
+            lambda: metrics.sink_split(ROW, sink=torch.ones(2, dtype=torch.bool)),
             r"sink mask of shape \(2,\) does not broadcast",
         ),
-        (lambda: interv.top_k_mass(ROW, 0), r"k must be an int >= 1 .*got 0"),
+        (lambda: metrics.top_k_mass(ROW, 0), r"k must be an int >= 1 .*got 0"),
         (
-            lambda: interv.aitchison_distance(ROW, ROW, zero_replacement=2.0),
+            lambda: metrics.aitchison_distance(ROW, ROW, zero_replacement=2.0),
             r"zero_replacement must be a float in \(0, 1\) .*got 2\.0",
         ),
     ],
@@ -86,19 +90,19 @@ def test_a_masked_sink_position_is_refused_with_the_row_that_masks_it():
     rows = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]])
     mask = torch.tensor([[True, True, True], [False, True, True]])  # left padding in row 1
     with pytest.raises(interv.IntervError, match=r"sink position 0 is masked in rows\[1\]"):
-        interv.sink_split(rows, key_mask=mask)
+        metrics.sink_split(rows, key_mask=mask)
     per_row_sink = torch.tensor([[True, False, False], [False, True, False]])
-    split = interv.sink_split(rows, key_mask=mask, sink=per_row_sink)
+    split = metrics.sink_split(rows, key_mask=mask, sink=per_row_sink)
     assert split.sink_mass.tolist() == [1.0, 0.5]
 
 
 def test_bf16_softmax_rows_pass_but_a_one_percent_float32_error_does_not():
     logits = torch.randn(4, 3, 64, generator=torch.Generator().manual_seed(0)) * 4
     rows = torch.softmax(logits, dim=-1)
-    interv.entropy(rows.to(torch.bfloat16))
-    interv.entropy(rows.to(torch.float16))
+    metrics.entropy(rows.to(torch.bfloat16))
+    metrics.entropy(rows.to(torch.float16))
     with pytest.raises(interv.IntervError, match="float32 tolerance"):
-        interv.entropy(rows * 0.99)
+        metrics.entropy(rows * 0.99)
 
 
 def test_tolerance_grows_with_the_dtype_epsilon_and_slowly_with_n():
@@ -112,10 +116,10 @@ def test_tolerance_grows_with_the_dtype_epsilon_and_slowly_with_n():
 def test_rows_summing_below_one_need_allow_deficit():
     row = torch.tensor([0.3, 0.2])
     with pytest.raises(interv.IntervError, match="allow_deficit=True"):
-        interv.entropy(row)
-    interv.entropy(row, allow_deficit=True)
+        metrics.entropy(row)
+    metrics.entropy(row, allow_deficit=True)
     with pytest.raises(interv.IntervError, match=r"expected at most 1"):
-        interv.entropy(torch.tensor([0.7, 0.7]), allow_deficit=True)
+        metrics.entropy(torch.tensor([0.7, 0.7]), allow_deficit=True)
 
 
 def test_exact_zeros_in_log_ratio_metrics_raise_unless_a_replacement_is_given():
@@ -123,12 +127,12 @@ def test_exact_zeros_in_log_ratio_metrics_raise_unless_a_replacement_is_given():
     with pytest.raises(
         interv.IntervError, match=r"exact zero at available key 2.*zero_replacement"
     ):
-        interv.clr(rows)
-    interv.clr(rows, zero_replacement=1e-9)
+        metrics.clr(rows)
+    metrics.clr(rows, zero_replacement=1e-9)
 
 
 def test_two_splits_in_different_units_cannot_be_compared():
-    before = interv.sink_split(ROW, unit="nats")
-    after = interv.sink_split(ROW, unit="bits")
+    before = metrics.sink_split(ROW, unit="nats")
+    after = metrics.sink_split(ROW, unit="bits")
     with pytest.raises(interv.IntervError, match="same unit"):
         mean_entropy_change(before, after)

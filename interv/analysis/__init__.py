@@ -11,6 +11,36 @@
 - :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
   effect and by attribution, mean-ablated cumulatively: loss against heads removed.
 
-The public names are re-exported lazily from :mod:`interv`; importing this package
-imports nothing heavy.
+- :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
+  attribution patching, a first-order approximation of head patching, for screening.
+
+The public names below are resolved lazily; importing this package imports nothing heavy.
 """
+
+from __future__ import annotations
+
+from interv._lazy import lazy_exports
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "attention_rows": "interv.analysis._patterns",
+    "AttentionRows": "interv.analysis._patterns",
+    "head_similarity": "interv.analysis.similarity",
+    "HeadSimilarity": "interv.analysis.similarity",
+    "cluster_heads": "interv.analysis.clustering",
+    "HeadClustering": "interv.analysis.clustering",
+    "entropy_change_attribution": "interv.analysis.attribution",
+    "EntropyAttribution": "interv.analysis.attribution",
+    "checkpoint_entropy_change": "interv.analysis.attribution",
+    "pruning_curves": "interv.analysis.pruning",
+    "rank_heads": "interv.analysis.pruning",
+    "PruningCurves": "interv.analysis.pruning",
+    "TaskEvaluation": "interv.analysis.pruning",
+    "TextEvaluation": "interv.analysis.pruning",
+    "EmbeddingEvaluation": "interv.analysis.pruning",
+    "approximate_head_patching_scores": "interv.engine.attribution",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("interv.analysis", _EXPORTS, globals())

@@ -13,11 +13,11 @@ with ``s`` the sink mass, ``q`` the content distribution, ``d`` = after minus be
 and ``mean`` the average of the two conditions. Two modes, chosen from the inputs:
 
 - **paired rows** (both conditions have the same prompts, positions and masks, e.g.
-  two checkpoints on one prompt set): :func:`interv.entropy_change` per row, then the
+  two checkpoints on one prompt set): :func:`interv.metrics.entropy_change` per row, then the
   mean over each prompt's included query rows, then the mean over prompts (each prompt
   weighs the same); the split of each mean is exact because the split is linear, and
   the per-prompt values give the spread;
-- **condition means** (different prompts or lengths): :func:`interv.mean_entropy_change`
+- **condition means** (different prompts or lengths): :func:`interv.metrics.mean_entropy_change`
   on each condition's included rows of each head (every row weighs the same); no
   per-prompt spread (NaN), since the prompts do not correspond.
 

@@ -9,7 +9,7 @@ computes head-to-head distance matrices under both conventions and measures how 
 Definitions (``H`` = number of heads of the model, all layers, layer-major order):
 
 - **Row distance** ``d_r(A, B)`` for one (prompt, query) row ``r``:
-  :func:`interv.compare_rows` of head A's and head B's rows for that same query, turned
+  :func:`interv.metrics.compare_rows` of head A's and head B's rows for that same query, turned
   into a distance: ``1 - cosine similarity`` (unitless, [0, 1]), Jensen-Shannon divergence
   (nats, [0, log 2]) or Aitchison distance (nats of log-ratio, [0, inf)).
 - **Head distance** ``d(A, B)``: the mean over prompts of each prompt's mean over its
@@ -19,9 +19,9 @@ Definitions (``H`` = number of heads of the model, all layers, layer-major order
   content mass on it (drop-sink undefined), so every comparison is like for like.
 - **Aitchison zeros**: log-ratios need positive weights; exact zeros among available
   keys (fp32 softmax underflow) are replaced by ``zero_replacement`` and the row is
-  re-closed (:func:`interv.clr`); the number of replaced weights is reported.
+  re-closed (:func:`interv.metrics.clr`); the number of replaced weights is reported.
 - **Aitchison split per pair**: ``d_r^2 = sink_r^2 + content_r^2`` exactly
-  (:func:`interv.aitchison_split`); the result reports each term's mean over rows and
+  (:func:`interv.metrics.aitchison_split`); the result reports each term's mean over rows and
   the sink's share of the mean squared distance, ``sum_r sink_r^2 / sum_r d_r^2``.
 - **Verdict** for a triple (A; B, C), B != C, both != A: ``sign(d(A, B) - d(A, C))``
   (negative: A is closer to B). It *flips* when its sign differs between keep-sink and

@@ -18,7 +18,7 @@ Measures (per row, over the keys of the convention):
   (nats: [0, 0.693]; bits: [0, 1]);
 - ``"aitchison"``: Aitchison distance (see :mod:`interv.metrics.compositional`), a
   *distance* in ``[0, inf)`` in nats of log-ratio; under ``"drop_sink"`` it equals the
-  ``content_term`` of :func:`interv.aitchison_split`.
+  ``content_term`` of :func:`interv.metrics.aitchison_split`.
 """
 
 from __future__ import annotations
@@ -84,11 +84,11 @@ def compare_rows(
             log-ratio, [0, inf)).
         convention: ``"keep_sink"`` (raw rows) or ``"drop_sink"`` (content rows,
             renormalized over available non-sink keys).
-        sink: the sink set for ``"drop_sink"``, as in :func:`interv.sink_split`.
+        sink: the sink set for ``"drop_sink"``, as in :func:`interv.metrics.sink_split`.
         key_mask: optional bool broadcastable to both; True = available key.
         unit: ``"nats"`` or ``"bits"``; used by ``"js"`` only.
         zero_replacement: value in (0, 1) for exact zeros under ``"aitchison"`` (see
-            :func:`interv.clr`); without it such zeros raise :class:`IntervError`.
+            :func:`interv.metrics.clr`); without it such zeros raise :class:`IntervError`.
 
     Returns:
         Broadcast ``[...]`` float64, one value per row pair; NaN where a row has no

@@ -231,7 +231,7 @@ def aitchison_split(
     Args:
         x, y: ``[..., key]`` attention weights with broadcastable shapes.
         sink: the sink set ``S``: a key position, a sequence of positions, or a bool
-            tensor over keys (as in :func:`interv.sink_split`); must be available keys.
+            tensor over keys (as in :func:`interv.metrics.sink_split`); must be available keys.
         key_mask: optional bool broadcastable to both; True = available key.
         zero_replacement: value in (0, 1) for exact zeros (see :func:`clr`).
 
