@@ -18,7 +18,7 @@ from interv.analysis.attribution import (
     checkpoint_entropy_change,
     entropy_change_attribution,
 )
-from interv.analysis.cli import register
+from interv.cli.analysis import register
 from interv.errors import IntervError
 from interv.metrics import entropy
 

@@ -284,7 +284,7 @@ def test_minilm_similarity_uses_no_causal_mask_end_to_end(minilm_bridge):
 def test_similarity_command_prints_flip_rates_agreement_and_saves_plots(tmp_path, capsys):
     import argparse
 
-    from interv.analysis.cli import register
+    from interv.cli.analysis import register
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("D E F G H I D E F G\n\nK L M N O P K L M N\nA B C A B C A B\n")
@@ -314,7 +314,7 @@ def test_similarity_command_prints_flip_rates_agreement_and_saves_plots(tmp_path
 
 
 def test_similarity_command_rejects_an_empty_prompts_file(tmp_path):
-    from interv.analysis.cli import _read_prompts
+    from interv.cli.analysis import _read_prompts
 
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")

@@ -242,7 +242,7 @@ def test_unknown_task_fails_before_any_directory_or_model(tmp_path, monkeypatch)
 
 def test_importing_sweeps_and_registering_their_commands_imports_no_torch():
     code = (
-        "import argparse, sys, interv.sweeps; from interv.sweeps.cli import register; "
+        "import argparse, sys, interv.sweeps; from interv.cli.sweeps import register; "
         "register(argparse.ArgumentParser().add_subparsers()); print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

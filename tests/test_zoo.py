@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from interv import IntervError, zoo
+from interv.cli.zoo import register
 from interv.zoo._data import BOS_ID, SYMBOLS, VOCAB, build_tokenizer
 from interv.zoo._registry import recipe
 from interv.zoo._roles import ROLES
 from interv.zoo._train import train_weights
-from interv.zoo.cli import register
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

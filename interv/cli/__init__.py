@@ -1,8 +1,11 @@
-"""The ``interv`` command line.
+"""The ``interv`` command line: the layer that composes the library for a terminal.
 
 Subcommands stay thin: they parse arguments, call the public Python API and print
 results with their units and scope. Heavy imports happen inside the handlers, so
-``interv --help`` is instant.
+``interv --help`` is instant. One module per group of commands:
+:mod:`~interv.cli.report` (``demo``, ``report``), :mod:`~interv.cli.sweeps` (``sweep``,
+``sweep-merge``), :mod:`~interv.cli.analysis` (``similarity``, ``entropy-change``,
+``pruning``), :mod:`~interv.cli.zoo` (``zoo``); ``metrics`` lives here.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from interv import __version__
-from interv.analysis.cli import register as register_analysis
+from interv.cli.analysis import register as register_analysis
+from interv.cli.report import register as register_report
+from interv.cli.sweeps import register as register_sweeps
+from interv.cli.zoo import register as register_zoo
 from interv.errors import IntervError
-from interv.report.cli import register as register_report
-from interv.sweeps.cli import register as register_sweeps
-from interv.zoo.cli import register as register_zoo
 
 __all__ = ["build_parser", "main"]
 
