@@ -1,0 +1,28 @@
+"""The runnable examples in examples/ run and print what they promise."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_own_intervention_example_runs_through_run_sweep_and_report(tmp_path, monkeypatch, capsys):
+    from interv.engine import protocol
+
+    monkeypatch.setattr(sys, "argv", ["own_intervention.py", "--out", str(tmp_path / "sweep")])
+    try:
+        runpy.run_path(str(EXAMPLES / "own_intervention.py"), run_name="__main__")
+    finally:
+        protocol._KINDS.pop("interpolate", None)
+    lines = capsys.readouterr().out.splitlines()
+    recovery = {line.split("  ", 1)[1]: float(line.split()[1]) for line in lines[:9]}
+    full = "L1H0 output (z) moved 1 of the way from the corrupted run's value to the clean run's"
+    patch = next(sentence for sentence in recovery if sentence.startswith("denoising: L1H0"))
+    assert recovery[f"{full}, in the corrupted run"] == pytest.approx(recovery[patch], abs=1e-3)
+    assert (tmp_path / "sweep" / "units.jsonl").is_file()
+    assert "semantics: L1H" in lines[-2] and "normalized entropy of that head" in lines[-1]
