@@ -53,9 +53,12 @@ _EXPORTS: dict[str, str] = {
     "PatternPatch": "interv.engine.interventions",
     "ValuePatch": "interv.engine.interventions",
     "Combined": "interv.engine.interventions",
+    "PairAblation": "interv.engine.interventions",
     "AddVector": "interv.engine.directions",
     "ProjectOut": "interv.engine.directions",
     "SubspacePatch": "interv.engine.directions",
+    "DirectEffect": "interv.engine.paths",
+    "PathPatch": "interv.engine.paths",
     # the protocol for your own kinds
     "Intervention": "interv.engine.protocol",
     "Site": "interv.engine.sites",

@@ -6,6 +6,7 @@ No stability promise; internal to interv.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,7 +24,8 @@ def lazy_exports(
         package: the package's dotted name (for error messages).
         exports: public name -> dotted name of the module that defines it.
         namespace: the package's ``globals()``; a resolved name is cached there, so each
-            module is imported once, on first use of one of its names.
+            module is imported once, on first use of one of its names. A name that is not
+            exported but names a submodule (``interv.metrics``) imports that submodule.
         moved: old public name -> the public module it now lives in; such names still
             resolve, with a ``DeprecationWarning`` naming the new place (not cached, so
             every use warns; not listed by ``dir``).
@@ -41,6 +43,8 @@ def lazy_exports(
             return getattr(importlib.import_module(moved[name]), name)
         module_name = exports.get(name)
         if module_name is None:
+            if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
+                return importlib.import_module(f"{package}.{name}")  # a subpackage, on use
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module_name), name)
         namespace[name] = value

@@ -40,6 +40,7 @@ def make_result(
         descriptions=descriptions,
         base_runs=base_runs or ["clean"] * len(kinds),
         sites=sites,
+        params=[{"kind": kind} for kind in kinds],
         metric=MetricInfo("logit_diff", "logits", "target minus foil logit"),
         scope=Scope(MODEL, "toy", n, 5, tuple([4] * n), "right"),
         recovery_atol=1e-6,

@@ -11,6 +11,8 @@
 - :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
   effect and by attribution, mean-ablated cumulatively: loss against heads removed.
 
+- :mod:`interv.analysis.interactions`: pairwise ablations of heads and their interaction
+  terms (do two heads back each other up?).
 - :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
   attribution patching, a first-order approximation of head patching, for screening.
 
@@ -39,6 +41,10 @@ _EXPORTS: dict[str, str] = {
     "TextEvaluation": "interv.analysis.pruning",
     "EmbeddingEvaluation": "interv.analysis.pruning",
     "approximate_head_patching_scores": "interv.engine.attribution",
+    "interactions": "interv.analysis.interactions",
+    "head_interactions": "interv.analysis.interactions",
+    "HeadInteractions": "interv.analysis.interactions",
+    "pair_design": "interv.analysis.interactions",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -163,7 +163,7 @@ def forward(
     model: Any,
     inputs: Prompts | Suffix,
     *,
-    hooks: Sequence[tuple[Site | str, HookFn]] = (),
+    hooks: Sequence[tuple[Site, HookFn]] = (),
     capture: Sequence[Site] = (),
     readout: str | None = "logits",
     positions: torch.Tensor | None = None,
@@ -179,8 +179,7 @@ def forward(
             (blocks ``start_layer..`` from recorded prefixes).
         hooks: ``(site, fn)`` pairs; ``fn`` sees the whole batch's activation at the
             site (its ``head`` and ``positions`` are ignored here) and returns a
-            replacement or None. A plain hook-name string is accepted for sites outside
-            :class:`~interv.engine.sites.Site` (the final norm's hooks).
+            replacement or None.
         capture: sites whose activations to return (after the hooks above edited them).
         readout: one of :data:`READOUTS`.
         positions: ``[n]`` int64, the position of each row read out by
@@ -205,7 +204,7 @@ def forward(
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
-    fwd_hooks = [(_name(site), fn) for site, fn in hooks]
+    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks]
     fwd_hooks += [
         (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
     ]
@@ -219,33 +218,29 @@ def forward(
     context = torch.enable_grad() if grad else torch.no_grad()
     recording = _record_prefix(model) if record_prefix else nullcontext([])
     logits = None
-    with context, recording as recorded:
+    with context, recording as recorded, model.hooks(fwd_hooks=fwd_hooks):
         try:
-            with model.hooks(fwd_hooks=fwd_hooks):
-                if isinstance(inputs, Suffix):
-                    hidden = _run_suffix(model, inputs)
-                    if readout == "logits":
-                        logits = model.unembed(model.ln_final(hidden))
-                else:
-                    logits = _run_full(model, inputs, device, readout == "logits")
+            if isinstance(inputs, Suffix):
+                normed = model.ln_final(_run_suffix(model, inputs))
+                if readout == "logits":
+                    logits = model.unembed(normed)
+            else:
+                logits = _run_full(model, inputs, device, readout == "logits")
         except _Stopped:
             pass
         out: torch.Tensor | None = logits
         if readout == "final_residual":
             out = seen[last_block]
         elif readout == "position_logits":
-            hidden = seen[last_block]
-            rows = torch.arange(hidden.shape[0], device=hidden.device)
-            at = hidden[rows, positions.to(hidden.device)].unsqueeze(1)
-            out = model.unembed(model.ln_final(at)).squeeze(1)
+            # the final norm runs here, inside the hooks, so edits of its sites apply
+            normed = model.ln_final(seen[last_block])
+            rows = torch.arange(normed.shape[0], device=normed.device)
+            at = normed[rows, positions.to(normed.device)].unsqueeze(1)
+            out = model.unembed(at).squeeze(1)
     if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
         out = out.float()
     prefix = recorded[0] if len(recorded) == 1 else None
     return ForwardOutput(readout=out, captured=captured, prefix=prefix)
-
-
-def _name(site: Site | str) -> str:
-    return site if isinstance(site, str) else hook_name(site)
 
 
 def _keeper(key: Any, store: dict, grad: bool) -> HookFn:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
+    "BASELINES",
     "DIRECTIONS",
     "PATCH_COMPONENTS",
     "RUNS",
@@ -69,6 +70,7 @@ __all__ = [
     "Combined",
     "Intervention",
     "MeanAblation",
+    "PairAblation",
     "PatternPatch",
     "ReferenceSet",
     "ResampleAblation",
@@ -76,6 +78,7 @@ __all__ = [
     "ValueReplace",
     "ValueScale",
     "ZeroAblation",
+    "head_ablation",
     "masked_mean",
     "position_index",
     "resample_index",
@@ -315,6 +318,86 @@ class ResampleAblation(_HeadAblation):
             f"{prompts_of(self.source, task)} (seed {self.seed}), same position, "
             f"{at_positions(self.positions)}"
         )
+
+
+BASELINES: tuple[str, ...] = ("zero", "mean", "resample")
+"""Ablation baselines by name: zero, mean over the clean prompts (same position), resample
+from the corrupted prompts (seeded)."""
+
+
+def head_ablation(baseline: str, layer: int, head: int, seed: int = 0) -> Intervention:
+    """The ablation of head ``(layer, head)`` with ``baseline`` (one of :data:`BASELINES`)."""
+    if baseline == "zero":
+        return ZeroAblation(layer, head)
+    if baseline == "mean":
+        return MeanAblation(layer, head, reference="clean")
+    if baseline == "resample":
+        return ResampleAblation(layer, head, source="corrupted", seed=seed)
+    raise IntervError(f"unknown baseline {baseline!r}; choose one of {BASELINES}")
+
+
+@register("pair_ablation")
+@dataclass(frozen=True)
+class PairAblation(Intervention):
+    """Two heads ablated together with the same baseline, in the clean run.
+
+    The fourth run of a pairwise design (none, A, B, both): with the single ablations
+    ``f(A)``, ``f(B)`` and the clean ``f(none)``, the interaction term is
+    ``f(AB) - f(A) - f(B) + f(none)`` (:mod:`interv.analysis.interactions`).
+
+    Attributes:
+        layer, head: the first head.
+        other_layer, other_head: the second head (a different one).
+        baseline: one of :data:`BASELINES`.
+        seed: seed of the resample draw.
+    """
+
+    layer: int
+    head: int
+    other_layer: int
+    other_head: int
+    baseline: str = "mean"
+    seed: int = 0
+    family = "interaction"
+
+    def __post_init__(self) -> None:
+        if (self.layer, self.head) == (self.other_layer, self.other_head):
+            raise IntervError(
+                f"a pair ablation needs two different heads; got "
+                f"{head_label(self.layer, self.head)} twice"
+            )
+        for part in self.parts:  # validates the heads and the baseline
+            Site("z", part.layer, part.head)
+
+    @property
+    def parts(self) -> tuple[Intervention, Intervention]:
+        """The two single ablations."""
+        return (
+            head_ablation(self.baseline, self.layer, self.head, self.seed),
+            head_ablation(self.baseline, self.other_layer, self.other_head, self.seed),
+        )
+
+    @property
+    def site(self) -> None:
+        return None
+
+    def edits(self) -> tuple[Site, ...]:
+        return tuple(site for part in self.parts for site in part.edits())
+
+    def reads(self) -> tuple[Read, ...]:
+        return tuple(dict.fromkeys(read for part in self.parts for read in part.reads()))
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        for part in self.parts:
+            part.check(cfg, n_positions)
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        part = next(part for part in self.parts if site in part.edits())
+        return part.edit(site, activation, context)
+
+    def describe(self, task: TokenizedPairs | None = None) -> str:
+        first, second = (part.describe(task) for part in self.parts)
+        return f"pair ablation: {first}; and, in the same forward, {second}"
 
 
 def _patch_runs(direction: str) -> tuple[str, str]:

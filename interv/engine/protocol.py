@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RUNS",
     "EditContext",
+    "EditedRun",
     "Intervention",
     "Kind",
     "Read",
@@ -105,13 +106,42 @@ class ReferenceSet:
         return self.attention_mask
 
 
-Source = str | ReferenceSet
-"""Where activations come from: ``"clean"``, ``"corrupted"`` or a :class:`ReferenceSet`."""
+@dataclass(frozen=True)
+class EditedRun:
+    """The prompts of a run with an intervention applied: a source other interventions read.
+
+    The engine runs it once per call (shared by every intervention that reads from an
+    equal one), captures what is read from it, and stops after the latest such site.
+    Path patching reads the receivers' inputs from the run in which only the sender
+    changed and everything else stayed frozen.
+
+    Attributes:
+        intervention: applied to its own base run's prompts.
+    """
+
+    intervention: Intervention
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.intervention, Intervention):
+            raise IntervError(
+                f"EditedRun needs an intervention; got {type(self.intervention).__name__}"
+            )
+
+    @property
+    def run(self) -> str:
+        """The run whose prompts it edits."""
+        return self.intervention.base_run
+
+
+Source = str | ReferenceSet | EditedRun
+"""Where activations come from: ``"clean"``, ``"corrupted"``, a :class:`ReferenceSet` or
+an :class:`EditedRun`."""
 
 
 def check_source(source: object, what: str) -> None:
-    """Raise :class:`IntervError` unless ``source`` is a run name or a :class:`ReferenceSet`."""
-    if not isinstance(source, ReferenceSet) and source not in RUNS:
+    """Raise :class:`IntervError` unless ``source`` is a run name, a :class:`ReferenceSet`
+    or an :class:`EditedRun`."""
+    if not isinstance(source, ReferenceSet | EditedRun) and source not in RUNS:
         raise IntervError(f"unknown {what} {source!r}; choose one of {RUNS} or a ReferenceSet")
 
 
@@ -131,7 +161,8 @@ class EditContext:
     """What an intervention's :meth:`~Intervention.edit` can see, for its own rows.
 
     Attributes:
-        cfg: the model's config (``model.cfg``: ``n_layers``, ``n_heads``, ``d_model``...).
+        model: the model, for its weights and config (``model.blocks[L].attn.W_O``,
+            ``model.cfg.d_model``...); an edit must not run it.
         mask: ``[n, pos]`` bool, the real tokens of the base run's prompts (its rows).
         task: the prompt pairs, when the forward runs on a task; else None.
         state: a scratch dict shared by the sites (and the parts of a
@@ -139,13 +170,18 @@ class EditContext:
             one forward.
     """
 
-    cfg: Any
+    model: Any
     mask: torch.Tensor
     task: TokenizedPairs | None
     captured: Mapping[tuple[Source, Site], torch.Tensor]
     source_masks: Mapping[Source, torch.Tensor]
     observed_values: dict[Site, torch.Tensor] = field(default_factory=dict)
     state: dict[Any, Any] = field(default_factory=dict)
+
+    @property
+    def cfg(self) -> Any:
+        """The model's config (``n_layers``, ``n_heads``, ``d_head``, ``d_model``...)."""
+        return self.model.cfg
 
     def read(self, source: Source, site: Site) -> torch.Tensor:
         """``source``'s activation at ``site`` (all positions; head-sliced), ``[n_source, ...]``.
@@ -180,7 +216,11 @@ class EditContext:
 
 
 def _source_name(source: Source) -> str:
-    return f"reference set {source.name!r}" if isinstance(source, ReferenceSet) else source
+    if isinstance(source, ReferenceSet):
+        return f"reference set {source.name!r}"
+    if isinstance(source, EditedRun):
+        return f"edited {source.run}"
+    return source
 
 
 class Intervention:
@@ -266,9 +306,11 @@ class Intervention:
         return edits[0] if len(edits) == 1 else sites.pop()
 
     @property
-    def start_layer(self) -> int:
-        """The earliest block this intervention edits or observes (prefix reuse starts there)."""
-        return min(site.layer for site in (*self.edits(), *self.observes()))
+    def start_layer(self) -> int | None:
+        """The earliest block this intervention edits or observes (prefix reuse starts there);
+        None when it touches only sites after the last block."""
+        layers = [s.layer for s in (*self.edits(), *self.observes()) if s.layer is not None]
+        return min(layers, default=None)
 
 
 def semantics(intervention: Intervention, task: TokenizedPairs | None = None) -> str:
@@ -318,7 +360,11 @@ class Kind:
 
 
 _KINDS: dict[str, Kind] = {}
-_BUILTIN_MODULES = ("interv.engine.interventions", "interv.engine.directions")
+_BUILTIN_MODULES = (
+    "interv.engine.interventions",
+    "interv.engine.directions",
+    "interv.engine.paths",
+)
 
 
 def register(

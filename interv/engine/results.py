@@ -15,6 +15,7 @@ in :attr:`InterventionResult.n_undefined_recovery`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ __all__ = [
     "MetricInfo",
     "Scope",
     "intervention_fields",
+    "intervention_params",
     "normalized_recovery",
 ]
 
@@ -99,12 +101,39 @@ class Scope:
         )
 
 
+def _plain(value: Any) -> Any:
+    """A field value as JSON-ready data (tuples as lists; sets and objects by name)."""
+    from interv.engine.protocol import Intervention, ReferenceSet
+
+    if isinstance(value, Intervention):
+        return intervention_params(value)
+    if isinstance(value, ReferenceSet):
+        return f"reference set {value.name!r} ({value.tokens.shape[0]} prompts)"
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def intervention_params(intervention: Intervention) -> dict[str, Any]:
+    """An intervention's fields as JSON-ready data, with its class under ``"kind"``.
+
+    E.g. ``{"kind": "ZeroAblation", "layer": 1, "head": 2, "positions": None}``.
+    """
+    values = {"kind": type(intervention).__name__}
+    if dataclasses.is_dataclass(intervention):
+        for spec in dataclasses.fields(intervention):
+            values[spec.name] = _plain(getattr(intervention, spec.name))
+    return values
+
+
 def intervention_fields(
     interventions: Sequence[Intervention], task: TokenizedPairs | None
 ) -> dict[str, tuple]:
     """Per intervention: ``kinds`` (class names), ``descriptions`` (semantics sentences),
-    ``base_runs`` and ``sites`` (:class:`~interv.engine.sites.Site` or None), as
-    :meth:`InterventionResult.build` takes them."""
+    ``base_runs``, ``sites`` (:class:`~interv.engine.sites.Site` or None) and ``params``
+    (:func:`intervention_params`), as :meth:`InterventionResult.build` takes them."""
     from interv.engine.protocol import semantics
 
     return {
@@ -112,6 +141,7 @@ def intervention_fields(
         "descriptions": tuple(semantics(iv, task) for iv in interventions),
         "base_runs": tuple(iv.base_run for iv in interventions),
         "sites": tuple(iv.site for iv in interventions),
+        "params": tuple(intervention_params(iv) for iv in interventions),
     }
 
 
@@ -134,6 +164,8 @@ class InterventionResult:
         sites: where each intervention acts (component, layer, head, positions), as
             data; None for an intervention that is not filed under one site (e.g. a
             combination of heads).
+        params: each intervention's fields as plain data (:func:`intervention_params`),
+            e.g. the second head of a pair ablation or the receivers of a path patch.
         metric: the metric's name, unit and definition.
         scope: model, task, prompts and positions.
     """
@@ -148,6 +180,7 @@ class InterventionResult:
     kinds: tuple[str, ...]
     base_runs: tuple[str, ...]
     sites: tuple[Site | None, ...]
+    params: tuple[dict[str, Any], ...]
     metric: MetricInfo
     scope: Scope
 
@@ -162,6 +195,7 @@ class InterventionResult:
         descriptions: Sequence[str],
         base_runs: Sequence[str],
         sites: Sequence[Site | None],
+        params: Sequence[dict[str, Any]],
         metric: MetricInfo | TargetMetric,
         scope: Scope,
         recovery_atol: float,
@@ -182,6 +216,7 @@ class InterventionResult:
             kinds=tuple(kinds),
             base_runs=tuple(base_runs),
             sites=tuple(sites),
+            params=tuple(params),
             metric=MetricInfo(metric.name, metric.unit, metric.definition),
             scope=scope,
         )

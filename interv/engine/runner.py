@@ -119,6 +119,7 @@ def run(
         [read for intervention in checked for read in intervention.reads()],
         readout="position_logits",
         positions=task.answer_positions,
+        task=task,
     )
     clean_logits = base.readouts["clean"].cpu()
 

@@ -18,9 +18,14 @@ Components and the activation each carries (transformer-lens vocabulary):
   A site names the *query* head; under grouped-query attention query head ``h`` reads
   key/value head ``kv_head_of(cfg, h)``, shared with the other heads of its group.
 - ``"pattern"``: attention weights, ``[batch, head_index, query_pos, key_pos]``.
+- ``"final_resid"``: the residual stream entering the final norm, ``[batch, pos,
+  d_model]``; ``"final_scale"``: the final norm's scale (RMS or standard deviation of
+  each position), ``[batch, pos, 1]``. These two belong to no block: their ``layer`` is
+  None.
 
 Within a block the hooks fire in the order resid_pre, q, k, v, pattern, z, attn_out,
-resid_mid, mlp_out, resid_post (:data:`COMPONENTS`).
+resid_mid, mlp_out, resid_post; after the last block come final_resid and final_scale
+(:data:`COMPONENTS`).
 
 Layer, head and position *ranges* depend on a model and a task; they are checked by
 :func:`check_site` when a run starts.
@@ -37,6 +42,7 @@ from interv.errors import IntervError
 
 __all__ = [
     "COMPONENTS",
+    "FINAL_COMPONENTS",
     "HEAD_COMPONENTS",
     "MLP_COMPONENTS",
     "RESIDUAL_COMPONENTS",
@@ -47,7 +53,6 @@ __all__ = [
     "check_layer",
     "check_positions",
     "check_site",
-    "final_scale_hook",
     "head_axis",
     "head_label",
     "hook_name",
@@ -69,9 +74,14 @@ _HOOK_TEMPLATES: dict[str, str] = {
     "resid_mid": "blocks.{layer}.hook_resid_mid",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
     "resid_post": "blocks.{layer}.hook_resid_post",
+    "final_resid": "ln_final.hook_in",
+    "final_scale": "ln_final.hook_scale",
 }
 COMPONENTS: tuple[str, ...] = tuple(_HOOK_TEMPLATES)
-"""Every component a site can name, in forward order within a block."""
+"""Every component a site can name, in forward order."""
+
+FINAL_COMPONENTS: tuple[str, ...] = ("final_resid", "final_scale")
+"""Components after the last block (the final norm's input and scale); their layer is None."""
 
 HEAD_COMPONENTS: tuple[str, ...] = ("q", "k", "v", "pattern", "z")
 """Components with a head axis (a site may name a query head)."""
@@ -95,6 +105,8 @@ _PHRASES = {
     "resid_post": "residual stream after block {layer} (resid_post)",
     "attn_out": "attention output of block {layer} (attn_out)",
     "mlp_out": "MLP output of block {layer} (mlp_out)",
+    "final_resid": "residual stream entering the final norm (final_resid)",
+    "final_scale": "final norm's scale (final_scale)",
     "z": "{who} output (z)",
     "q": "{who} queries (q)",
     "k": "{who} keys (k)",
@@ -131,7 +143,7 @@ class Site:
 
     Attributes:
         component: one of :data:`COMPONENTS`.
-        layer: the block, ``>= 0``.
+        layer: the block, ``>= 0``; None for :data:`FINAL_COMPONENTS` (and only there).
         head: a query head (components of :data:`HEAD_COMPONENTS` only); None = the
             whole activation.
         positions: the token positions concerned; None = all. Informational for the
@@ -139,13 +151,22 @@ class Site:
     """
 
     component: str
-    layer: int
+    layer: int | None = None
     head: int | None = None
     positions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_component(self.component)
-        object.__setattr__(self, "layer", as_int(self.layer, "layer", minimum=0))
+        if self.component in FINAL_COMPONENTS:
+            if self.layer is not None:
+                raise IntervError(
+                    f"component {self.component!r} comes after the last block and has no "
+                    f"layer; got layer={self.layer!r}"
+                )
+        else:
+            if self.layer is None:
+                raise IntervError(f"component {self.component!r} needs a layer (block index)")
+            object.__setattr__(self, "layer", as_int(self.layer, "layer", minimum=0))
         if self.head is not None:
             if self.component not in HEAD_COMPONENTS:
                 raise IntervError(
@@ -160,6 +181,8 @@ class Site:
         """``L1H3`` for a head, ``L1 resid_pre`` otherwise, plus ``@p,q`` for positions."""
         if self.head is not None:
             text = head_label(self.layer, self.head)
+        elif self.layer is None:
+            text = self.component
         else:
             text = f"L{self.layer} {self.component}"
         if self.positions is not None:
@@ -199,7 +222,13 @@ class Site:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Site:
         """Inverse of :meth:`to_dict`."""
-        return cls(data["component"], data["layer"], data.get("head"), data.get("positions"))
+        return cls(data["component"], data.get("layer"), data.get("head"), data.get("positions"))
+
+    @property
+    def order(self) -> tuple[float, int]:
+        """Sort key in forward order: (block, position of the component in the block)."""
+        layer = float("inf") if self.layer is None else self.layer
+        return (layer, COMPONENTS.index(self.component))
 
 
 def hook_name(site_or_component: Site | str, layer: int | None = None) -> str:
@@ -219,11 +248,6 @@ def block_output_hook(layer: int) -> str:
     """Hook name of block ``layer``'s output, ``[batch, pos, d_model]`` (for the last block:
     the residual stream entering the final norm, or an encoder's final hidden states)."""
     return f"blocks.{layer}.hook_out"
-
-
-def final_scale_hook() -> str:
-    """Hook name of the final norm's scale, ``[batch, pos, 1]``."""
-    return "ln_final.hook_scale"
 
 
 def head_axis(component: str) -> int:
@@ -303,7 +327,8 @@ def check_positions(positions: Iterable[int] | None, n_positions: int, what: str
 
 def check_site(cfg: Any, site: Site, n_positions: int) -> None:
     """Raise :class:`IntervError` unless ``site`` exists in the model and the prompts."""
-    check_layer(cfg, site.layer, site.component)
+    if site.layer is not None:
+        check_layer(cfg, site.layer, site.component)
     if site.head is not None:
         check_head(cfg, site.layer, site.head)
     check_positions(site.positions, n_positions, "position")

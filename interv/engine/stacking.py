@@ -24,8 +24,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.engine.forward import ForwardOutput, HookFn, Prefix, Prompts, Suffix, forward
-from interv.engine.protocol import EditContext, Intervention, Read, ReferenceSet, Source
-from interv.engine.sites import COMPONENTS, Site, select_head
+from interv.engine.protocol import (
+    EditContext,
+    EditedRun,
+    Intervention,
+    Read,
+    ReferenceSet,
+    Source,
+)
+from interv.engine.sites import Site, select_head
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -71,8 +78,28 @@ def task_runs(task: TokenizedPairs) -> dict[str, Prompts]:
     }
 
 
-def _site_order(site: Site) -> tuple[int, int]:
-    return (site.layer, COMPONENTS.index(site.component))
+def _wanted_sites(runs: Mapping[str, Prompts], reads: Iterable[Read]) -> dict[Source, set[Site]]:
+    """Source -> the sites read from it, following edited runs' own reads."""
+    wanted: dict[Source, set[Site]] = {run: set() for run in runs}
+    pending = list(reads)
+    while pending:
+        read = pending.pop()
+        source = read.source
+        if isinstance(source, str) and source not in runs:
+            raise IntervError(
+                f"an intervention reads from run {source!r}; available: {tuple(runs)}"
+            )
+        if isinstance(source, EditedRun) and source not in wanted:
+            pending.extend(source.intervention.reads())
+        wanted.setdefault(source, set()).add(read.site.without_positions())
+    return wanted
+
+
+def _depth(source: Source) -> int:
+    """0 for runs and reference sets; 1 + the depth of what an edited run reads from."""
+    if not isinstance(source, EditedRun):
+        return 0
+    return 1 + max((_depth(read.source) for read in source.intervention.reads()), default=0)
 
 
 def capture_base_runs(
@@ -83,32 +110,24 @@ def capture_base_runs(
     readout: str | None,
     positions: torch.Tensor | None = None,
     record_prefix: bool = True,
+    task: TokenizedPairs | None = None,
 ) -> BaseRuns:
-    """One forward per run of ``runs`` and per reference set named in ``reads``.
+    """One forward per run of ``runs``, per reference set and per edited run in ``reads``.
 
     Runs read out ``readout`` (at ``positions``) and record their prefix; reference sets
-    only capture what is read from them and stop after their latest site.
+    and edited runs only capture what is read from them and stop after their latest site
+    (an edited run starts at its intervention's earliest block when its run's prefix is
+    recorded). Edited runs go after everything they read from.
     """
-    wanted: dict[Source, set[Site]] = {run: set() for run in runs}
-    for read in reads:
-        if not isinstance(read.source, ReferenceSet) and read.source not in runs:
-            raise IntervError(
-                f"an intervention reads from run {read.source!r}; available: {tuple(runs)}"
-            )
-        wanted.setdefault(read.source, set()).add(read.site.without_positions())
+    wanted = _wanted_sites(runs, reads)
     prompts: dict[Source, Prompts] = dict(runs)
     prefixes: dict[str, Prefix | None] = {}
     readouts: dict[str, torch.Tensor | None] = {}
     captured: dict[tuple[Source, Site], torch.Tensor] = {}
-    for source, sites in wanted.items():
-        ordered = sorted(sites, key=_site_order)
-        if isinstance(source, ReferenceSet):
-            prompts[source] = Prompts.of(source.tokens, source.mask)
+    for source in sorted(wanted, key=_depth):
+        ordered = sorted(wanted[source], key=lambda site: site.order)
+        if isinstance(source, str):
             out: ForwardOutput = forward(
-                model, prompts[source], capture=ordered, readout=None, stop_after=ordered[-1]
-            )
-        else:
-            out = forward(
                 model,
                 runs[source],
                 capture=ordered,
@@ -117,8 +136,47 @@ def capture_base_runs(
                 record_prefix=record_prefix,
             )
             prefixes[source], readouts[source] = out.prefix, out.readout
+        elif isinstance(source, ReferenceSet):
+            prompts[source] = Prompts.of(source.tokens, source.mask)
+            out = forward(
+                model, prompts[source], capture=ordered, readout=None, stop_after=ordered[-1]
+            )
+        else:
+            out = _edited_run(model, source, runs, prefixes, captured, prompts, ordered, task)
         captured.update({(source, site): value for site, value in out.captured.items()})
     return BaseRuns(prompts, prefixes, readouts, captured)
+
+
+def _edited_run(
+    model: Any,
+    source: EditedRun,
+    runs: Mapping[str, Prompts],
+    prefixes: Mapping[str, Prefix | None],
+    captured: Mapping[tuple[Source, Site], torch.Tensor],
+    prompts: Mapping[Source, Prompts],
+    sites: list[Site],
+    task: TokenizedPairs | None,
+) -> ForwardOutput:
+    intervention, base = source.intervention, runs[source.run]
+    context = EditContext(
+        model=model,
+        mask=base.mask,
+        task=task,
+        captured=captured,
+        source_masks={key: value.mask for key, value in prompts.items()},
+    )
+    start, prefix = intervention.start_layer, prefixes.get(source.run)
+    inputs: Prompts | Suffix = base
+    if prefix is not None and start is not None and start <= sites[0].order[0]:
+        inputs = Suffix((prefix,), start)
+    return forward(
+        model,
+        inputs,
+        hooks=edit_hooks(model.cfg, [(slice(0, base.n), intervention, context)]),
+        capture=sites,
+        readout=None,
+        stop_after=sites[-1],
+    )
 
 
 def edit_hooks(
@@ -201,8 +259,10 @@ def intervened_readouts(
     use_prefix = reuse_prefix and all(base.prefixes.get(iv.base_run) for iv in interventions)
     masks = base.source_masks()
     by_start: dict[int, list[int]] = {}
+    last = model.cfg.n_layers - 1
     for index, intervention in enumerate(interventions):
-        layer = intervention.start_layer if use_prefix else 0
+        start = intervention.start_layer
+        layer = (last if start is None else start) if use_prefix else 0
         by_start.setdefault(layer, []).append(index)
     for layer, indices in sorted(by_start.items()):
         for start in range(0, len(indices), per_forward):
@@ -213,7 +273,7 @@ def intervened_readouts(
                     slice(k * n, (k + 1) * n),
                     intervention,
                     EditContext(
-                        cfg=model.cfg,
+                        model=model,
                         mask=base.prompts[intervention.base_run].mask,
                         task=task,
                         captured=base.captured,
@@ -254,7 +314,7 @@ def forward_under(
     runs = task_runs(task)
     base = capture_base_runs(model, runs, intervention.reads(), readout=None, record_prefix=False)
     context = EditContext(
-        cfg=model.cfg,
+        model=model,
         mask=task.attention_mask,
         task=task,
         captured=base.captured,

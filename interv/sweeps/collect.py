@@ -144,6 +144,11 @@ def _assemble(
             for record in records
             for site in record.get("sites", [None] * len(record["kinds"]))
         ],
+        params=[
+            params
+            for record in records
+            for params in record.get("params", [{"kind": k} for k in record["kinds"]])
+        ],
         metric=MetricInfo(**baselines["metric"]),
         scope=Scope(**scope),
         recovery_atol=float(baselines["recovery_atol"]),

@@ -75,6 +75,7 @@ __all__ = [
     "SweepConfig",
     "build_intervention",
     "config_diff",
+    "expand_options",
     "load_config",
     "parse_config",
     "takes_head",
@@ -344,14 +345,35 @@ def takes_head(kind: Kind, options: Mapping[str, Any]) -> bool:
     if head.default is dataclasses.MISSING and head.default_factory is dataclasses.MISSING:
         return True
     try:
-        build_intervention(kind, options, layer=0, head=0)
+        build_intervention(kind, _probe(kind, options, 0), layer=0, head=0)
     except IntervError as with_head:
         try:
-            build_intervention(kind, options, layer=0)
+            build_intervention(kind, _probe(kind, options, None), layer=0)
         except IntervError:
             raise with_head from None
         return False
     return True
+
+
+def expand_options(
+    kind: Kind, options: Mapping[str, Any], *, layer: int, head: int | None, cfg: Any
+) -> list[dict[str, Any]]:
+    """The option sets one site of an entry stands for.
+
+    A kind may define a classmethod ``sweep_expansions(options, *, layer, head, cfg)``
+    that turns a special option value into several option sets (e.g.
+    :class:`~interv.engine.paths.PathPatch`'s ``receivers = "each_later_head"``); with
+    ``cfg=None`` (validation before any model is loaded) it yields one representative.
+    """
+    expansions = getattr(kind.cls, "sweep_expansions", None)
+    if expansions is None:
+        return [dict(options)]
+    return list(expansions(options, layer=layer, head=head, cfg=cfg))
+
+
+def _probe(kind: Kind, options: Mapping[str, Any], head: int | None) -> dict[str, Any]:
+    """A representative option set for validation at layer 0 (no model config yet)."""
+    return expand_options(kind, options, layer=0, head=head, cfg=None)[0]
 
 
 def build_intervention(
@@ -417,7 +439,8 @@ def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any
         probe["positions"] = None if parsed["positions"] == "each" else parsed["positions"]
     try:  # validates every option value before any model is loaded
         per_head = takes_head(kind, probe)
-        build_intervention(kind, probe, layer=0, head=0 if per_head else None)
+        head = 0 if per_head else None
+        build_intervention(kind, _probe(kind, probe, head), layer=0, head=head)
     except IntervError as error:
         raise IntervError(f"{where}: {error}") from error
     parsed["sites"] = _parse_sites(

@@ -153,6 +153,7 @@ class SweepWorker:
             "descriptions": list(result.descriptions),
             "base_runs": list(result.base_runs),
             "sites": [None if site is None else site.to_dict() for site in result.sites],
+            "params": list(result.params),
             "values": result.values.tolist(),
         }
         baselines = {

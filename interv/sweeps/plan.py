@@ -24,7 +24,7 @@ from typing import Any
 
 from interv.engine.protocol import Intervention, get_kind
 from interv.errors import IntervError
-from interv.sweeps.config import SweepConfig, build_intervention, takes_head
+from interv.sweeps.config import SweepConfig, build_intervention, expand_options, takes_head
 
 __all__ = ["Shard", "WorkUnit", "expand_interventions", "plan_units", "unit_id"]
 
@@ -141,6 +141,9 @@ def _expand_entry(
         for head in heads if per_head else (None,):
             for chosen in choices:
                 options = {**entry, "positions": chosen} if "positions" in entry else entry
-                intervention = build_intervention(kind, options, layer=layer, head=head)
-                intervention.check(model_cfg, n_positions)
-                yield intervention
+                for expanded in expand_options(
+                    kind, options, layer=layer, head=head, cfg=model_cfg
+                ):
+                    intervention = build_intervention(kind, expanded, layer=layer, head=head)
+                    intervention.check(model_cfg, n_positions)
+                    yield intervention
