@@ -174,6 +174,9 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
         "",
     ]
     parts += [_md_table(columns, rows) if rows else "No kind has 3 or more heads: no agreement."]
+    for table in report.section_tables():
+        parts += ["", f"## {table.title}", "", table.intro, ""]
+        parts += [_md_table(list(table.columns), [list(row) for row in table.rows])]
     for note in report.notes:
         parts += ["", f"> {note}"]
     if images:
@@ -228,6 +231,11 @@ def to_html(
         "<h2>Agreement between concentration and causation</h2>",
         f"<p>{html.escape(report.agreement_caveat)}</p>",
         _html_table(*_agreement_cells(report)),
+        *[
+            f"<h2>{html.escape(table.title)}</h2><p>{html.escape(table.intro)}</p>"
+            + _html_table(list(table.columns), [list(row) for row in table.rows])
+            for table in report.section_tables()
+        ],
         *[f"<blockquote>{html.escape(note)}</blockquote>" for note in report.notes],
     ]
     if figures is not False:

@@ -34,6 +34,19 @@ from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
 from interv.report.flags import FlagRules, assign_flags
+from interv.report.sections import (
+    CONCENTRATED_INDIRECT,
+    DIRECT_OPPOSED,
+    DecompositionRow,
+    Estimate,
+    InteractionRow,
+    PathRow,
+    SectionTable,
+    decompositions,
+    interaction_rows,
+    path_rows,
+    section_tables,
+)
 from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
@@ -154,7 +167,9 @@ class ReportRow:
 
 @dataclass(frozen=True)
 class Report:
-    """A typed report: scope header, rows, flag rules, agreement. Renders itself.
+    """A typed report: scope header, rows, flag rules, agreement, and the sections that join
+    rows (direct/indirect decomposition, path patches, pairwise interactions, see
+    :mod:`interv.report.sections`). Renders itself.
 
     ``_repr_html_`` / ``_repr_markdown_`` give rich display in notebooks; see
     :mod:`interv.report.render` for Markdown, HTML, JSON and CSV.
@@ -167,6 +182,10 @@ class Report:
     agreement: tuple[Agreement, ...]
     agreement_caveat: str = AGREEMENT_CAVEAT
     notes: tuple[str, ...] = field(default=())
+    decomposition: tuple[DecompositionRow, ...] = field(default=())
+    paths: tuple[PathRow, ...] = field(default=())
+    interactions: tuple[InteractionRow, ...] = field(default=())
+    interaction_semantics: str = ""
 
     def head_grid(self, values: dict[tuple[int, int], float]) -> torch.Tensor:
         """``[layer, head_index]`` float64 grid of per-head values (NaN where missing)."""
@@ -277,11 +296,64 @@ class Report:
                 ),
                 agreement_caveat=data["agreement_caveat"],
                 notes=tuple(data["notes"]),
+                decomposition=tuple(
+                    DecompositionRow(
+                        **{
+                            **row,
+                            **{k: _estimate(row[k]) for k in ("total", "direct", "indirect")},
+                            "flags": tuple(row["flags"]),
+                            **_nan_for_none(
+                                {k: row[k] for k in ("normalized_entropy", "sink_mass")}
+                            ),
+                        }
+                    )
+                    for row in data.get("decomposition", ())
+                ),
+                paths=tuple(
+                    PathRow(
+                        **{
+                            **row,
+                            "effect": _estimate(row["effect"]),
+                            "receivers": tuple(row["receivers"]),
+                            **{
+                                k: tuple(math.nan if v is None else v for v in row[k])
+                                for k in ("receivers_normalized_entropy", "receivers_sink_mass")
+                            },
+                            **_nan_for_none(
+                                {
+                                    k: row[k]
+                                    for k in (
+                                        "recovery",
+                                        "sender_normalized_entropy",
+                                        "sender_sink_mass",
+                                    )
+                                }
+                            ),
+                        }
+                    )
+                    for row in data.get("paths", ())
+                ),
+                interactions=tuple(
+                    InteractionRow(**{**row, "interaction": _estimate(row["interaction"])})
+                    for row in data.get("interactions", ())
+                ),
+                interaction_semantics=data.get("interaction_semantics", ""),
             )
         except (KeyError, TypeError) as error:
             raise IntervError(
                 f"not a saved interv report (missing or bad field: {error})"
             ) from error
+
+    def section_tables(self) -> tuple[SectionTable, ...]:
+        """The joined sections (decomposition, paths, interactions) as renderable tables."""
+        return section_tables(
+            self.decomposition,
+            self.paths,
+            self.interactions,
+            self.interaction_semantics,
+            self.header.metric_unit,
+            self.header.ci_level,
+        )
 
     def _repr_markdown_(self) -> str:
         from interv.report.render import to_markdown
@@ -292,6 +364,10 @@ class Report:
         from interv.report.render import to_html
 
         return to_html(self, figures=False)
+
+
+def _estimate(data: dict[str, Any]) -> Estimate:
+    return Estimate(**_nan_for_none(data))
 
 
 def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
@@ -496,6 +572,40 @@ def build_report(
                 )
             )
 
+    head_means = {
+        (layer, head): {name: float(per_prompt[name][:, layer, head].nanmean()) for name in METRICS}
+        for layer in range(int(n_layers))
+        for head in range(int(n_heads))
+    }
+    params = [p for result in results for p in result.params]
+    descriptions = [d for result in results for d in result.descriptions]
+    decomposition = decompositions(
+        params, effect_rows, descriptions, head_means, indices, level, rules, effect_scale
+    )
+    paths = path_rows(
+        params,
+        effect_rows,
+        [float(r) for result in results for r in result.mean_recovery()],
+        descriptions,
+        head_means,
+        indices,
+        level,
+    )
+    rules_text = rules.rules(effect_scale, metric.unit)
+    interactions: tuple[InteractionRow, ...] = ()
+    interaction_semantics = ""
+    if any(p.get("kind") == "PairAblation" for p in params):
+        from interv.analysis.interactions import COMPENSATION, head_interactions
+
+        found = head_interactions(
+            _merged(results), rules=rules, n_bootstrap=n_bootstrap, level=level, seed=seed
+        )
+        interactions = interaction_rows(found, head_means)
+        interaction_semantics = found.semantics
+        rules_text[COMPENSATION] = found.rule.split(": ", 1)[1]
+    if decomposition:
+        rules_text.update(_decomposition_rules(rules, effect_scale, metric.unit))
+
     header = ReportHeader(
         model=scope.model_name,
         task=scope.task_name,
@@ -531,6 +641,48 @@ def build_report(
         header=header,
         rows=rows,
         flag_rules=rules,
-        rules_text=rules.rules(effect_scale, metric.unit),
+        rules_text=rules_text,
         agreement=tuple(agreements),
+        decomposition=decomposition,
+        paths=paths,
+        interactions=interactions,
+        interaction_semantics=interaction_semantics,
+    )
+
+
+def _decomposition_rules(rules: FlagRules, effect_scale: float, unit: str) -> dict[str, str]:
+    large = rules.large_fraction * effect_scale
+    near = rules.near_zero_fraction * effect_scale
+    return {
+        CONCENTRATED_INDIRECT: (
+            f"normalized entropy <= {rules.concentrated_at_most:g} and |indirect effect| >= "
+            f"{rules.large_fraction:g} x effect scale = {large:.4g} {unit}"
+        ),
+        DIRECT_OPPOSED: (
+            f"direct and indirect effects of opposite sign, both above "
+            f"{rules.near_zero_fraction:g} x effect scale = {near:.4g} {unit} (later parts "
+            "of the model compensate for the head's direct contribution)"
+        ),
+    }
+
+
+def _merged(results: Sequence[InterventionResult]) -> InterventionResult:
+    """One result holding the rows of several of the same scope and metric, in order."""
+    if len(results) == 1:
+        return results[0]
+    from interv.engine.results import InterventionResult as Result
+
+    first = results[0]
+    return Result.build(
+        torch.cat([result.values for result in results]),
+        first.clean,
+        first.corrupted,
+        kinds=[k for result in results for k in result.kinds],
+        descriptions=[d for result in results for d in result.descriptions],
+        base_runs=[b for result in results for b in result.base_runs],
+        sites=[s for result in results for s in result.sites],
+        params=[p for result in results for p in result.params],
+        metric=first.metric,
+        scope=first.scope,
+        recovery_atol=first.recovery_atol,
     )
