@@ -5,7 +5,8 @@ results with their units and scope. Heavy imports happen inside the handlers, so
 ``interv --help`` is instant. One module per group of commands:
 :mod:`~interv.cli.report` (``demo``, ``report``), :mod:`~interv.cli.sweeps` (``sweep``,
 ``sweep-merge``), :mod:`~interv.cli.analysis` (``similarity``, ``entropy-change``,
-``pruning``), :mod:`~interv.cli.zoo` (``zoo``); ``metrics`` lives here.
+``pruning``), :mod:`~interv.cli.paths` (``paths``, ``interactions``), :mod:`~interv.cli.zoo`
+(``zoo``); ``metrics`` lives here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 
 from interv import __version__
 from interv.cli.analysis import register as register_analysis
+from interv.cli.paths import register as register_paths
 from interv.cli.report import register as register_report
 from interv.cli.sweeps import register as register_sweeps
 from interv.cli.zoo import register as register_zoo
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metrics(subparsers)
     register_zoo(subparsers)
     register_analysis(subparsers)
+    register_paths(subparsers)
     register_sweeps(subparsers)
     register_report(subparsers)
     return parser

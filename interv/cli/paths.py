@@ -1,0 +1,143 @@
+"""``interv paths`` and ``interv interactions``: how a head acts, and which heads act together.
+
+- ``interv paths MODEL --sender L H`` patches the sender's output from the corrupted run
+  along its path into each later head's query, key or value input (one cell per receiver)
+  and prints the cells with the largest effect, next to the sender's total effect (the
+  activation patch on every path) and its direct effect into the logits.
+- ``interv interactions MODEL --heads L:H L:H ...`` ablates each head alone and every pair
+  together and prints the interaction terms with their intervals and compensation flags.
+
+Every number is printed with its unit and every design with its semantics sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from interv.errors import IntervError
+
+__all__ = ["parse_head", "register"]
+
+_HEAD = re.compile(r"^(?:L(\d+)H(\d+)|(\d+):(\d+))$")
+
+
+def parse_head(text: str) -> tuple[int, int]:
+    """A head written ``L1H3`` or ``1:3`` as ``(layer, head)``."""
+    match = _HEAD.match(text.strip())
+    if match is None:
+        raise IntervError(f"a head is written L1H3 or 1:3 (layer, head); got {text!r}")
+    layer, head = (int(g) for g in match.groups() if g is not None)
+    return layer, head
+
+
+def _load(args: argparse.Namespace):
+    from interv.models.loading import load_model
+    from interv.tasks.builtin import load_task
+
+    pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)  # fails before the model
+    model = load_model(args.model)
+    return model, pairs.tokenize(model)
+
+
+def _run_paths(args: argparse.Namespace) -> int:
+    from interv.engine.interventions import ActivationPatch
+    from interv.engine.paths import DirectEffect, PathPatch
+    from interv.engine.runner import run
+
+    layer, head = args.sender
+    receivers = [parse_head(text) for text in args.receivers] if args.receivers else None
+    model, task = _load(args)
+    cfg = model.cfg
+    if receivers is None:
+        receivers = [(r, h) for r in range(layer + 1, cfg.n_layers) for h in range(cfg.n_heads)]
+    cells = [PathPatch(layer, head, (receiver,), args.input) for receiver in receivers]
+    references = [
+        ActivationPatch("z", layer, head, direction="noise"),
+        PathPatch(layer, head, (), "logits"),
+        DirectEffect(layer, head),
+    ]
+    result = run(model, task, [*references, *cells], args.metric, max_batch_size=256)
+    effects = result.mean() - result.clean.mean()
+    unit = result.metric.unit
+    print(
+        f"scope: {result.scope.model_name} on {result.scope.n_prompts} prompts of "
+        f"{result.scope.task_name!r}; effects = mean {result.metric.name} minus the clean run's, "
+        f"in {unit}"
+    )
+    for index in range(3):
+        print(f"{float(effects[index]):+.4f} {unit}  {result.descriptions[index]}")
+    order = sorted(range(3, len(effects)), key=lambda i: -abs(float(effects[i])))
+    print(f"paths into the {args.input} input of each receiver, by |effect| (top {args.top}):")
+    for index in order[: args.top]:
+        print(f"  {float(effects[index]):+.4f} {unit}  {result.descriptions[index]}")
+    return 0
+
+
+def _run_interactions(args: argparse.Namespace) -> int:
+    from interv.analysis.interactions import interactions
+
+    heads = [parse_head(text) for text in args.heads]
+    model, task = _load(args)
+    found = interactions(
+        model, task, heads, baseline=args.baseline, metric=args.metric, seed=args.seed
+    )
+    print(f"design: {found.semantics}")
+    print(f"rule: {found.rule}")
+    for i, a in enumerate(found.heads):
+        for b in found.heads[i + 1 :]:
+            print(f"  {found.describe_pair(a, b)}")
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
+    parser.add_argument("--task", default="induction", help="built-in task (default: induction)")
+    parser.add_argument("--n-pairs", type=int, default=16, help="prompt pairs (default: 16)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the prompts (default: 0)")
+    parser.add_argument(
+        "--metric", default="logit_diff", help="target metric (default: logit_diff)"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``paths`` and ``interactions`` commands to the ``interv`` parser."""
+    paths = subparsers.add_parser(
+        "paths",
+        help="path patching from a sender head into each later head, with its direct effect",
+        description=(
+            "Patch a sender head's output from the corrupted run only along its path into "
+            "each later head's query, key or value input (everything else frozen at the clean "
+            "run), and print the strongest paths next to the sender's total and direct effect."
+        ),
+    )
+    _common(paths)
+    paths.add_argument(
+        "--sender", type=int, nargs=2, required=True, metavar=("LAYER", "HEAD"), help="sender"
+    )
+    paths.add_argument(
+        "--input", choices=("q", "k", "v"), default="k", help="receiver input (default: k)"
+    )
+    paths.add_argument(
+        "--receivers",
+        nargs="+",
+        default=None,
+        help="receiver heads, e.g. L1H0 1:2 (default: every head of the later layers)",
+    )
+    paths.add_argument("--top", type=int, default=10, help="cells printed (default: 10)")
+    paths.set_defaults(handler=_run_paths)
+
+    pairs = subparsers.add_parser(
+        "interactions",
+        help="pairwise ablations of heads and their interaction terms",
+        description=(
+            "Ablate each head alone and every pair together; print f(AB) - f(A) - f(B) + "
+            "f(none) with a bootstrap interval over prompts, and flag compensation."
+        ),
+    )
+    _common(pairs)
+    pairs.add_argument("--heads", nargs="+", required=True, help="heads, e.g. L1H0 L1H2 0:2")
+    pairs.add_argument(
+        "--baseline", choices=("zero", "mean", "resample"), default="mean", help="ablation"
+    )
+    pairs.set_defaults(handler=_run_interactions)
