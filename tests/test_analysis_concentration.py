@@ -170,7 +170,7 @@ def test_tokenized_pairs_use_their_clean_tokens_and_mask(model):
     from_pairs = concentration(model, pairs)
     from_tensor = concentration(model, clean, attention_mask=mask)
     for name in METRICS:
-        _assert_close(from_pairs.metric(name), from_tensor.metric(name), atol=0.0)
+        _assert_close(from_pairs.metric(name), from_tensor.metric(name), atol=1e-12)
 
 
 def test_negative_query_positions_count_from_each_prompts_last_real_token(model):
@@ -179,8 +179,8 @@ def test_negative_query_positions_count_from_each_prompts_last_real_token(model)
     result = concentration(model, tokens, attention_mask=mask, query_positions=[-1, 0])
     assert result.query_index.tolist() == [[7, 0], [5, 0]]
     full = concentration(model, tokens, attention_mask=mask)
-    _assert_close(result.entropy[0, ..., 0], full.entropy[0, ..., 7], atol=0.0)
-    _assert_close(result.entropy[1, ..., 0], full.entropy[1, ..., 5], atol=0.0)
+    _assert_close(result.entropy[0, ..., 0], full.entropy[0, ..., 7], atol=1e-12)
+    _assert_close(result.entropy[1, ..., 0], full.entropy[1, ..., 5], atol=1e-12)
     assert result.n_available_keys.tolist() == [[8, 1], [6, 1]]
 
 
@@ -195,7 +195,7 @@ def test_any_query_selection_is_the_matching_slice_of_the_all_queries_run(model,
     everything = concentration(model, tokens, sink=sink)
     columns = [q % 8 for q in queries]  # negative positions count back from the last token
     for name in METRICS:
-        _assert_close(selected.metric(name), everything.metric(name)[..., columns], atol=0.0)
+        _assert_close(selected.metric(name), everything.metric(name)[..., columns], atol=1e-12)
 
 
 def test_undefined_entries_are_nan_and_counted_at_real_queries_only(model):
@@ -294,7 +294,7 @@ def test_smollm2_numbers_equal_the_metric_functions_on_cached_patterns(smollm2_b
     layers = [0, 5, 29]
     result = concentration(smollm, tokens)
     from_string = concentration(smollm, "The cat sat on the mat because it was warm.")
-    _assert_close(from_string.entropy, result.entropy, atol=0.0)
+    _assert_close(from_string.entropy, result.entropy, atol=1e-12)
     expected = _oracle(smollm, tokens)
     for name, value in expected.items():
         _assert_close(result.metric(name)[:, layers], value[:, layers], atol=1e-5)

@@ -41,7 +41,6 @@ from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
-from interv.metrics.sink import sink_split
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -64,9 +63,10 @@ METRICS: dict[str, str] = {
 REDUCTIONS = ("mean", "median")
 SINK_CONVENTION = "key positions counted from each prompt's first real token"
 MASK_RULE = "causal AND padding (key j available for query t iff j <= t and j is real)"
-# Upper bound on the float64 elements of one chunk of query rows: [batch, head, chunk, key].
-# The metric math holds about ten such arrays at once (2 MiB each at this size).
-_CHUNK_ELEMENTS = 1 << 18
+# Upper bound on the elements of one chunk of query rows: [batch, head, chunk, key]. The
+# metric math holds about three such arrays at once in the pattern's dtype (4 MiB each in
+# float32 at this size).
+_CHUNK_ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -307,33 +307,29 @@ class _Reducer:
         real_query = query_index >= 0
         # absolute query positions in the padded tensor (a real position where unused)
         query_abs = batch.first_real[:, None] + query_index.clamp(min=0)
-        relative_key = torch.arange(n_pos)[None, :] - batch.first_real[:, None]  # [batch, key]
-        is_sink = torch.zeros(n_batch, n_pos, dtype=torch.bool)
-        for position in sink_positions:
-            is_sink |= relative_key == position
+        sinks = torch.tensor(sink_positions, dtype=torch.int64)
+        sink_abs = batch.first_real[:, None] + sinks[None, :]  # [batch, sink]
         self._query_abs = query_abs.to(device)
         self._real_query = real_query.to(device)
-        self._real_key = batch.real.to(device)
-        self._is_sink = is_sink.to(device)
+        self._sink_abs = sink_abs.to(device)
+        self._sink_real = (sinks[None, :] < batch.lengths[:, None]).to(device)  # [batch, sink]
+        # rows read as a plain slice when every prompt asks for the same consecutive queries
+        first = query_abs[0]
+        self._query_range = (
+            (int(first[0]), int(first[-1]) + 1)
+            if bool((query_abs == first).all()) and bool((first[1:] - first[:-1] == 1).all())
+            else None
+        )
+        # left padding puts masked keys before a query; zero them (right padding and the
+        # causal mask leave only exact zeros of the softmax after the query)
+        self._left_padding = batch.real.to(device) if bool(batch.first_real.any()) else None
         # n = number of real keys at or before the query (padding is contiguous)
         self.n_available_keys = torch.where(real_query, query_index + 1, 0)  # [batch, query]
+        self._log_n = torch.log(self.n_available_keys.to(torch.float64)).to(device)
         shape = (n_batch, cfg.n_layers, cfg.n_heads, query_index.shape[1])
         self._out = {name: torch.full(shape, torch.nan, dtype=torch.float64) for name in METRICS}
         self._value_norms: torch.Tensor | None = None
         self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
-
-    def _masks(self, start: int, stop: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Key and sink masks ``[batch, 1, query, key]``: queries ``start:stop``, keys ``:n_keys``.
-
-        Key ``j`` is available iff ``j <= t`` (causal), ``j`` is real and query ``t`` is
-        real; a sink key counts only where it is available.
-        """
-        query_abs = self._query_abs[:, start:stop, None]
-        keys = torch.arange(n_keys, device=query_abs.device)
-        real_key = self._real_key[:, None, :n_keys]
-        key_mask = (keys <= query_abs) & real_key & self._real_query[:, start:stop, None]
-        sink_mask = key_mask & self._is_sink[:, None, :n_keys]
-        return key_mask[:, None], sink_mask[:, None]
 
     def value_hook(self, layer: int) -> Any:
         """Hook on the values of ``layer`` storing ``||v_i W_O^h||`` ``[batch, head, key_pos]``."""
@@ -355,9 +351,9 @@ class _Reducer:
             if self._value_norms is None:
                 raise IntervError(
                     f"the values of layer {layer} did not reach a hook before its pattern; this "
-                    "model's "
-                    "attention order is not supported by interv.concentration"
+                    "model's attention order is not supported by interv.concentration"
                 )
+            pattern = pattern.detach()
             n_query = self._query_abs.shape[1]
             batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
             for start in range(0, n_query, self._chunk):
@@ -365,31 +361,68 @@ class _Reducer:
                 query_abs = self._query_abs[:, start:stop]
                 # keys after the chunk's last query are causally masked: leave them out
                 n_keys = int(query_abs.max()) + 1
-                # [batch, query, head, key] -> [batch, head, query, key]
-                rows = pattern.detach()[batch_index, :, query_abs, :n_keys]
-                self._reduce(layer, start, stop, rows.transpose(1, 2))
+                if self._query_range is not None:
+                    first = self._query_range[0]
+                    rows = pattern[:, :, first + start : first + stop, :n_keys]
+                else:  # [batch, query, head, key] -> [batch, head, query, key]
+                    rows = pattern[batch_index, :, query_abs, :n_keys].transpose(1, 2)
+                if self._left_padding is not None:
+                    rows = rows * self._left_padding[:, None, None, :n_keys].to(rows.dtype)
+                self._reduce(layer, start, stop, rows)
             self._value_norms = None
 
         return hook
 
     def _reduce(self, layer: int, start: int, stop: int, rows: torch.Tensor) -> None:
-        n_keys = rows.shape[-1]
-        key_mask, sink_mask = self._masks(start, stop, n_keys)
-        split = sink_split(rows, sink=sink_mask, key_mask=key_mask)
+        """Reduce ``rows`` ``[batch, head, query, key]`` (queries ``start:stop``).
+
+        One elementwise pass ``a log a`` in the pattern's dtype; every sum over keys is
+        accumulated in float64, and the content numbers come from sums, not differences
+        of rows: ``H(q) = log c - (sum_content a log a) / c`` with ``c`` the content mass.
+        """
+        f64 = torch.float64
+        plogp = torch.special.xlogy(rows, rows)
+        entropy = -plogp.sum(dim=-1, dtype=f64)
+        mass = rows.sum(dim=-1, dtype=f64)
+        # sink keys of each prompt, available to the query (causal and real)
+        query_abs = self._query_abs[:, start:stop]  # [batch, query]
+        available = (self._sink_abs[:, None, :] <= query_abs[:, :, None]) & self._sink_real[
+            :, None, :
+        ]  # [batch, query, sink]
+        index = self._sink_abs.clamp(max=rows.shape[-1] - 1)[:, None, None, :].expand(
+            *rows.shape[:-1], -1
+        )
+        weight = available[:, None].to(f64)  # [batch, 1, query, sink]
+        sink_rows = rows.gather(-1, index).to(f64) * weight
+        sink_mass = sink_rows.sum(dim=-1)
+        sink_plogp = (plogp.gather(-1, index).to(f64) * weight).sum(dim=-1)
+        content_mass = mass - sink_mass
+        has_content = content_mass > 0
+        safe_content = torch.where(has_content, content_mass, 1.0)
+        content_entropy = torch.where(
+            has_content,
+            torch.log(safe_content) - (-entropy - sink_plogp) / safe_content,
+            torch.nan,
+        )
+        log_n = self._log_n[:, None, start:stop]  # [batch, 1, query]
+        n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
+        n_content = (self.n_available_keys.to(log_n.device)[:, None, start:stop] - n_sink).to(f64)
+        norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
+        total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
+        from_sink = (
+            sink_rows * self._value_norms.gather(-1, index[:, :, 0, :]).to(f64)[:, :, None, :]
+        ).sum(dim=-1)
         values = {
-            "entropy": split.entropy,
-            "normalized_entropy": split.normalized_entropy,
-            "sink_mass": split.sink_mass,
-            "content_entropy": split.content_entropy,
-            "content_normalized_entropy": split.content_normalized_entropy,
+            "entropy": entropy,
+            "normalized_entropy": torch.where(log_n > 0, entropy / log_n, torch.nan),
+            "sink_mass": sink_mass,
+            "content_entropy": content_entropy,
+            "content_normalized_entropy": torch.where(
+                n_content > 1, content_entropy / torch.log(n_content.clamp(min=2)), torch.nan
+            ),
+            "contribution_norm": total,
+            "sink_contribution_share": torch.where(total > 0, from_sink / total, torch.nan),
         }
-        weights = torch.where(key_mask, rows.to(torch.float64), 0.0)
-        # [batch, head, query, key]
-        contribution = weights * self._value_norms[:, :, None, :n_keys]
-        total = contribution.sum(dim=-1)
-        from_sink = torch.where(sink_mask, contribution, 0.0).sum(dim=-1)
-        values["contribution_norm"] = total
-        values["sink_contribution_share"] = torch.where(total > 0, from_sink / total, torch.nan)
         real = self._real_query[:, None, start:stop]
         for name, value in values.items():
             self._out[name][:, layer, :, start:stop] = torch.where(real, value, torch.nan).cpu()
