@@ -17,7 +17,9 @@ abs difference of the per-cell metric):
   Incumbent: ``get_act_patch_attn_head_out_by_pos``.
 - ``C``: zero ablation of every head, one at a time, on the zoo induction model and
   the GPT-2-small-shaped model. Incumbent: one ``run_with_hooks`` forward per head
-  (the transformer-lens idiom). Reported: heads x prompts per second.
+  (the transformer-lens idiom). Reported: heads x prompts per second, for one
+  ``interv.run`` call and, on the zoo model, for a sweep (``interv.run_sweep`` with the
+  loaded model, units of 2 heads stored to disk one by one, sharing their base runs).
 
 FLOPs (A) count the forwards interv actually ran: per block and token
 ``2 * (matmul parameters of the block) + 4 * n_heads * d_head * pos`` (QK and AV over the
@@ -381,11 +383,67 @@ def zero_ablation_rates(model, label: str, n_prompts: int, max_batch_size: int) 
     )
 
 
+def zoo_sweep_rate(model, n_prompts: int) -> None:
+    """Zero ablation of every zoo head as a stored sweep, against the same hook loop."""
+    import tempfile
+
+    from interv.sweeps import run_sweep
+    from interv.tasks.builtin import load_task
+
+    config = {
+        "model": {"spec": "induction-2l"},
+        "task": {"name": "induction", "n_pairs": n_prompts, "seed": 0},
+        "sweep": {
+            "batch_size": 2048,
+            "unit_size": 2,
+            "interventions": [{"kind": "zero_ablation"}],
+        },
+    }
+    task = load_task("induction", n_pairs=n_prompts, seed=0).tokenize(model)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+
+    def incumbent() -> torch.Tensor:
+        metric = mean_logit_diff_fn(task)
+        values = []
+        with torch.no_grad():
+            for layer in range(n_layers):
+                for head in range(n_heads):
+
+                    def zero(z, hook, head=head):
+                        z[:, :, head] = 0.0
+                        return z
+
+                    logits = model.run_with_hooks(
+                        task.clean_tokens,
+                        attention_mask=task.attention_mask,
+                        fwd_hooks=[(hook_name("z", layer), zero)],
+                    )
+                    values.append(metric(logits))
+        return torch.stack(values)
+
+    theirs, t_incumbent = timed(incumbent)
+    with tempfile.TemporaryDirectory() as directory:
+        result, seconds = timed(
+            lambda: run_sweep(config, f"{directory}/sweep", progress=False, model=model)
+        )
+    cells = n_layers * n_heads * task.n_pairs
+    print(
+        f"zoo induction-2l as a sweep (units of 2 heads, stored one by one, loaded model "
+        f"passed in): {n_layers * n_heads} heads x {task.n_pairs} induction prompts; "
+        f"incumbent {t_incumbent:.2f} s = {cells / t_incumbent:.0f} head x prompt/s; interv "
+        f"{seconds:.2f} s = {cells / seconds:.0f} head x prompt/s; "
+        f"{t_incumbent / seconds:.2f}x; max |difference| "
+        f"{float((result.mean() - theirs).abs().max()):.2e} logits"
+    )
+
+
 def bench_c() -> None:
     from interv import zoo
 
     print(f"== C: zero-ablation sweep over every head; {load_average()} ==")
-    zero_ablation_rates(zoo.load("induction-2l").eval(), "zoo induction-2l", 256, 2048)
+    zoo_model = zoo.load("induction-2l").eval()
+    zero_ablation_rates(zoo_model, "zoo induction-2l", 256, 2048)
+    zoo_sweep_rate(zoo_model, 256)
     zero_ablation_rates(gpt2_small_shaped(), "GPT-2-small-shaped random model", C_PROMPTS, 96)
 
 

@@ -111,7 +111,8 @@ class Prefix:
     """What every block received during one forward of ``n_prompts`` prompts.
 
     Attributes:
-        residuals: per block ``L``, the residual stream entering it, ``[n, pos, d_model]``.
+        residuals: per block ``L``, the residual stream entering it, ``[n, pos, d_model]``;
+            one more entry at the end: the last block's output.
         kwargs: per block ``L``, the other keyword arguments it was called with
             (attention mask, position ids, position embeddings), cache arguments removed.
         n_prompts: the batch size of the recorded forward.
@@ -121,17 +122,32 @@ class Prefix:
     kwargs: tuple[dict[str, Any], ...]
     n_prompts: int
 
+    def rows(self, rows: slice) -> Prefix:
+        """The prefix of the prompts in ``rows`` of the recorded batch."""
+        n = len(range(*rows.indices(self.n_prompts)))
+        return Prefix(
+            tuple(residual[rows] for residual in self.residuals),
+            tuple(
+                {name: _slice_batch(value, rows, self.n_prompts) for name, value in kw.items()}
+                for kw in self.kwargs
+            ),
+            n,
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class Suffix:
     """Run blocks ``start_layer..`` on stacked recorded prefixes, one per copy, in row order.
 
     All prefixes must come from forwards of prompts with the same mask (so that their
-    block keyword arguments agree).
+    block keyword arguments agree). ``start_layer`` may be ``n_layers`` (only the final
+    norm and the readout run). ``hidden`` replaces the stacked residual stream entering
+    ``start_layer`` (``[rows, pos, d_model]``), e.g. with edits already added.
     """
 
     prefixes: tuple[Prefix, ...]
     start_layer: int
+    hidden: torch.Tensor | None = None
 
     @property
     def n(self) -> int:
@@ -217,12 +233,16 @@ def forward(
     if stop_name is not None:
         fwd_hooks.append((stop_name, _stop))
     context = torch.enable_grad() if grad else torch.no_grad()
-    recording = _record_prefix(model) if record_prefix else nullcontext([])
+    recording = _record_prefix(model) if record_prefix else nullcontext(([], []))
+    if record_prefix and readout not in ("position_logits", "final_residual"):
+        fwd_hooks.append((last_block, _keeper(last_block, seen, grad)))
     logits = None
     with context, recording as recorded, _scale_edits_expected(), model.hooks(fwd_hooks=fwd_hooks):
         try:
             if isinstance(inputs, Suffix):
-                normed = model.ln_final(_run_suffix(model, inputs))
+                hidden = _run_suffix(model, inputs)
+                seen.setdefault(last_block, hidden)  # no block ran when starting after the last
+                normed = model.ln_final(hidden)
                 if readout == "logits":
                     logits = model.unembed(normed)
             else:
@@ -240,7 +260,12 @@ def forward(
             out = model.unembed(at).squeeze(1)
     if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
         out = out.float()
-    prefix = recorded[0] if len(recorded) == 1 else None
+    residuals, block_kwargs = recorded
+    prefix = None
+    if len(residuals) == model.cfg.n_layers and last_block in seen:
+        prefix = Prefix(
+            (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
+        )
     return ForwardOutput(readout=out, captured=captured, prefix=prefix)
 
 
@@ -280,7 +305,9 @@ def _run_suffix(model: Any, suffix: Suffix) -> torch.Tensor:
     """Blocks ``start_layer..`` on the stacked prefixes; returns the last block's output."""
     first = suffix.prefixes[0]
     copies, n_prompts = len(suffix.prefixes), first.n_prompts
-    hidden = torch.cat([prefix.residuals[suffix.start_layer] for prefix in suffix.prefixes])
+    hidden = suffix.hidden
+    if hidden is None:
+        hidden = torch.cat([prefix.residuals[suffix.start_layer] for prefix in suffix.prefixes])
     for layer in range(suffix.start_layer, len(model.blocks)):
         kwargs = {
             name: _repeat_batch(value, copies, n_prompts)
@@ -306,18 +333,27 @@ def _repeat_batch(value: Any, copies: int, n_prompts: int) -> Any:
     return value
 
 
-@contextmanager
-def _record_prefix(model: Any) -> Iterator[list[Prefix]]:
-    """Record the inputs of every block during the forwards run inside the context.
+def _slice_batch(value: Any, rows: slice, n_prompts: int) -> Any:
+    """Rows ``rows`` of every batch-leading tensor (``[n_prompts, ...]``, ndim >= 2); the
+    inverse of :func:`_repeat_batch`."""
+    if isinstance(value, torch.Tensor):
+        return value[rows] if value.ndim >= 2 and value.shape[0] == n_prompts else value
+    if isinstance(value, tuple | list):
+        return type(value)(_slice_batch(item, rows, n_prompts) for item in value)
+    return value
 
-    Yields a list that, after the forward, holds one :class:`Prefix` per complete
-    forward (every block called once). The recording hooks are plain torch forward
-    pre-hooks on the blocks, removed in ``finally``.
+
+@contextmanager
+def _record_prefix(model: Any) -> Iterator[tuple[list[torch.Tensor], list[dict[str, Any]]]]:
+    """Record the inputs of every block during the forward run inside the context.
+
+    Yields ``(residuals, kwargs)``, lists that hold one entry per block once a forward
+    called every block once (a forward that passes extra positional inputs to a block is
+    not recorded). The recording hooks are plain torch forward pre-hooks on the blocks,
+    removed in ``finally``.
     """
-    n_layers = len(model.blocks)
     residuals: list[torch.Tensor] = []
     kwargs: list[dict[str, Any]] = []
-    recorded: list[Prefix] = []
 
     def make_hook(layer: int) -> Any:
         def hook(module: Any, args: tuple, block_kwargs: dict[str, Any]) -> None:
@@ -332,8 +368,6 @@ def _record_prefix(model: Any) -> Iterator[list[Prefix]]:
             rest = {k: v for k, v in block_kwargs.items() if k != "hidden_states"}
             residuals.append(hidden.detach())
             kwargs.append(_without_cache(rest))
-            if layer == n_layers - 1 and len(residuals) == n_layers:
-                recorded.append(Prefix(tuple(residuals), tuple(kwargs), hidden.shape[0]))
 
         return hook
 
@@ -342,7 +376,7 @@ def _record_prefix(model: Any) -> Iterator[list[Prefix]]:
         for layer, block in enumerate(model.blocks)
     ]
     try:
-        yield recorded
+        yield residuals, kwargs
     finally:
         for handle in handles:
             handle.remove()

@@ -23,12 +23,19 @@ import torch
 from interv._checks import as_finite, as_int
 from interv.engine.protocol import RUNS, Intervention, semantics
 from interv.engine.results import InterventionResult, Scope, intervention_fields
-from interv.engine.stacking import capture_base_runs, intervened_readouts, task_runs
+from interv.engine.stacking import (
+    BaseRunCache,
+    BaseRuns,
+    capture_base_runs,
+    intervened_readouts,
+    planned_reads,
+    task_runs,
+)
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["run"]
+__all__ = ["check_task", "run", "warm_cache"]
 
 
 def _checked_interventions(
@@ -53,6 +60,45 @@ def _checked_interventions(
     return checked
 
 
+def _base_runs(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    reuse_prefix: bool,
+    cache: BaseRunCache | None,
+) -> BaseRuns:
+    base = capture_base_runs(
+        model,
+        task_runs(task),
+        planned_reads(model, interventions, reuse_prefix=reuse_prefix),
+        readout="position_logits",
+        positions=task.answer_positions,
+        task=task,
+        reuse=None if cache is None else cache.get(model, task),
+    )
+    if cache is not None:
+        cache.put(model, task, base)
+    return base
+
+
+def warm_cache(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    cache: BaseRunCache,
+    *,
+    reuse_prefix: bool = True,
+) -> None:
+    """Fill ``cache`` with the base runs every one of ``interventions`` needs, in one go.
+
+    A sweep does this before its first unit, so that its units (which call :func:`run`
+    with the same cache) never rerun the clean and corrupted forwards for an activation
+    an earlier unit did not need.
+    """
+    checked = _checked_interventions(interventions, model.cfg, check_task(task))
+    _base_runs(model, task, checked, reuse_prefix, cache)
+
+
 def check_task(task: Any) -> TokenizedPairs:
     """``task`` if it is a :class:`TokenizedPairs`, else a clear error saying how to get one."""
     if isinstance(task, TokenizedPairs):
@@ -74,6 +120,7 @@ def run(
     max_batch_size: int = 32,
     recovery_atol: float = 1e-6,
     reuse_prefix: bool = True,
+    cache: BaseRunCache | None = None,
 ) -> InterventionResult:
     """Measure ``metric`` on ``task`` under each intervention, with both baselines.
 
@@ -94,6 +141,9 @@ def run(
             with logits at the answer positions only (exact up to float rounding);
             models whose forward does not call each block once get full forwards.
             False runs full forwards, the reference path.
+        cache: a :class:`~interv.engine.stacking.BaseRunCache` shared by several calls on
+            the same model and task: their clean and corrupted forwards (and captured
+            activations) are computed once.
 
     Returns:
         An :class:`~interv.engine.results.InterventionResult` with ``values``
@@ -113,14 +163,7 @@ def run(
         raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
     checked = _checked_interventions(interventions, model.cfg, task)
 
-    base = capture_base_runs(
-        model,
-        task_runs(task),
-        [read for intervention in checked for read in intervention.reads()],
-        readout="position_logits",
-        positions=task.answer_positions,
-        task=task,
-    )
+    base = _base_runs(model, task, checked, reuse_prefix, cache)
     clean_logits = base.readouts["clean"].cpu()
 
     def score(logits: torch.Tensor) -> torch.Tensor:

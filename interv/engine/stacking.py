@@ -39,11 +39,14 @@ if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
+    "BaseRunCache",
     "BaseRuns",
     "capture_base_runs",
     "edit_hooks",
     "forward_under",
+    "head_output_layer",
     "intervened_readouts",
+    "planned_reads",
     "task_runs",
 ]
 
@@ -68,6 +71,47 @@ class BaseRuns:
     def source_masks(self) -> dict[Source, torch.Tensor]:
         """Run or reference set -> ``[n, pos]`` bool mask of its prompts."""
         return {source: prompts.mask for source, prompts in self.prompts.items()}
+
+
+class BaseRunCache:
+    """Base runs kept across calls of :func:`interv.run` on one model and one task.
+
+    Pass the same cache to several ``run`` calls (a sweep does, for its units): the clean
+    and corrupted forwards and the captured activations are computed once and extended
+    when a later call reads something new. The cache answers only for the model object,
+    weights and prompts it was filled with: a call with another model or task, or after
+    the model's parameters changed in place (their version counters moved), recomputes.
+    Hooks a user attaches to the model between calls are not detected: clear the cache
+    (``cache.clear()``) after changing the model in any other way.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._task: TokenizedPairs | None = None
+        self._base: BaseRuns | None = None
+
+    @staticmethod
+    def _model_key(model: Any) -> tuple[int, int]:
+        return (id(model), sum(p._version for p in model.parameters()))
+
+    def get(self, model: Any, task: TokenizedPairs) -> BaseRuns | None:
+        """The base runs of ``model`` on ``task``, if this cache holds them."""
+        if self._base is None or self._key != self._model_key(model):
+            return None
+        held = self._task
+        same = held is task or all(
+            torch.equal(getattr(held, name), getattr(task, name))
+            for name in ("clean_tokens", "corrupted_tokens", "attention_mask", "answer_positions")
+        )
+        return self._base if same else None
+
+    def put(self, model: Any, task: TokenizedPairs, base: BaseRuns) -> None:
+        """Keep ``base`` as the base runs of ``model`` on ``task``."""
+        self._key, self._task, self._base = self._model_key(model), task, base
+
+    def clear(self) -> None:
+        """Forget the held base runs."""
+        self._key = self._task = self._base = None
 
 
 def task_runs(task: TokenizedPairs) -> dict[str, Prompts]:
@@ -111,40 +155,88 @@ def capture_base_runs(
     positions: torch.Tensor | None = None,
     record_prefix: bool = True,
     task: TokenizedPairs | None = None,
+    reuse: BaseRuns | None = None,
 ) -> BaseRuns:
-    """One forward per run of ``runs``, per reference set and per edited run in ``reads``.
+    """The base forwards: every run of ``runs``, reference set and edited run in ``reads``.
 
-    Runs read out ``readout`` (at ``positions``) and record their prefix; reference sets
-    and edited runs only capture what is read from them and stop after their latest site
-    (an edited run starts at its intervention's earliest block when its run's prefix is
-    recorded). Edited runs go after everything they read from.
+    The runs share one forward, stacked along the batch axis; they read out ``readout``
+    (at ``positions``) and record their prefix. Reference sets and edited runs only capture
+    what is read from them and stop after their latest site (an edited run starts at its
+    intervention's earliest block when its run's prefix is recorded), after everything they
+    read from. With ``reuse`` (earlier base runs of the same model and prompts), only what
+    it does not hold is computed.
     """
     wanted = _wanted_sites(runs, reads)
     prompts: dict[Source, Prompts] = dict(runs)
     prefixes: dict[str, Prefix | None] = {}
     readouts: dict[str, torch.Tensor | None] = {}
     captured: dict[tuple[Source, Site], torch.Tensor] = {}
+    if reuse is not None:
+        prompts.update(reuse.prompts)
+        prefixes.update(reuse.prefixes)
+        readouts.update(reuse.readouts)
+        captured.update(reuse.captured)
+    missing = {
+        source: sorted((s for s in sites if (source, s) not in captured), key=lambda s: s.order)
+        for source, sites in wanted.items()
+    }
+    stale = [run for run in runs if missing[run] or run not in readouts]
+    if stale:
+        out = _stacked_runs(
+            model,
+            [runs[run] for run in stale],
+            [missing[run] for run in stale],
+            readout,
+            positions,
+            record_prefix,
+        )
+        for run, (prefix, value, acts) in zip(stale, out, strict=True):
+            prefixes[run], readouts[run] = prefix, value
+            captured.update({(run, site): act for site, act in acts.items()})
     for source in sorted(wanted, key=_depth):
-        ordered = sorted(wanted[source], key=lambda site: site.order)
-        if isinstance(source, str):
-            out: ForwardOutput = forward(
-                model,
-                runs[source],
-                capture=ordered,
-                readout=readout,
-                positions=positions,
-                record_prefix=record_prefix,
-            )
-            prefixes[source], readouts[source] = out.prefix, out.readout
-        elif isinstance(source, ReferenceSet):
+        sites = missing[source]
+        if isinstance(source, str) or not sites:
+            continue
+        if isinstance(source, ReferenceSet):
             prompts[source] = Prompts.of(source.tokens, source.mask)
-            out = forward(
-                model, prompts[source], capture=ordered, readout=None, stop_after=ordered[-1]
+            done = forward(
+                model, prompts[source], capture=sites, readout=None, stop_after=sites[-1]
             )
         else:
-            out = _edited_run(model, source, runs, prefixes, captured, prompts, ordered, task)
-        captured.update({(source, site): value for site, value in out.captured.items()})
+            done = _edited_run(model, source, runs, prefixes, captured, prompts, sites, task)
+        captured.update({(source, site): value for site, value in done.captured.items()})
     return BaseRuns(prompts, prefixes, readouts, captured)
+
+
+def _stacked_runs(
+    model: Any,
+    prompts: Sequence[Prompts],
+    sites: Sequence[Sequence[Site]],
+    readout: str | None,
+    positions: torch.Tensor | None,
+    record_prefix: bool,
+) -> list[tuple[Prefix | None, torch.Tensor | None, dict[Site, torch.Tensor]]]:
+    """One forward of several runs of the same padded shape, split back per run.
+
+    Returns ``(prefix, readout, captured)`` per run; each run gets the sites it asked for.
+    """
+    n = prompts[0].n
+    union = sorted({site for run_sites in sites for site in run_sites}, key=lambda s: s.order)
+    out = forward(
+        model,
+        Prompts.stack(prompts),
+        capture=union,
+        readout=readout,
+        positions=None if positions is None else positions.repeat(len(prompts)),
+        record_prefix=record_prefix,
+    )
+    split = []
+    for k, run_sites in enumerate(sites):
+        rows = slice(k * n, (k + 1) * n)
+        prefix = None if out.prefix is None else out.prefix.rows(rows)
+        value = None if out.readout is None else out.readout[rows]
+        split.append((prefix, value, {site: out.captured[site][rows] for site in run_sites}))
+    return split
 
 
 def _edited_run(
@@ -220,19 +312,72 @@ def _point_hook(cfg: Any, observers: list, editors: list) -> HookFn:
             return None
         activation = activation.clone()
         for rows, intervention, site, context in editors:
-            view = select_head(activation[rows], site, cfg)
-            new = intervention.edit(site, view, context)
-            if new is not view:
-                if not isinstance(new, torch.Tensor) or new.shape != view.shape:
-                    shape = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new)
-                    raise IntervError(
-                        f"{type(intervention).__name__}.edit at {site.label} must return a "
-                        f"tensor of shape {tuple(view.shape)}; got {shape}"
-                    )
-                view.copy_(new)
+            _apply_edit(intervention, site, select_head(activation[rows], site, cfg), context)
         return activation
 
     return hook
+
+
+def _apply_edit(
+    intervention: Intervention, site: Site, view: torch.Tensor, context: EditContext
+) -> None:
+    """Let ``intervention`` edit ``view`` (its rows at ``site``) and write the result into it."""
+    new = intervention.edit(site, view, context)
+    if new is view:
+        return
+    if not isinstance(new, torch.Tensor) or new.shape != view.shape:
+        shape = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new)
+        raise IntervError(
+            f"{type(intervention).__name__}.edit at {site.label} must return a tensor of "
+            f"shape {tuple(view.shape)}; got {shape}"
+        )
+    view.copy_(new)
+
+
+def head_output_layer(model: Any, intervention: Intervention) -> int | None:
+    """The layer ``L`` when the edit can skip block ``L``: else None.
+
+    In an attention-only model, a block's output is its input plus ``sum_h z_h W_O^h``
+    (plus a bias). An intervention that only rewrites head outputs ``z`` of one layer
+    ``L`` and observes nothing else in the forward therefore changes the residual stream
+    entering block ``L + 1`` by exactly ``sum_h (z'_h - z_h) W_O^h``, with ``z`` the base
+    run's own head outputs; the exact forward can start at block ``L + 1`` from that.
+    """
+    if not getattr(model.cfg, "attn_only", False) or intervention.observes():
+        return None
+    edits = intervention.edits()
+    if not edits or any(site.component != "z" for site in edits):
+        return None
+    layers = {site.layer for site in edits}
+    return layers.pop() if len(layers) == 1 else None
+
+
+def planned_reads(
+    model: Any, interventions: Sequence[Intervention], *, reuse_prefix: bool
+) -> list[Read]:
+    """What the base runs must capture for ``interventions`` (their reads, plus the head
+    outputs that :func:`head_output_layer` shortcuts start from)."""
+    reads = [read for intervention in interventions for read in intervention.reads()]
+    if reuse_prefix:
+        for intervention in interventions:
+            layer = head_output_layer(model, intervention)
+            if layer is not None:
+                reads.append(Read(intervention.base_run, Site("z", layer)))
+    return reads
+
+
+def _shortcut_hidden(
+    model: Any, intervention: Intervention, layer: int, base: BaseRuns, context: EditContext
+) -> torch.Tensor:
+    """The residual stream entering block ``layer + 1`` under a head-output edit of ``layer``."""
+    run = intervention.base_run
+    before = base.captured[(run, Site("z", layer))]  # [n, pos, head_index, d_head]
+    after = before.clone()
+    for site in intervention.edits():
+        _apply_edit(intervention, site, select_head(after, site, model.cfg), context)
+    w_out = model.blocks[layer].attn.W_O  # [head_index, d_head, d_model]
+    change = torch.einsum("bphd,hdm->bpm", after - before, w_out.to(after))
+    return base.prefixes[run].residuals[layer + 1] + change.to(before.dtype)
 
 
 def intervened_readouts(
@@ -259,33 +404,47 @@ def intervened_readouts(
     use_prefix = reuse_prefix and all(base.prefixes.get(iv.base_run) for iv in interventions)
     masks = base.source_masks()
     by_start: dict[int, list[int]] = {}
+    shortcut: dict[int, int] = {}  # intervention index -> the head-output layer it skips
     last = model.cfg.n_layers - 1
     for index, intervention in enumerate(interventions):
         start = intervention.start_layer
         layer = (last if start is None else start) if use_prefix else 0
+        skipped = head_output_layer(model, intervention) if use_prefix else None
+        if skipped is not None:
+            shortcut[index], layer = skipped, skipped + 1
         by_start.setdefault(layer, []).append(index)
     for layer, indices in sorted(by_start.items()):
         for start in range(0, len(indices), per_forward):
             chunk = indices[start : start + per_forward]
-            group = [interventions[i] for i in chunk]
-            copies = [
-                (
-                    slice(k * n, (k + 1) * n),
-                    intervention,
-                    EditContext(
-                        model=model,
-                        mask=base.prompts[intervention.base_run].mask,
-                        task=task,
-                        captured=base.captured,
-                        source_masks=masks,
-                    ),
+            contexts = [
+                EditContext(
+                    model=model,
+                    mask=base.prompts[interventions[i].base_run].mask,
+                    task=task,
+                    captured=base.captured,
+                    source_masks=masks,
                 )
-                for k, intervention in enumerate(group)
+                for i in chunk
             ]
+            copies = [
+                (slice(k * n, (k + 1) * n), interventions[i], context)
+                for k, (i, context) in enumerate(zip(chunk, contexts, strict=True))
+                if i not in shortcut
+            ]
+            group = [interventions[i] for i in chunk]
             if use_prefix:
-                inputs: Prompts | Suffix = Suffix(
-                    tuple(base.prefixes[iv.base_run] for iv in group), layer
-                )
+                prefixes = tuple(base.prefixes[iv.base_run] for iv in group)
+                hidden = None
+                if any(i in shortcut for i in chunk):
+                    hidden = torch.cat(
+                        [
+                            _shortcut_hidden(model, interventions[i], shortcut[i], base, context)
+                            if i in shortcut
+                            else base.prefixes[interventions[i].base_run].residuals[layer]
+                            for i, context in zip(chunk, contexts, strict=True)
+                        ]
+                    )
+                inputs: Prompts | Suffix = Suffix(prefixes, layer, hidden)
             else:
                 inputs = Prompts.stack([base.prompts[iv.base_run] for iv in group])
             out = forward(

@@ -4,11 +4,12 @@
 
 1. Validate the config (no model is loaded for a bad config) and open ``DIR``
    (refused if it holds another config or shard).
-2. Load the model and the task, expand the sites into interventions and cut them into
-   work units (:mod:`interv.sweeps.plan`).
+2. Load the model (or take the one passed in) and the task, expand the sites into
+   interventions and cut them into work units (:mod:`interv.sweeps.plan`).
 3. Compute every unit of the shard whose id is not yet stored, one call of
-   :func:`interv.engine.runner.run` per unit, and append each unit's record as soon
-   as it is computed (:mod:`interv.sweeps.store`).
+   :func:`interv.engine.runner.run` per unit (the units share their clean and corrupted
+   base runs through a :class:`~interv.engine.stacking.BaseRunCache`), and append each
+   unit's record as soon as it is computed (:mod:`interv.sweeps.store`).
 4. Mark the sweep complete and return the typed result read back from ``DIR``.
 
 Rerunning the same call after an interruption resumes at step 3 without repeating a
@@ -24,11 +25,12 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interv.engine.runner import run
+from interv.engine.runner import run, warm_cache
+from interv.engine.stacking import BaseRunCache
 from interv.errors import IntervError
 from interv.sweeps.collect import load_sweep
 from interv.sweeps.config import SweepConfig, load_config, parse_config
@@ -111,17 +113,19 @@ class SweepWorker:
     model: Any
     task: TokenizedPairs
     units: tuple[WorkUnit, ...]
+    cache: BaseRunCache = field(default_factory=BaseRunCache)
 
     @classmethod
-    def load(cls, config: SweepConfig) -> SweepWorker:
-        """Load the model and the task of ``config`` and plan its units."""
+    def load(cls, config: SweepConfig, model: Any = None) -> SweepWorker:
+        """Load the model (unless ``model`` is given) and the task of ``config``; plan its units."""
         from interv.models.loading import load_model
 
         pairs = task_pairs(config)
         model_spec, task_spec = config.model, config.task
-        model = load_model(
-            model_spec["spec"], device=model_spec["device"], dtype=model_spec["dtype"]
-        )
+        if model is None:
+            model = load_model(
+                model_spec["spec"], device=model_spec["device"], dtype=model_spec["dtype"]
+            )
         task = pairs.tokenize(
             model, prepend_bos=task_spec["prepend_bos"], padding_side=task_spec["padding_side"]
         )
@@ -134,9 +138,16 @@ class SweepWorker:
         return sum(len(unit.interventions) for unit in self.units)
 
     def compute(self, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Run unit ``index``; returns its store record and the baselines (JSON-ready)."""
+        """Run unit ``index``; returns its store record and the baselines (JSON-ready).
+
+        The first call captures the base runs every unit needs, once (see
+        :func:`interv.engine.runner.warm_cache`).
+        """
         unit = self.units[index]
         sweep = self.config.sweep
+        if self.cache.get(self.model, self.task) is None:
+            everything = [iv for each in self.units for iv in each.interventions]
+            warm_cache(self.model, self.task, everything, self.cache)
         result = run(
             self.model,
             self.task,
@@ -144,6 +155,7 @@ class SweepWorker:
             sweep["metric"],
             max_batch_size=sweep["batch_size"],
             recovery_atol=sweep["recovery_atol"],
+            cache=self.cache,
         )
         record = {
             "unit": unit.id,
@@ -205,6 +217,7 @@ def run_sweep(
     *,
     shard: Shard | str | None = None,
     progress: bool | None = None,
+    model: Any = None,
 ) -> InterventionResult:
     """Run (or resume) a sweep into ``out_dir`` and return its typed result.
 
@@ -215,6 +228,8 @@ def run_sweep(
         shard: ``"i/n"`` or a :class:`Shard` to compute only units with index
             ``% n == i``; None = every unit.
         progress: show a progress bar on stderr; None = only when stderr is a terminal.
+        model: the already loaded model named by the config's ``model.spec`` (skips
+            loading it again; the caller vouches that it is that model, in eval mode).
 
     Returns:
         The :class:`~interv.engine.results.InterventionResult` of the directory's units
@@ -230,7 +245,7 @@ def run_sweep(
     pairs = task_pairs(config)  # a bad task fails here, before any directory or model
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
         if store.manifest["status"] != "complete":
-            worker = SweepWorker.load(config)
+            worker = SweepWorker.load(config, model)
             store.record_plan(len(worker.units), worker.n_interventions)
             done = store.completed()
             mine = [u for u in worker.units if shard is None or shard.owns(u.index)]

@@ -20,7 +20,7 @@ import torch
 from interv.engine.forward import Prompts
 from interv.engine.interventions import Combined, MeanAblation
 from interv.engine.runner import run
-from interv.engine.stacking import capture_base_runs, intervened_readouts
+from interv.engine.stacking import capture_base_runs, intervened_readouts, planned_reads
 from interv.engine.targets import METRICS as TARGET_METRICS
 from interv.errors import IntervError
 
@@ -71,7 +71,7 @@ def _set_values(
     sets = [tuple(heads) for heads in ablated]
     nonempty = list(dict.fromkeys(heads for heads in sets if heads))
     interventions = [mean_ablation_of(heads, pooled=True) for heads in nonempty]
-    reads = [read for intervention in interventions for read in intervention.reads()]
+    reads = planned_reads(model, interventions, reuse_prefix=True)
     base = capture_base_runs(model, {"clean": prompts}, reads, readout=readout)
     unablated = base.readouts["clean"]
     measured: dict[tuple[Head, ...], float] = {(): reduce(unablated, unablated)}
