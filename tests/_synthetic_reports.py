@@ -96,4 +96,3 @@ def synthetic_report(
     return build_report(
         result, concentration, interventions=interventions, n_bootstrap=n_bootstrap, seed=seed
     )
-

@@ -1,8 +1,8 @@
-"""Renderers and plots: HTML parses and embeds its images; every format carries the numbers;
-the figures draw only swept layers, with integer ticks, labels that do not overlap and text
-inside.
+"""Renderers and plots: the page is self-contained and carries every number; the figures
+draw only swept layers, with integer ticks, labels that do not overlap and text inside.
 
 The plots draw on ``matplotlib.figure.Figure`` (no pyplot), so no backend is selected.
+What the page does in a browser is tested in ``test_report_browser.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from interv.engine.interventions import (
 from interv.errors import IntervError
 from interv.report import plots
 from interv.report.labels import Box, place_labels
-from interv.report.render import save_report, to_csv, to_html, to_markdown
+from interv.report.page import page_fragment
+from interv.report.render import save_report, to_csv, to_html, to_json, to_markdown
 from interv.report.table import build_report
 
 N_PROMPTS = 5
@@ -101,33 +102,126 @@ def all_layers():
     return synthetic_report(n_layers=30, n_heads=9, n_bootstrap=10)
 
 
-class _Images(HTMLParser):
+class _Page(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.sources: list[str] = []
-        self.tables = 0
+        self.parts: list[str] = []
+        self.views: list[str] = []
+        self.external: list[str] = []
+        self.long_rows = 0
+        self._in_long = False
 
     def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
         if tag == "img":
-            self.sources.append(dict(attrs)["src"])
+            self.sources.append(attrs["src"])
+        if "data-part" in attrs:
+            self.parts.append(attrs["data-part"])
+        if tag == "table" and "data-view" in attrs:
+            self.views.append(attrs["data-view"])
+            self._in_long = attrs["data-view"] == "long"
+        if tag == "tr" and self._in_long and "data-k" in attrs:
+            self.long_rows += 1
+        for name in ("src", "href"):
+            if name in attrs and not attrs[name].startswith("data:"):
+                self.external.append(attrs[name])
+        if tag in {"script", "link"} and ("src" in attrs or "href" in attrs):
+            self.external.append(tag)
+
+    def handle_endtag(self, tag):
         if tag == "table":
-            self.tables += 1
+            self._in_long = False
 
 
-def test_html_parses_and_embeds_every_image_as_a_png_data_uri(report):
-    parser = _Images()
-    parser.feed(to_html(report))
+def _parse(text: str) -> _Page:
+    parser = _Page()
+    parser.feed(text)
     parser.close()
-    assert parser.tables == 2  # rows, agreement
-    assert len(parser.sources) == 4  # heatmaps, scatter, baselines, recovery
-    for source in parser.sources:
+    return parser
+
+
+def test_html_page_is_self_contained_and_embeds_every_figure_as_png(report):
+    page = _parse(to_html(report))
+    assert page.external == []  # no CDN, no server: script and style are inline
+    assert len(page.sources) == 4  # heatmaps, scatter, baselines, recovery
+    for source in page.sources:
         prefix = "data:image/png;base64,"
         assert source.startswith(prefix)
         assert base64.b64decode(source[len(prefix) :])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_notebook_display_gives_html_and_markdown(report):
-    assert "<table>" in report._repr_html_()
+def test_page_has_headline_heatmaps_scatter_and_both_table_views(report):
+    page = _parse(to_html(report, figures=False))
+    assert page.parts[:4] == ["headline", "heatmaps", "scatter", "table"]
+    assert page.views == ["long", "wide"]
+    assert page.long_rows == len(report.rows)  # every row is in the HTML, not built by script
+
+
+def test_headline_names_scope_agreement_interval_and_three_heads_with_sentences(zoo_like):
+    text = page_fragment(zoo_like)
+    headline = text[text.index("data-part='headline'") : text.index("data-part='heatmaps'")]
+    assert "test-model on toy · 5 prompt pairs · 8 heads in all 2 layers" in headline
+    (entry,) = [
+        a for a in zoo_like.agreement if a.layer is None and a.metric == "normalized_entropy"
+    ]
+    assert f"Spearman ρ = {entry.rho:.2g}" in headline
+    assert f"{entry.ci_low:.2g} … {entry.ci_high:.2g}" in headline
+    assert headline.count("<li") == 3
+    for row in zoo_like.rows:
+        if f"<b>{row.label}</b>" in headline:
+            assert row.semantics in headline
+
+
+def test_page_prints_every_number_with_its_unit(zoo_like):
+    text = page_fragment(zoo_like)
+    assert "effect (logits), mean [95% CI]" in text
+    assert "H/log n (fraction of log(n))" in text
+    assert "H (nats)" in text and "contrib. norm (residual-stream norm)" in text
+    row = zoo_like.rows[2]
+    assert f"{row.effect_mean:.4g} [{row.effect_ci_low:.4g}, {row.effect_ci_high:.4g}]" in text
+
+
+def test_heatmap_cells_cover_only_the_swept_layers(three_layers):
+    text = page_fragment(three_layers)
+    grids = text[text.index("data-part='heatmaps'") : text.index("data-part='scatter'")]
+    assert "<th>L17</th>" in grids and "<th>L23</th>" in grids
+    assert "<th>L0</th>" not in grids and "<th>L18</th>" not in grids
+
+
+def test_full_smollm2_sized_page_stays_under_three_megabytes(all_layers):
+    size = len(to_html(all_layers).encode("utf-8"))
+    assert size < 3_000_000, f"{size / 1e6:.2f} MB"
+
+
+def test_jupyter_displays_the_page(report, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    (tmp_path / "report.json").write_text(to_json(report), encoding="utf-8")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "import json\nfrom interv.report.table import Report\n"
+            "Report.from_dict(json.load(open('report.json')))"
+        )
+    ]
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    (output,) = notebook.cells[0].outputs
+    shown = output["data"]["text/html"]
+    assert shown.startswith("<div class='interv-report'>") and "<script>" in shown
+    assert shown == page_fragment(report)
+    assert output["data"]["text/markdown"].startswith("# interv report")
+
+
+def test_notebook_display_is_the_page(report):
+    assert report._repr_html_() == page_fragment(report)
+    assert '<table class="iv-table" data-view="long">' in report._repr_html_()
     assert report._repr_markdown_().startswith("# interv report")
 
 

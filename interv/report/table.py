@@ -289,9 +289,9 @@ class Report:
         return to_markdown(self)
 
     def _repr_html_(self) -> str:
-        from interv.report.render import to_html
+        from interv.report.page import page_fragment
 
-        return to_html(self, figures=False)
+        return page_fragment(self)
 
 
 def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
