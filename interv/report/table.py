@@ -293,6 +293,14 @@ class Report:
 
         return page_fragment(self)
 
+    def to_pandas(self) -> Any:
+        """A ``pandas.DataFrame``, one row per report row, with semantics, effect unit and the
+        head's concentration; ``attrs["units"]`` names each column's unit
+        (:func:`interv.frames.report_frame`; needs pandas)."""
+        from interv.frames import report_frame
+
+        return report_frame(self)
+
 
 def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
     """A saved row's site. Reports of interv 0.1 stored no component: their head rows were
