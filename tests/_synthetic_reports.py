@@ -51,7 +51,7 @@ def synthetic_report(
     n_heads: int,
     layers: Sequence[int] | None = None,
     n_prompts: int = 8,
-    n_positions: int = 17,
+    n_positions: int = 18,
     n_bootstrap: int = 200,
     seed: int = 0,
 ) -> Report:

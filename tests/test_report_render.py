@@ -98,7 +98,7 @@ def three_layers():
 
 @pytest.fixture(scope="module")
 def all_layers():
-    """The shape of the full SmolLM2 demo: 270 heads x 5 kinds, 510 residual patches."""
+    """The shape of the full SmolLM2 demo: 270 heads x 5 kinds, 540 residual patches."""
     return synthetic_report(n_layers=30, n_heads=9, n_bootstrap=10)
 
 

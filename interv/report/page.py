@@ -297,6 +297,7 @@ def to_page(report: Report, figures: dict[str, Figure] | None = None) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_e(title)}</title></head><body>"
+        f"<title>{_e(title)}</title><style>@page{{size:A4 landscape;margin:8mm}}</style>"
+        "</head><body>"
         f"{page_fragment(report, figures)}</body></html>\n"
     )
