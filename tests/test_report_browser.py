@@ -128,8 +128,11 @@ def page(browser, zoo):
     return browser
 
 
-def test_page_opens_without_console_errors_and_renders_its_parts(page, zoo):
-    report = zoo[0]
+def test_page_opens_without_console_errors_and_renders_its_parts(browser, zoo):
+    report, path = zoo
+    ready_ms = _open(browser, path)
+    print(f"zoo report: {path.stat().st_size / 1e6:.2f} MB, drawn {ready_ms:.0f} ms after start")
+    page = browser
     errors = [entry for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
     headline = page.find_element(By.CSS_SELECTOR, "[data-part=headline]")

@@ -219,6 +219,23 @@ def test_jupyter_displays_the_page(report, tmp_path):
     assert output["data"]["text/markdown"].startswith("# interv report")
 
 
+def test_page_of_a_report_without_whole_head_rows_is_its_table():
+    interventions = [ActivationPatch("resid_pre", 0, positions=(p,)) for p in range(3)]
+    interventions.append(ZeroAblation(1, 0, positions=(2,)))
+    result = make_result(
+        torch.randn(len(interventions), N_PROMPTS, generator=torch.Generator().manual_seed(2)),
+        torch.full((N_PROMPTS,), 2.0),
+        torch.zeros(N_PROMPTS),
+        [type(iv).__name__ for iv in interventions],
+        [iv.describe() for iv in interventions],
+        sites=[iv.site for iv in interventions],
+    )
+    conc = make_concentration({"entropy": torch.rand(N_PROMPTS, 2, 3)})
+    page = _parse(page_fragment(build_report(result, conc, interventions=interventions)))
+    assert page.parts == ["headline", "table", "agreement", "scope"]
+    assert page.views == ["long"] and page.long_rows == 4
+
+
 def test_notebook_display_is_the_page(report):
     assert report._repr_html_() == page_fragment(report)
     assert '<table class="iv-table" data-view="long">' in report._repr_html_()

@@ -31,9 +31,10 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from interv.analysis.concentration import METRICS
 from interv.report.flags import FLAGS
 from interv.report.page_figures import DEFAULT_METRIC, effect_bound, heatmaps, scatters
-from interv.report.page_tables import hidden_column_css, long_table, wide_table
+from interv.report.page_tables import flag_badges, hidden_column_css, long_table, wide_table
 from interv.report.views import (
     agreement_cells,
     fmt,
@@ -70,7 +71,7 @@ def _layers_text(report: Report) -> str:
     return f"layer{'s' if len(layers) != 1 else ''} {listed} of {n_layers}"
 
 
-def scope_line(report: Report) -> str:
+def _scope_line(report: Report) -> str:
     """The scope in one line: model, task, prompts, heads, metric and query positions."""
     h = report.header
     heads = {row.head for row in report.rows if row.head is not None}
@@ -111,10 +112,7 @@ def _headline(report: Report) -> str:
     unit = h.metric_unit
     items = []
     for row, why in instructive_heads(report, 3):
-        flags = " ".join(
-            f'<span class="iv-f iv-f{FLAGS.index(f) if f in FLAGS else 9}">{_e(f)}</span>'
-            for f in row.flags
-        )
+        flags = flag_badges(row.flags)
         head = f' data-h="{row.label}"' if row.head is not None else ""
         items.append(
             f"<li{head}><b>{_e(row.label)}</b> · {_e(row.kind)}: effect "
@@ -137,7 +135,7 @@ def _headline(report: Report) -> str:
     return (
         "<header class='iv-headline' data-part='headline'>"
         f"<h1>interv report: {_e(h.model)} on {_e(h.task)}</h1>"
-        f"<p class='iv-scope'>{_e(scope_line(report))}</p>"
+        f"<p class='iv-scope'>{_e(_scope_line(report))}</p>"
         f"{_agreement_text(report)}{instructive}</header>"
     )
 
@@ -146,8 +144,6 @@ def _heatmap_section(report: Report) -> str:
     grids = heatmaps(report)
     if not grids:
         return ""
-    from interv.analysis.concentration import METRICS
-
     options = "".join(
         f"<option value='{name}'{' selected' if name == DEFAULT_METRIC else ''}>"
         f"{_e(name.replace('_', ' '))} ({_e(unit)})</option>"
@@ -188,10 +184,16 @@ def _table_section(report: Report) -> str:
     kinds = _options([("", "every kind"), *[(k, k) for k in report.kinds]])
     layer_options = _options([("", "every layer"), *[(str(x), f"layer {x}") for x in layers]])
     flags = _options([("", "any flags"), ("-", "no flag"), *[(f, f) for f in FLAGS]])
-    views = _options(
-        [("long", "one row per intervention"), ("wide", "one row per head, kinds as columns")]
-    )
     wide = wide_table(report) if head_groups(report) else ""
+    views = (
+        "<label>view <select data-control='view'>"
+        + _options(
+            [("long", "one row per intervention"), ("wide", "one row per head, kinds as columns")]
+        )
+        + "</select></label>"
+        if wide
+        else ""
+    )
     return (
         "<section class='iv-section' data-part='table'>"
         f"<h2>Every number: {len(report.rows)} rows</h2>"
@@ -199,7 +201,7 @@ def _table_section(report: Report) -> str:
         f"in {_e(report.header.metric_unit)}: {_e(report.header.effect_definition)}. "
         "Concentration: mean ± sd over prompts. Printing shows every row and column.</p>"
         "<div class='iv-controls'>"
-        f"<label>view <select data-control='view'>{views}</select></label>"
+        f"{views}"
         f"<label>kind <select data-control='kind'>{kinds}</select></label>"
         f"<label>layer <select data-control='layer'>{layer_options}</select></label>"
         f"<label>flag <select data-control='flag'>{flags}</select></label>"

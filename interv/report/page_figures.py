@@ -30,7 +30,7 @@ from interv.report.views import SHORT, HeadGroup, head_groups, swept_layers
 if TYPE_CHECKING:
     from interv.report.table import Report
 
-__all__ = ["heatmaps", "scatters"]
+__all__ = ["DEFAULT_METRIC", "effect_bound", "heatmaps", "scatters"]
 
 DEFAULT_METRIC = "normalized_entropy"
 

@@ -30,7 +30,15 @@ from interv.report.views import SHORT, fmt, head_groups
 if TYPE_CHECKING:
     from interv.report.table import Report, ReportRow
 
-__all__ = ["Column", "hidden_column_css", "long_table", "wide_table"]
+__all__ = [
+    "Column",
+    "flag_badges",
+    "hidden_column_css",
+    "long_columns",
+    "long_table",
+    "wide_columns",
+    "wide_table",
+]
 
 _DEFAULT_METRICS = ("normalized_entropy", "sink_mass")
 
@@ -74,7 +82,8 @@ def _header(columns: list[Column]) -> str:
     return "<thead><tr>" + "".join(cells) + "</tr></thead>"
 
 
-def _flags(flags: tuple[str, ...], prefix: str = "") -> str:
+def flag_badges(flags: tuple[str, ...], prefix: str = "") -> str:
+    """Each flag as a coloured badge (its text printed, so it survives print)."""
     return " ".join(
         f'<span class="iv-f iv-f{FLAGS.index(f) if f in FLAGS else 9}">'
         f"{html.escape(prefix + f)}</span>"
@@ -183,7 +192,7 @@ def long_table(report: Report) -> str:
             f"{fmt(row.effect_max, 3)})</td>",
             f"<td>{fmt(row.recovery, 3)}</td>",
             *_concentration_cells(row),
-            f"<td>{_flags(row.flags)}</td>",
+            f"<td>{flag_badges(row.flags)}</td>",
             f'<td class="iv-sem">{html.escape(row.semantics)}</td>',
         ]
         body.append(f"<tr{attrs}>" + "".join(cells) + "</tr>")
@@ -250,7 +259,7 @@ def wide_table(report: Report) -> str:
                 value = None if row is None else row.recovery
                 cells.append(f"<td{kind}>{fmt(value, 3)}</td>")
         flag_text = " ".join(
-            _flags((flag,), prefix=f"{kind}: ") for kind, flag in dict.fromkeys(flag_pairs)
+            flag_badges((flag,), prefix=f"{kind}: ") for kind, flag in dict.fromkeys(flag_pairs)
         )
         cells.append(f"<td>{flag_text}</td>")
         body.append(

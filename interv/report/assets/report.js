@@ -257,6 +257,14 @@
         hide();
       }
     });
+    root.addEventListener("keydown", function (event) {
+      var target = headTarget(event.target);
+      if (target && (event.key === "Enter" || event.key === " ")) {
+        event.preventDefault();
+        pinned = pinned === target ? null : target;
+        show(target);
+      }
+    });
     document.addEventListener("keydown", function (event) {
       if (event.key === "Escape" && !tip.hidden) { pinned = null; hide(); }
     });
