@@ -1,6 +1,8 @@
-"""Renderers and plots: HTML parses and embeds its images; every format carries the numbers.
+"""Renderers and plots: the page is self-contained and carries every number; the figures
+draw only swept layers, with integer ticks, labels that do not overlap and text inside.
 
 The plots draw on ``matplotlib.figure.Figure`` (no pyplot), so no backend is selected.
+What the page does in a browser is tested in ``test_report_browser.py``.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import itertools
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -15,7 +18,9 @@ from html.parser import HTMLParser
 import pytest
 import torch
 from _report_fixtures import make_concentration, make_result
+from _synthetic_reports import synthetic_report
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from interv.analysis.concentration import METRICS
 from interv.engine.interventions import (
@@ -26,7 +31,9 @@ from interv.engine.interventions import (
 )
 from interv.errors import IntervError
 from interv.report import plots
-from interv.report.render import save_report, to_csv, to_html, to_markdown
+from interv.report.labels import Box, place_labels
+from interv.report.page import page_fragment
+from interv.report.render import save_report, to_csv, to_html, to_json, to_markdown
 from interv.report.table import build_report
 
 N_PROMPTS = 5
@@ -59,33 +66,179 @@ def report():
     return build_report(result, conc, interventions=interventions, n_bootstrap=50)
 
 
-class _Images(HTMLParser):
+@pytest.fixture(scope="module")
+def zoo_like():
+    """8 heads in 2 layers: the four layer-1 heads sit close together, as on the zoo model
+    (normalized entropy about 0.09, zero-ablation effect about -1.4 logits)."""
+    interventions = [ZeroAblation(layer, head) for layer in range(2) for head in range(4)]
+    effects = torch.tensor([-0.7, -0.6, -10.0, -0.4, -1.40, -1.33, -1.47, -1.43])
+    values = (
+        2.0
+        + effects[:, None]
+        + 0.1 * torch.randn(8, N_PROMPTS, generator=torch.Generator().manual_seed(1))
+    )
+    result = make_result(
+        values,
+        torch.full((N_PROMPTS,), 2.0),
+        torch.zeros(N_PROMPTS),
+        [type(iv).__name__ for iv in interventions],
+        [iv.describe() for iv in interventions],
+        sites=[iv.site for iv in interventions],
+    )
+    entropy = torch.tensor([[0.65, 0.51, 0.12, 0.84], [0.095, 0.108, 0.083, 0.087]])
+    conc = make_concentration({"normalized_entropy": entropy.expand(N_PROMPTS, 2, 4).clone()})
+    return build_report(result, conc, interventions=interventions, n_bootstrap=20)
+
+
+@pytest.fixture(scope="module")
+def three_layers():
+    """The shape of ``interv demo --model smollm2-135m --layers 17 20 23`` (30 layers)."""
+    return synthetic_report(n_layers=30, n_heads=9, layers=(17, 20, 23), n_bootstrap=10)
+
+
+@pytest.fixture(scope="module")
+def all_layers():
+    """The shape of the full SmolLM2 demo: 270 heads x 5 kinds, 540 residual patches."""
+    return synthetic_report(n_layers=30, n_heads=9, n_bootstrap=10)
+
+
+class _Page(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.sources: list[str] = []
-        self.tables = 0
+        self.parts: list[str] = []
+        self.views: list[str] = []
+        self.external: list[str] = []
+        self.long_rows = 0
+        self._in_long = False
 
     def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
         if tag == "img":
-            self.sources.append(dict(attrs)["src"])
+            self.sources.append(attrs["src"])
+        if "data-part" in attrs:
+            self.parts.append(attrs["data-part"])
+        if tag == "table" and "data-view" in attrs:
+            self.views.append(attrs["data-view"])
+            self._in_long = attrs["data-view"] == "long"
+        if tag == "tr" and self._in_long and "data-k" in attrs:
+            self.long_rows += 1
+        for name in ("src", "href"):
+            if name in attrs and not attrs[name].startswith("data:"):
+                self.external.append(attrs[name])
+        if tag in {"script", "link"} and ("src" in attrs or "href" in attrs):
+            self.external.append(tag)
+
+    def handle_endtag(self, tag):
         if tag == "table":
-            self.tables += 1
+            self._in_long = False
 
 
-def test_html_parses_and_embeds_every_image_as_a_png_data_uri(report):
-    parser = _Images()
-    parser.feed(to_html(report))
+def _parse(text: str) -> _Page:
+    parser = _Page()
+    parser.feed(text)
     parser.close()
-    assert parser.tables == 2  # rows, agreement
-    assert len(parser.sources) == 4  # heatmaps, scatter, baselines, recovery
-    for source in parser.sources:
+    return parser
+
+
+def test_html_page_is_self_contained_and_embeds_every_figure_as_png(report):
+    page = _parse(to_html(report))
+    assert page.external == []  # no CDN, no server: script and style are inline
+    assert len(page.sources) == 4  # heatmaps, scatter, baselines, recovery
+    for source in page.sources:
         prefix = "data:image/png;base64,"
         assert source.startswith(prefix)
         assert base64.b64decode(source[len(prefix) :])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_notebook_display_gives_html_and_markdown(report):
-    assert "<table>" in report._repr_html_()
+def test_page_has_headline_heatmaps_scatter_and_both_table_views(report):
+    page = _parse(to_html(report, figures=False))
+    assert page.parts[:4] == ["headline", "heatmaps", "scatter", "table"]
+    assert page.views == ["long", "wide"]
+    assert page.long_rows == len(report.rows)  # every row is in the HTML, not built by script
+
+
+def test_headline_names_scope_agreement_interval_and_three_heads_with_sentences(zoo_like):
+    text = page_fragment(zoo_like)
+    headline = text[text.index("data-part='headline'") : text.index("data-part='heatmaps'")]
+    assert "test-model on toy · 5 prompt pairs · 8 heads in all 2 layers" in headline
+    (entry,) = [
+        a for a in zoo_like.agreement if a.layer is None and a.metric == "normalized_entropy"
+    ]
+    assert f"Spearman ρ = {entry.rho:.2g}" in headline
+    assert f"{entry.ci_low:.2g} … {entry.ci_high:.2g}" in headline
+    assert headline.count("<li") == 3
+    for row in zoo_like.rows:
+        if f"<b>{row.label}</b>" in headline:
+            assert row.semantics in headline
+
+
+def test_page_prints_every_number_with_its_unit(zoo_like):
+    text = page_fragment(zoo_like)
+    assert "effect (logits), mean [95% CI]" in text
+    assert "H/log n (fraction of log(n))" in text
+    assert "H (nats)" in text and "contrib. norm (residual-stream norm)" in text
+    row = zoo_like.rows[2]
+    assert f"{row.effect_mean:.4g} [{row.effect_ci_low:.4g}, {row.effect_ci_high:.4g}]" in text
+
+
+def test_heatmap_cells_cover_only_the_swept_layers(three_layers):
+    text = page_fragment(three_layers)
+    grids = text[text.index("data-part='heatmaps'") : text.index("data-part='scatter'")]
+    assert "<th>L17</th>" in grids and "<th>L23</th>" in grids
+    assert "<th>L0</th>" not in grids and "<th>L18</th>" not in grids
+
+
+def test_full_smollm2_sized_page_stays_under_three_megabytes(all_layers):
+    size = len(to_html(all_layers).encode("utf-8"))
+    assert size < 3_000_000, f"{size / 1e6:.2f} MB"
+
+
+def test_jupyter_displays_the_page(report, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    (tmp_path / "report.json").write_text(to_json(report), encoding="utf-8")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "import json\nfrom interv.report.table import Report\n"
+            "Report.from_dict(json.load(open('report.json')))"
+        )
+    ]
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    (output,) = notebook.cells[0].outputs
+    shown = output["data"]["text/html"]
+    assert shown.startswith("<div class='interv-report'>") and "<script>" in shown
+    assert shown == page_fragment(report)
+    assert output["data"]["text/markdown"].startswith("# interv report")
+
+
+def test_page_of_a_report_without_whole_head_rows_is_its_table():
+    interventions = [ActivationPatch("resid_pre", 0, positions=(p,)) for p in range(3)]
+    interventions.append(ZeroAblation(1, 0, positions=(2,)))
+    result = make_result(
+        torch.randn(len(interventions), N_PROMPTS, generator=torch.Generator().manual_seed(2)),
+        torch.full((N_PROMPTS,), 2.0),
+        torch.zeros(N_PROMPTS),
+        [type(iv).__name__ for iv in interventions],
+        [iv.describe() for iv in interventions],
+        sites=[iv.site for iv in interventions],
+    )
+    conc = make_concentration({"entropy": torch.rand(N_PROMPTS, 2, 3)})
+    page = _parse(page_fragment(build_report(result, conc, interventions=interventions)))
+    assert page.parts == ["headline", "table", "agreement", "scope"]
+    assert page.views == ["long"] and page.long_rows == 4
+
+
+def test_notebook_display_is_the_page(report):
+    assert report._repr_html_() == page_fragment(report)
+    assert '<table class="iv-table" data-view="long">' in report._repr_html_()
     assert report._repr_markdown_().startswith("# interv report")
 
 
@@ -158,3 +311,114 @@ def test_importing_interv_and_its_report_does_not_import_matplotlib():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- the figures: defects found on fresh runs, pinned ---------------------------------------
+
+
+def _drawn(figure: Figure) -> Figure:
+    figure.draw_without_rendering()
+    return figure
+
+
+def _overlapping(texts) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts whose boxes overlap by more than half a pixel
+    (the text itself: an annotation's leader line is not part of its box)."""
+    boxes = [
+        (t.get_text(), Text.get_window_extent(t))
+        for t in texts
+        if t.get_visible() and t.get_text().strip()
+    ]
+    return [
+        (a, b)
+        for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2)
+        if min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 0.5
+        and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 0.5
+    ]
+
+
+def _drawn_ticklabels(axis) -> list:
+    """The tick labels an axis draws (those of ticks inside its view interval)."""
+    low, high = sorted(axis.get_view_interval())
+    return [
+        label
+        for loc, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=True)
+        if low - 1e-9 <= loc <= high + 1e-9
+    ]
+
+
+def _image_rows(ax) -> int:
+    (image,) = ax.get_images()
+    return image.get_array().shape[0]
+
+
+def test_heatmaps_draw_only_the_swept_layers_with_their_numbers(three_layers):
+    figure = plots.head_heatmaps(three_layers)
+    for ax in figure.axes[:4]:  # the four panels (then their colour bars)
+        assert _image_rows(ax) == 3
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["17", "20", "23"]
+        assert list(ax.get_yticks()) == [0, 1, 2]
+
+
+def test_recovery_grid_has_integer_layer_ticks_and_only_the_patched_layers(report, three_layers):
+    ax = plots.recovery_by_layer_position(report).axes[0]
+    assert _image_rows(ax) == 2
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1"]
+    assert all(float(tick).is_integer() for tick in ax.get_yticks())
+    ax = plots.recovery_by_layer_position(three_layers).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["17", "20", "23"]
+
+
+def test_scatter_labels_every_head_of_a_tight_cluster_without_overlap(zoo_like):
+    figure = _drawn(plots.concentration_vs_effect(zoo_like))
+    labels = figure.axes[0].texts
+    assert sorted(t.get_text() for t in labels) == sorted(r.label for r in zoo_like.rows)
+    assert _overlapping(labels) == []
+
+
+def test_scatter_thins_labels_of_270_heads_and_says_so(all_layers):
+    figure = _drawn(plots.concentration_vs_effect(all_layers))
+    ax = figure.axes[0]
+    assert 0 < len(ax.texts) < 270
+    assert f"({len(ax.texts)} of 270 heads labelled)" in ax.get_title()
+    assert _overlapping(ax.texts) == []
+
+
+def test_place_labels_never_overlaps_and_leaves_out_what_does_not_fit():
+    points = [(50.0, 50.0)] * 30  # thirty labels for one point: most cannot fit
+    boxes = place_labels(points, [(30.0, 10.0)] * 30, Box(0, 0, 120, 100))
+    placed = [box for box in boxes if box is not None]
+    assert 4 <= len(placed) < 30
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(placed, 2))
+    assert all(box.inside(Box(0, 0, 120, 100)) for box in placed)
+    with pytest.raises(IntervError, match="one size per point; got 2 points and 1 sizes"):
+        place_labels([(0, 0), (1, 1)], [(1, 1)], Box(0, 0, 9, 9))
+
+
+@pytest.mark.parametrize("name", ["report", "zoo_like", "three_layers", "all_layers"])
+def test_every_figure_keeps_its_text_inside_readable_and_apart(name, request):
+    report = request.getfixturevalue(name)
+    for stem, figure in plots.standard_figures(report).items():
+        _drawn(figure)
+        width = figure.get_size_inches()[0]
+        assert width <= 10, f"{stem} is {width} inches wide"
+        frame = figure.bbox
+        for ax in figure.axes:
+            texts = [
+                *ax.texts,
+                ax.xaxis.label,
+                ax.yaxis.label,
+                ax.title,
+                *_drawn_ticklabels(ax.xaxis),
+                *_drawn_ticklabels(ax.yaxis),
+            ]
+            for text in texts:
+                if not (text.get_visible() and text.get_text().strip()):
+                    continue
+                box = Text.get_window_extent(text)
+                assert text.get_fontsize() >= 7, (stem, text.get_text())
+                inside = box.x0 >= frame.x0 - 1 and box.x1 <= frame.x1 + 1
+                inside = inside and box.y0 >= frame.y0 - 1 and box.y1 <= frame.y1 + 1
+                assert inside, (stem, text.get_text(), box, frame)
+            for axis in (ax.xaxis, ax.yaxis):
+                assert _overlapping(_drawn_ticklabels(axis)) == [], stem

@@ -186,6 +186,13 @@ class HeadConcentration:
             f"entropy unit {self.unit}"
         )
 
+    def to_pandas(self) -> Any:
+        """A long ``pandas.DataFrame``, one row per prompt, layer, head, query and metric,
+        with the metric's unit (:func:`interv.frames.concentration_frame`; needs pandas)."""
+        from interv.frames import concentration_frame
+
+        return concentration_frame(self)
+
 
 def concentration(
     model: TransformerBridge,

@@ -236,6 +236,13 @@ class HeadSimilarity:
             for flip in self.flips
         ]
 
+    def to_pandas(self) -> Any:
+        """A long ``pandas.DataFrame`` of :meth:`to_records`, one row per measure, convention
+        and head pair, with the unit (:func:`interv.frames.similarity_frame`; needs pandas)."""
+        from interv.frames import similarity_frame
+
+        return similarity_frame(self)
+
 
 def flip_counts(
     keep: torch.Tensor, drop: torch.Tensor, triples: torch.Tensor, *, tie_atol: float = 1e-12

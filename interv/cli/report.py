@@ -6,7 +6,10 @@
 - ``interv report DIR`` renders a report from saved results: a directory that
   ``interv demo`` wrote (its ``report.json``, re-rendered in place or into ``--out``),
   or a sweep directory (``interv sweep``; effects from :func:`interv.sweeps.load_sweep`,
-  concentration recomputed on the sweep's model and prompts).
+  concentration recomputed on the sweep's model and prompts). With ``--csv`` and/or
+  ``--parquet`` it writes the tables instead of the page, for sweeps too large for one:
+  ``rows.*`` (one row per site x intervention, :meth:`Report.to_pandas`) and, for a
+  sweep, ``effects.*`` (one row per intervention x prompt, ``InterventionResult.to_pandas``).
 """
 
 from __future__ import annotations
@@ -65,9 +68,41 @@ def _run_report(args: argparse.Namespace) -> int:
             f"{str(directory)!r} holds neither a saved report (report.json, from interv demo) "
             "nor a sweep (manifest.json, from interv sweep)"
         )
+    if args.csv or args.parquet:
+        _write_tables(report, directory, out, csv=args.csv, parquet=args.parquet)
+        return 0
     paths = save_report(report, out)
     _print_summary(report, paths, None)
     return 0
+
+
+def _write_tables(report: Report, directory: Path, out: Path, *, csv: bool, parquet: bool) -> None:
+    """Write ``rows`` (and, for a sweep, ``effects``) as CSV and/or Parquet into ``out``."""
+    frames = {"rows": report.to_pandas()}
+    if (directory / "manifest.json").is_file():
+        from interv.sweeps.collect import load_sweep
+
+        frames["effects"] = load_sweep(directory).to_pandas()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, frame in frames.items():
+        if csv:
+            frame.to_csv(out / f"{name}.csv", index=False)
+            written.append(f"{name}.csv")
+        if parquet:
+            try:
+                frame.to_parquet(out / f"{name}.parquet", index=False)
+            except ImportError as error:
+                raise IntervError(
+                    f"--parquet needs a Parquet engine for pandas: pip install pyarrow ({error})"
+                ) from error
+            written.append(f"{name}.parquet")
+    print(
+        f"tables written to {out}/ ({', '.join(written)}): rows = one per site x "
+        "intervention with its semantics sentence, effect in "
+        f"{report.header.metric_unit} and the head's concentration"
+        + ("; effects = one per intervention x prompt" if "effects" in frames else "")
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -101,10 +136,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser(
         "report",
         help="render a report from saved results (interv demo output or a sweep directory)",
-        description="Render Markdown, HTML, JSON and CSV reports from saved results.",
+        description=(
+            "Render the report page (HTML), Markdown, JSON and CSV from saved results, or "
+            "with --csv/--parquet only its tables (for sweeps too large for a page)."
+        ),
     )
     report.add_argument("directory", help="a directory written by interv demo or interv sweep")
     report.add_argument(
         "--out", default=None, help="output directory (default: the input directory)"
+    )
+    report.add_argument(
+        "--csv",
+        action="store_true",
+        help="write the tables as CSV instead of the page (rows.csv; effects.csv for a "
+        "sweep); needs pandas: pip install 'interv[pandas]'",
+    )
+    report.add_argument(
+        "--parquet",
+        action="store_true",
+        help="write the tables as Parquet instead of the page; needs pandas and pyarrow",
     )
     report.set_defaults(handler=_run_report)

@@ -281,3 +281,11 @@ class InterventionResult:
                     }
                 )
         return records
+
+    def to_pandas(self) -> Any:
+        """A long ``pandas.DataFrame``, one row per intervention x prompt, with the effect,
+        unit and semantics sentence as columns (:func:`interv.frames.result_frame`; needs
+        pandas)."""
+        from interv.frames import result_frame
+
+        return result_frame(self)

@@ -361,9 +361,17 @@ class Report:
         return to_markdown(self)
 
     def _repr_html_(self) -> str:
-        from interv.report.render import to_html
+        from interv.report.page import page_fragment
 
-        return to_html(self, figures=False)
+        return page_fragment(self)
+
+    def to_pandas(self) -> Any:
+        """A ``pandas.DataFrame``, one row per report row, with semantics, effect unit and the
+        head's concentration; ``attrs["units"]`` names each column's unit
+        (:func:`interv.frames.report_frame`; needs pandas)."""
+        from interv.frames import report_frame
+
+        return report_frame(self)
 
 
 def _estimate(data: dict[str, Any]) -> Estimate:

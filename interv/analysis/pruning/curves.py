@@ -86,6 +86,13 @@ class PruningCurves:
                 )
         return records
 
+    def to_pandas(self) -> Any:
+        """A long ``pandas.DataFrame`` of :meth:`to_records`, one row per order and heads
+        removed, with unit and semantics (:func:`interv.frames.pruning_frame`; needs pandas)."""
+        from interv.frames import pruning_frame
+
+        return pruning_frame(self)
+
 
 def pruning_curves(
     model: Any,

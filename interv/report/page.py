@@ -1,0 +1,323 @@
+"""The report as one self-contained, explorable HTML page (no CDN, no server).
+
+>>> page = to_page(report)  # a whole document; save_report writes it as report.html
+>>> report._repr_html_() == page_fragment(report)  # what a notebook shows
+True
+
+The page opens with a headline: the scope in one line, the rank agreement between
+normalized entropy and |effect| with its bootstrap interval, and the three heads whose
+concentration rank and |effect| rank disagree most, each with its semantics sentence.
+Then: layer x head heatmaps of concentration beside the effect of each intervention
+group (hover, focus or click a cell for that head's numbers with units and the sentence
+of each intervention on it), the concentration-vs-effect scatters, and the full table
+(one row per site and intervention, or one row per head with the kinds as columns),
+sortable by any column and filterable by kind, layer and flag; then the agreement
+table, the scope, the flag rules and the static PNG figures.
+
+Everything is rendered into the HTML itself; the inlined script (``assets/report.js``,
+plain JavaScript written for interv, MIT licence) only sorts, filters, switches views,
+folds sections and shows head details. Without it the page is a complete static
+document, and printing (or saving as PDF) shows every row and column whatever the
+filters on screen. CSS is scoped to ``.interv-report`` and the script initializes every
+report on the page once, so several reports can share one notebook.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from interv.analysis.concentration import METRICS
+from interv.report.flags import FLAGS
+from interv.report.page_figures import DEFAULT_METRIC, effect_bound, heatmaps, scatters
+from interv.report.page_tables import flag_badges, hidden_column_css, long_table, wide_table
+from interv.report.views import (
+    agreement_cells,
+    fmt,
+    head_groups,
+    header_lines,
+    headline_agreement,
+    instructive_heads,
+    swept_layers,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from interv.report.table import Report
+
+__all__ = ["page_fragment", "to_page"]
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("interv.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _layers_text(report: Report) -> str:
+    layers = swept_layers(report)
+    n_layers = report.header.n_layers
+    if len(layers) == n_layers:
+        return f"all {n_layers} layers"
+    listed = ", ".join(str(layer) for layer in layers)
+    return f"layer{'s' if len(layers) != 1 else ''} {listed} of {n_layers}"
+
+
+def _scope_line(report: Report) -> str:
+    """The scope in one line: model, task, prompts, heads, metric and query positions."""
+    h = report.header
+    heads = {row.head for row in report.rows if row.head is not None}
+    where = h.query_positions.split(" (")[0]
+    return (
+        f"{h.model} on {h.task} · {h.n_prompts} prompt pairs · {len(heads)} heads in "
+        f"{_layers_text(report)} · effect = change of {h.metric_name} in {h.metric_unit} · "
+        f"concentration at {where}"
+    )
+
+
+def _agreement_text(report: Report) -> str:
+    entries = headline_agreement(report, DEFAULT_METRIC)
+    level = int(report.header.ci_level * 100)
+    if not entries:
+        return (
+            "<p class='iv-agree'>No intervention kind has 3 or more heads: no rank "
+            "agreement between concentration and |effect|.</p>"
+        )
+    first, *others = entries
+    lead = (
+        f"<p class='iv-agree'>Rank agreement of normalized entropy with |effect| "
+        f"({_e(first.kind)}, {first.n_heads} heads): <b>Spearman ρ = {fmt(first.rho, 2)}</b> "
+        f"({level}% bootstrap interval over prompts {fmt(first.ci_low, 2)} … "
+        f"{fmt(first.ci_high, 2)}; dimensionless, −1 … 1)."
+    )
+    if others:
+        lead += " Other kinds: " + "; ".join(
+            f"{_e(a.kind)} ρ = {fmt(a.rho, 2)} ({fmt(a.ci_low, 2)} … {fmt(a.ci_high, 2)})"
+            for a in others
+        )
+        lead += "."
+    return lead + f"</p><p class='iv-caveat'>{_e(report.agreement_caveat)}</p>"
+
+
+def _headline(report: Report) -> str:
+    h = report.header
+    unit = h.metric_unit
+    items = []
+    for row, why in instructive_heads(report, 3):
+        flags = flag_badges(row.flags)
+        head = f' data-h="{row.label}"' if row.head is not None else ""
+        items.append(
+            f"<li{head}><b>{_e(row.label)}</b> · {_e(row.kind)}: effect "
+            f"<b>{fmt(row.effect_mean, 3)} {_e(unit)}</b> "
+            f"({int(h.ci_level * 100)}% CI {fmt(row.effect_ci_low, 3)} … "
+            f"{fmt(row.effect_ci_high, 3)}), normalized entropy "
+            f"<b>{fmt(row.concentration[DEFAULT_METRIC], 3)}</b> "
+            f"({_e(h.concentration_units[DEFAULT_METRIC])}) {flags}"
+            f"<div class='iv-sem'>{_e(row.semantics)}</div>"
+            f"<div class='iv-why'>{_e(why)}</div></li>"
+        )
+    instructive = (
+        "<h2>The three most instructive heads</h2><p class='iv-hint'>Where the concentration "
+        "rank and the |effect| rank disagree most.</p><ol class='iv-instructive'>"
+        + "".join(items)
+        + "</ol>"
+        if items
+        else ""
+    )
+    return (
+        "<header class='iv-headline' data-part='headline'>"
+        f"<h1>interv report: {_e(h.model)} on {_e(h.task)}</h1>"
+        f"<p class='iv-scope'>{_e(_scope_line(report))}</p>"
+        f"{_agreement_text(report)}{instructive}</header>"
+    )
+
+
+def _heatmap_section(report: Report) -> str:
+    grids = heatmaps(report)
+    if not grids:
+        return ""
+    options = "".join(
+        f"<option value='{name}'{' selected' if name == DEFAULT_METRIC else ''}>"
+        f"{_e(name.replace('_', ' '))} ({_e(unit)})</option>"
+        for name, unit in METRICS.items()
+    )
+    bound = effect_bound(report)
+    return (
+        "<section class='iv-section' data-part='heatmaps'>"
+        "<h2>Concentration beside effect, layer × head</h2>"
+        "<p class='iv-hint'>Hover, focus or click a cell for that head's numbers and the "
+        "sentence of every intervention on it (click pins, Esc unpins). Only the swept layers "
+        f"are drawn. Effect colours share one scale, ±{fmt(bound, 3)} "
+        f"{_e(report.header.metric_unit)}, so a kind that does little looks pale.</p>"
+        "<div class='iv-controls'><label>concentration metric "
+        f"<select data-control='metric'>{options}</select></label></div>"
+        f"<div class='iv-fig iv-heatmaps'>{grids}</div></section>"
+    )
+
+
+def _scatter_section(report: Report) -> str:
+    figures = scatters(report)
+    if not figures:
+        return ""
+    return (
+        "<section class='iv-section' data-part='scatter'>"
+        "<h2>Concentration against effect</h2><p class='iv-hint'>One panel per intervention; "
+        "rings mark flags. Labels that would overlap are left out; hover any point.</p>"
+        f"<div class='iv-fig iv-scatters'>{figures}</div></section>"
+    )
+
+
+def _options(values: list[tuple[str, str]]) -> str:
+    return "".join(f"<option value='{_e(v)}'>{_e(text)}</option>" for v, text in values)
+
+
+def _table_section(report: Report) -> str:
+    layers = sorted({row.site.layer for row in report.rows if row.site is not None})
+    kinds = _options([("", "every kind"), *[(k, k) for k in report.kinds]])
+    layer_options = _options([("", "every layer"), *[(str(x), f"layer {x}") for x in layers]])
+    flags = _options([("", "any flags"), ("-", "no flag"), *[(f, f) for f in FLAGS]])
+    wide = wide_table(report) if head_groups(report) else ""
+    views = (
+        "<label>view <select data-control='view'>"
+        + _options(
+            [("long", "one row per intervention"), ("wide", "one row per head, kinds as columns")]
+        )
+        + "</select></label>"
+        if wide
+        else ""
+    )
+    return (
+        "<section class='iv-section' data-part='table'>"
+        f"<h2>Every number: {len(report.rows)} rows</h2>"
+        "<p class='iv-hint'>Click a column header to sort (again to reverse). Effects are "
+        f"in {_e(report.header.metric_unit)}: {_e(report.header.effect_definition)}. "
+        "Concentration: mean ± sd over prompts. Printing shows every row and column.</p>"
+        "<div class='iv-controls'>"
+        f"{views}"
+        f"<label>kind <select data-control='kind'>{kinds}</select></label>"
+        f"<label>layer <select data-control='layer'>{layer_options}</select></label>"
+        f"<label>flag <select data-control='flag'>{flags}</select></label>"
+        "<label><input type='checkbox' data-control='all'> all columns</label>"
+        "<span class='iv-count' aria-live='polite'></span></div>"
+        f"<div class='iv-scroll'>{long_table(report)}{wide}</div></section>"
+    )
+
+
+def _agreement_section(report: Report) -> str:
+    columns, rows = agreement_cells(report)
+    if rows:
+        numeric = {"n heads", "Spearman rho (metric vs |effect|)"}
+        head = "".join(
+            f"<th{' data-type=num' if c in numeric else ''}>{_e(c)}</th>" for c in columns
+        )
+        body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+        table = (
+            f"<table class='iv-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+    else:
+        table = "<p>No kind has 3 or more heads: no agreement.</p>"
+    return (
+        "<section class='iv-section iv-fold' data-part='agreement' data-folded='1'>"
+        f"<h2>Agreement of every concentration metric with |effect| ({len(rows)} rows)</h2>"
+        f"<div class='iv-body'><p>{_e(report.agreement_caveat)}</p>"
+        "<p class='iv-hint'>Spearman ρ is dimensionless (−1 … 1); intervals are percentile "
+        "bootstrap intervals over prompts.</p>"
+        f"<div class='iv-scroll'>{table}</div></div></section>"
+    )
+
+
+def _joined_sections(report: Report) -> str:
+    """Direct vs indirect, path patches and interactions, each as its own table."""
+    parts = []
+    for table in report.section_tables():
+        head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in table.rows
+        )
+        parts.append(
+            f"<section class='iv-section' data-part='{_e(table.title.lower())}'>"
+            f"<h2>{_e(table.title)} ({len(table.rows)} rows)</h2><p>{_e(table.intro)}</p>"
+            f"<div class='iv-scroll'><table class='iv-table'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div></section>"
+        )
+    return "".join(parts)
+
+
+def _scope_section(report: Report) -> str:
+    scope = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_lines(report))
+    rules = "".join(f"<dt>{_e(f)}</dt><dd>{_e(r)}</dd>" for f, r in report.rules_text.items())
+    notes = "".join(f"<blockquote>{_e(note)}</blockquote>" for note in report.notes)
+    return (
+        "<section class='iv-section iv-fold' data-part='scope' data-folded='1'>"
+        "<h2>Scope, definitions and flag rules</h2><div class='iv-body'>"
+        f"<dl class='iv-dl'>{scope}</dl><h3>Flags and their rules</h3>"
+        f"<dl class='iv-dl'>{rules}</dl>{notes}</div></section>"
+    )
+
+
+def _png(figure: Figure) -> tuple[str, int, int]:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    width, height = (round(v * 100) for v in figure.get_size_inches())
+    uri = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return uri, width, height
+
+
+def _static_section(figures: dict[str, Figure]) -> str:
+    items = []
+    for caption, figure in figures.items():
+        uri, width, height = _png(figure)
+        items.append(
+            f"<figure class='iv-static'><img src='{uri}' width='{width}' height='{height}' "
+            f"alt='{_e(caption)}'><figcaption>{_e(caption)}.png</figcaption></figure>"
+        )
+    return (
+        "<section class='iv-section iv-fold' data-part='figures' data-folded='1'>"
+        f"<h2>Static figures ({len(items)} PNG, as saved beside this page)</h2>"
+        f"<div class='iv-body'>{''.join(items)}</div></section>"
+    )
+
+
+def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> str:
+    """The page as one ``<div class="interv-report">`` with its style and script inlined.
+
+    Args:
+        report: the report.
+        figures: static figures (caption -> Figure) to embed as PNG at their natural
+            size; None = none (notebook display).
+    """
+    parts = [
+        "<div class='interv-report'>",
+        f"<style>{_asset('report.css')}{hidden_column_css(report)}</style>",
+        _headline(report),
+        _heatmap_section(report),
+        _scatter_section(report),
+        _table_section(report),
+        _joined_sections(report),
+        _agreement_section(report),
+        _scope_section(report),
+    ]
+    if figures:
+        parts.append(_static_section(figures))
+    parts.append(f"<script>{_asset('report.js')}</script></div>")
+    return "".join(parts)
+
+
+def to_page(report: Report, figures: dict[str, Figure] | None = None) -> str:
+    """The whole HTML document: :func:`page_fragment` in a page with a title."""
+    title = f"interv report: {report.header.model} on {report.header.task}"
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{_e(title)}</title><style>@page{{size:A4 landscape;margin:8mm}}</style>"
+        "</head><body>"
+        f"{page_fragment(report, figures)}</body></html>\n"
+    )
