@@ -226,8 +226,8 @@ class Report:
         (rank 1 = most concentrated) and by |effect| (rank 1 = largest). A row's
         disagreement is ``|concentration rank - effect rank| / n_heads`` (0..1); ties
         are broken by the number of flags. Kinds whose largest |effect| is "near zero"
-        (the flag rule's threshold) are skipped: ranking noise says nothing. Returns
-        (row, explanation) pairs.
+        (the flag rule's threshold) are skipped: ranking noise says nothing. Each site
+        appears once (its most disagreeing row). Returns (row, explanation) pairs.
         """
         near_zero = self.flag_rules.near_zero_fraction * self.header.effect_scale
         scored = []
@@ -243,18 +243,24 @@ class Report:
                 continue
             by_conc = sorted(rows, key=lambda r: r.concentration["normalized_entropy"])
             by_effect = sorted(rows, key=lambda r: -abs(r.effect_mean))
+            rank_c = {row.index: rank for rank, row in enumerate(by_conc, start=1)}
+            rank_e = {row.index: rank for rank, row in enumerate(by_effect, start=1)}
             for row in rows:
-                rank_c = by_conc.index(row) + 1
-                rank_e = by_effect.index(row) + 1
+                c, e = rank_c[row.index], rank_e[row.index]
                 why = (
-                    f"{row.label} {kind}: concentration rank {rank_c}/{len(rows)} "
+                    f"{row.label} {kind}: concentration rank {c}/{len(rows)} "
                     f"(normalized entropy {row.concentration['normalized_entropy']:.3f}), "
-                    f"|effect| rank {rank_e}/{len(rows)} (effect {row.effect_mean:+.4g} "
+                    f"|effect| rank {e}/{len(rows)} (effect {row.effect_mean:+.4g} "
                     f"{self.header.metric_unit}); flags: {', '.join(row.flags) or 'none'}"
                 )
-                scored.append((abs(rank_c - rank_e) / len(rows), len(row.flags), row, why))
+                scored.append((abs(c - e) / len(rows), len(row.flags), row, why))
         scored.sort(key=lambda item: (-item[0], -item[1], item[2].index))
-        return tuple((row, why) for _, _, row, why in scored[:n])
+        chosen: dict[Any, tuple[ReportRow, str]] = {}
+        for _, _, row, why in scored:
+            if len(chosen) == n:
+                break
+            chosen.setdefault(row.site, (row, why))
+        return tuple(chosen.values())
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the whole report (round-trips with :meth:`from_dict`)."""
