@@ -83,10 +83,10 @@ def test_zoo_names_are_dispatched_to_the_zoo_and_returned_in_eval_mode(fake_zoo)
     assert not model.training
 
 
-def test_zoo_models_refuse_a_dtype_other_than_float32(fake_zoo):
-    with pytest.raises(IntervError, match=r"'toy-sink' is available in float32 only"):
-        load_model("toy-sink", dtype="bfloat16")
-    assert fake_zoo.calls == []
+def test_zoo_models_in_another_dtype_are_a_cast_of_their_float32_weights():
+    model = load_model("induction-2l", dtype="bfloat16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert not model.training
 
 
 def test_unknown_spec_lists_builtin_names_zoo_names_and_the_other_forms(fake_zoo):

@@ -388,6 +388,8 @@ class _Reducer:
         of rows: ``H(q) = log c - (sum_content a log a) / c`` with ``c`` the content mass.
         """
         f64 = torch.float64
+        if rows.dtype.itemsize < 4:  # bfloat16 / float16 patterns: their own values, exactly
+            rows = rows.float()
         plogp = torch.special.xlogy(rows, rows)
         entropy = -plogp.sum(dim=-1, dtype=f64)
         mass = rows.sum(dim=-1, dtype=f64)

@@ -126,13 +126,14 @@ def masked_mean(act: torch.Tensor, mask: torch.Tensor, pooled: bool) -> torch.Te
     """Mean of ``act`` ``[n, pos, d]`` over real tokens: ``[pos, d]``, or ``[d]`` if pooled.
 
     ``mask`` is ``[n, pos]`` bool (True = real token). Positions where no prompt is real
-    get zero.
+    get zero. Accumulated in float32 at least; returned in ``act``'s dtype.
     """
-    weights = mask.to(act).unsqueeze(-1)
+    values = act.float() if act.dtype.itemsize < 4 else act
+    weights = mask.to(values).unsqueeze(-1)
     dims = (0, 1) if pooled else (0,)
-    total = (act * weights).sum(dims)
+    total = (values * weights).sum(dims)
     count = weights.sum(dims)
-    return total / count.clamp(min=1)
+    return (total / count.clamp(min=1)).to(act.dtype)
 
 
 def resample_index(

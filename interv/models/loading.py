@@ -69,11 +69,9 @@ def load_model(
         return minilm.load_minilm(device=device, dtype=torch_dtype)
     zoo_names = _zoo_names()
     if name in zoo_names:
-        if torch_dtype != torch.float32:
-            raise IntervError(
-                f"zoo model {name!r} is available in float32 only; got dtype {torch_dtype}"
-            )
-        return importlib.import_module("interv.zoo").load(name, device=device).eval()
+        # zoo weights ship in float32; other dtypes are a cast of them
+        model = importlib.import_module("interv.zoo").load(name, device=device)
+        return (model if torch_dtype == torch.float32 else model.to(torch_dtype)).eval()
     if Path(name).expanduser().is_dir():
         return _load_local_dir(Path(name).expanduser(), device=device, dtype=torch_dtype)
     if HUB_NAME.match(name):
