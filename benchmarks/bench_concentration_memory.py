@@ -1,4 +1,4 @@
-"""Peak memory of interv.concentration versus collecting every pattern with run_with_cache.
+"""Peak memory and time of interv.concentration versus a plain forward and run_with_cache.
 
 Model: SmolLM2-135M-Instruct (30 layers, 9 query heads, float32, CPU) on one prompt of
 1024 tokens (a paragraph repeated, cut to 1024 tokens, BOS first).
@@ -19,8 +19,12 @@ heap). After loading the model and one short warm-up forward, the subprocess rea
 ``/proc/self/clear_refs``, runs the method and reads ``VmHWM`` (the peak). Reported:
 peak minus resident model, in MiB, and the same above the plain forward's peak.
 
-Run: ``python benchmarks/bench_concentration_memory.py`` (about 2-4 minutes on 2 CPU cores;
-the first run also converts SmolLM2 once, about a minute).
+Time: in this process, after a warm-up, a plain forward (no hooks, no logits kept) and
+``interv.concentration`` alternate ``REPEATS`` times on the same prompt; reported: the best
+wall time of each and their ratio, next to ``torch.matmul`` GFLOP/s measured in the same run.
+
+Run: ``python benchmarks/bench_concentration_memory.py [--threads N]`` (about 3-5 minutes on
+2 CPU cores; the first run also converts SmolLM2 once, about a minute).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import torch
 
 N_TOKENS = 1024
 MIB = 2**20
+REPEATS = 3
 METHODS = ("plain", "interv", "cache")
 ROW_METRICS = (
     "entropy",
@@ -159,10 +164,38 @@ def _run(method: str, workdir: Path) -> dict:
     return numbers
 
 
+def timing() -> None:
+    """Best-of-``REPEATS`` wall time of a plain forward and of concentration, alternated."""
+    from bench_patching import load_average, matmul_gflops
+
+    from interv.analysis.concentration import concentration
+
+    model = _load_model()
+    tokens = _prompt_tokens(model)
+    with torch.no_grad():
+        model(tokens, return_type=None)  # warm-up at full length
+    plain, ours = [], []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        with torch.no_grad():
+            model(tokens, return_type=None)
+        plain.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        concentration(model, tokens)
+        ours.append(time.perf_counter() - start)
+    print(
+        f"time ({torch.get_num_threads()} threads, {load_average()}, torch.matmul "
+        f"{matmul_gflops():.1f} GFLOP/s), best of {REPEATS}: plain forward {min(plain):.2f} s, "
+        f"interv.concentration {min(ours):.2f} s; ratio concentration / forward "
+        f"{min(ours) / min(plain):.2f}"
+    )
+
+
 def main() -> None:
     from interv.models.smollm2 import converted_dir
 
     converted_dir()  # convert SmolLM2 once, outside the measured subprocesses
+    timing()
     with tempfile.TemporaryDirectory() as tmp:
         runs = {method: _run(method, Path(tmp)) for method in METHODS}
     plain = runs["plain"]
@@ -203,4 +236,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3])
     else:
+        if "--threads" in sys.argv:
+            torch.set_num_threads(int(sys.argv[sys.argv.index("--threads") + 1]))
         main()
