@@ -48,6 +48,7 @@ def as_positions(
     *,
     allow_negative: bool = False,
     allow_empty: bool = True,
+    meaning: str = "absolute positions",
 ) -> tuple[int, ...] | None:
     """Distinct integer positions as a tuple; ``None`` (all positions) passes through.
 
@@ -56,25 +57,32 @@ def as_positions(
         what: the argument's name, for messages (e.g. ``"key_positions"``).
         allow_negative: accept negative positions (counted from the end).
         allow_empty: accept an empty collection.
+        meaning: how the positions are counted, for the message about negative ones.
     """
     if positions is None:
         return None
     if isinstance(positions, str | bytes):
         raise IntervError(f"{what} must be an int or a sequence of ints; got {positions!r}")
-    items = [positions] if isinstance(positions, int) else positions
     try:
-        values = tuple(as_int(p, f"{what} entry") for p in items)
+        items = [positions] if isinstance(positions, int) else list(positions)
     except TypeError as error:
         raise IntervError(
             f"{what} must be an int or a sequence of ints; got {positions!r}"
         ) from error
+    values = []
+    for item in items:
+        try:
+            values.append(as_int(item, what))
+        except IntervError:
+            raise IntervError(f"{what} must contain ints; got {item!r} in {positions!r}") from None
     if not values and not allow_empty:
         raise IntervError(f"{what} must name at least one position; got an empty sequence")
-    if not allow_negative and any(p < 0 for p in values):
-        raise IntervError(f"{what} must be >= 0 (absolute positions); got {values}")
+    negative = [p for p in values if p < 0]
+    if negative and not allow_negative:
+        raise IntervError(f"{what} must be >= 0 ({meaning}); got {negative[0]} in {tuple(values)}")
     if len(set(values)) != len(values):
-        raise IntervError(f"{what} must not repeat; got {values}")
-    return values
+        raise IntervError(f"{what} must not repeat a position; got {values}")
+    return tuple(values)
 
 
 def check_index(value: Any, count: int, noun: str, owner: str) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._checks import as_positions, check_index
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -103,10 +104,9 @@ def demo_interventions(
         ZeroAblation,
     )
 
-    chosen = list(range(n_layers)) if layers is None else list(layers)
-    bad = [layer for layer in chosen if not 0 <= layer < n_layers]
-    if bad:
-        raise IntervError(f"layers {bad} do not exist; the model has layers 0..{n_layers - 1}")
+    chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
+    for layer in chosen:
+        check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
     interventions: list[Intervention] = []
     for layer in chosen:
         for head in range(n_heads):

@@ -125,7 +125,8 @@ def test_bad_values_name_the_key_and_the_allowed_values(path, value, expected):
         ),
         (
             {"kind": "knockout", "key_positions": [0, 0]},
-            "sweep.interventions[0] (kind 'knockout'): key_positions must not repeat; got (0, 0)",
+            "sweep.interventions[0] (kind 'knockout'): key_positions must not repeat a position; "
+            "got [0, 0]",
         ),
         (
             {"kind": "mean_ablation", "reference": "other"},

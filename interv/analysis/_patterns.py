@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from interv._checks import as_positions
 from interv.analysis._inputs import prompt_batch
 from interv.engine.forward import Prompts, forward
-from interv.engine.sites import Site, head_label
+from interv.engine.sites import Site, check_layer, head_label
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -167,13 +168,9 @@ def rows_from_pattern(
             f"attention_mask must be a bool tensor of shape {(batch, keys)}; got "
             f"{attention_mask.dtype} of shape {tuple(attention_mask.shape)}"
         )
-    sink_positions = (sink,) if isinstance(sink, int) else tuple(sink)
-    if not sink_positions or any(
-        isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in sink_positions
-    ):
-        raise IntervError(
-            f"sink must be a position >= 0 or a non-empty sequence of them; got {sink!r}"
-        )
+    sink_positions = as_positions(
+        sink, "sink", allow_empty=False, meaning="counted from each prompt's first real token"
+    )
     real = attention_mask
     first_real = real.to(torch.int64).argmax(dim=1)
     relative = torch.arange(keys)[None, :] - first_real[:, None]  # [batch, pos]
@@ -229,19 +226,13 @@ def attention_rows(
         key_pos]`` patterns (memory quadratic in the context length).
     """
     n_layers = model.cfg.n_layers
-    kept = tuple(range(n_layers)) if layers is None else tuple(layers)
-    if (
-        not kept
-        or len(set(kept)) != len(kept)
-        or any(
-            isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers
-            for layer in kept
-        )
-    ):
-        raise IntervError(
-            f"layers must be distinct ints in 0..{n_layers - 1} (the model's layers); got "
-            f"{layers!r}"
-        )
+    kept = (
+        tuple(range(n_layers))
+        if layers is None
+        else as_positions(layers, "layers", allow_empty=False)
+    )
+    for layer in kept:
+        check_layer(model.cfg, layer)
     sites = [Site("pattern", layer) for layer in kept]
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     captured = forward(

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._checks import as_positions
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, kv_head_of
@@ -224,11 +225,14 @@ def concentration(
         metrics and its scope.
     """
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
-    sink_positions = _check_positions(sink, "sink", allow_negative=False)
+    counted = "counted from each prompt's first real token"
+    sink_positions = as_positions(sink, "sink", allow_empty=False, meaning=counted)
     if query_positions is None:
         queries = tuple(range(int(batch.lengths.max())))
     else:
-        queries = _check_positions(query_positions, "query_positions", allow_negative=True)
+        queries = as_positions(
+            query_positions, "query_positions", allow_negative=True, allow_empty=False
+        )
     query_index = _query_index(queries, batch.lengths)
     reducer = _Reducer(model, batch, sink_positions, query_index)
     hooks: list[tuple[Site, Any]] = []
@@ -252,30 +256,6 @@ def concentration(
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
     )
-
-
-def _check_positions(
-    positions: int | Sequence[int], what: str, *, allow_negative: bool
-) -> tuple[int, ...]:
-    values = [positions] if isinstance(positions, int) else positions
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | torch.Tensor):
-        raise IntervError(f"{what} must be an int or a sequence of ints; got {positions!r}")
-    result = []
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise IntervError(f"{what} must contain ints; got {value!r} in {positions!r}")
-        if value < 0 and not allow_negative:
-            raise IntervError(
-                f"{what} must be >= 0 (counted from each prompt's first real token); got {value}"
-            )
-        result.append(value)
-    if not result:
-        raise IntervError(f"{what} must name at least one position; got an empty sequence")
-    if len(set(result)) != len(result):
-        raise IntervError(f"{what} must not repeat a position; got {list(result)}")
-    return tuple(result)
 
 
 def _query_index(queries: tuple[int, ...], lengths: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interv._checks import as_finite
+from interv._checks import as_finite, as_int
 from interv.engine.protocol import Intervention, Kind, get_kind
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
@@ -222,11 +222,9 @@ def _check_table(
 
 
 def _int(value: Any, path: str, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not isinstance(value, int):  # TOML integers only (as_int would take any integer-like)
         raise IntervError(f"{path} must be an integer; got {value!r}")
-    if minimum is not None and value < minimum:
-        raise IntervError(f"{path} must be >= {minimum}; got {value}")
-    return value
+    return as_int(value, path, minimum=minimum)
 
 
 def _float(value: Any, path: str) -> float:
