@@ -346,28 +346,34 @@ def bench_b(layers: list[int] | None) -> None:
     )
 
 
+def zero_ablation_loop(model, task: TokenizedPairs) -> torch.Tensor:
+    """The incumbent idiom: one ``run_with_hooks`` forward per head, zeroing its ``z``.
+
+    Returns ``[n_layers * n_heads]`` prompt-mean logit differences, layer-major.
+    """
+    metric = mean_logit_diff_fn(task)
+    values = []
+    with torch.no_grad():
+        for layer in range(model.cfg.n_layers):
+            for head in range(model.cfg.n_heads):
+
+                def zero(z, hook, head=head):
+                    z[:, :, head] = 0.0
+                    return z
+
+                logits = model.run_with_hooks(
+                    task.clean_tokens,
+                    attention_mask=task.attention_mask,
+                    fwd_hooks=[(hook_name("z", layer), zero)],
+                )
+                values.append(metric(logits))
+    return torch.stack(values)
+
+
 def zero_ablation_rates(model, label: str, n_prompts: int, max_batch_size: int) -> None:
     task = random_task(model, n_prompts, 15, seed=1)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    metric = mean_logit_diff_fn(task)
-
-    def incumbent() -> torch.Tensor:
-        values = []
-        with torch.no_grad():
-            for layer in range(n_layers):
-                for head in range(n_heads):
-
-                    def zero(z, hook, head=head):
-                        z[:, :, head] = 0.0
-                        return z
-
-                    logits = model.run_with_hooks(
-                        task.clean_tokens, fwd_hooks=[(hook_name("z", layer), zero)]
-                    )
-                    values.append(metric(logits))
-        return torch.stack(values).reshape(n_layers, n_heads)
-
-    theirs, t_incumbent = timed(incumbent)
+    theirs, t_incumbent = timed(lambda: zero_ablation_loop(model, task).reshape(n_layers, n_heads))
     grid = [ZeroAblation(layer, head) for layer in range(n_layers) for head in range(n_heads)]
     result, seconds = timed(
         lambda: run(model, task, grid, "logit_diff", max_batch_size=max_batch_size)
@@ -402,26 +408,7 @@ def zoo_sweep_rate(model, n_prompts: int) -> None:
     task = load_task("induction", n_pairs=n_prompts, seed=0).tokenize(model)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
-    def incumbent() -> torch.Tensor:
-        metric = mean_logit_diff_fn(task)
-        values = []
-        with torch.no_grad():
-            for layer in range(n_layers):
-                for head in range(n_heads):
-
-                    def zero(z, hook, head=head):
-                        z[:, :, head] = 0.0
-                        return z
-
-                    logits = model.run_with_hooks(
-                        task.clean_tokens,
-                        attention_mask=task.attention_mask,
-                        fwd_hooks=[(hook_name("z", layer), zero)],
-                    )
-                    values.append(metric(logits))
-        return torch.stack(values)
-
-    theirs, t_incumbent = timed(incumbent)
+    theirs, t_incumbent = timed(lambda: zero_ablation_loop(model, task))
     with tempfile.TemporaryDirectory() as directory:
         result, seconds = timed(
             lambda: run_sweep(config, f"{directory}/sweep", progress=False, model=model)

@@ -12,37 +12,11 @@ from collections.abc import Sequence
 import torch
 
 from interv.analysis.concentration import METRICS, HeadConcentration
-from interv.engine.interventions import (
-    ActivationPatch,
-    MeanAblation,
-    ResampleAblation,
-    ValueScale,
-    ZeroAblation,
-)
+from interv.demo import demo_interventions
 from interv.engine.results import InterventionResult, MetricInfo, Scope, intervention_fields
 from interv.report.table import Report, build_report
 
 MODEL = "synthetic-model"
-
-
-def demo_shaped_interventions(layers: Sequence[int], n_heads: int, n_positions: int) -> list:
-    """Five interventions per head of ``layers``, then resid_pre patches per position."""
-    interventions = []
-    for layer in layers:
-        for head in range(n_heads):
-            interventions += [
-                ZeroAblation(layer, head),
-                MeanAblation(layer, head, reference="clean"),
-                ResampleAblation(layer, head, source="corrupted", seed=0),
-                ActivationPatch("z", layer, head, direction="denoise"),
-                ValueScale(layer, head, key_positions=(0,), factor=0.0),
-            ]
-    for layer in layers:
-        interventions += [
-            ActivationPatch("resid_pre", layer, direction="denoise", positions=(p,))
-            for p in range(n_positions)
-        ]
-    return interventions
 
 
 def synthetic_report(
@@ -58,7 +32,7 @@ def synthetic_report(
     """A report with random effects and concentration of the demo's shape."""
     layers = list(range(n_layers)) if layers is None else list(layers)
     generator = torch.Generator().manual_seed(seed)
-    interventions = demo_shaped_interventions(layers, n_heads, n_positions)
+    interventions = demo_interventions(n_layers, n_heads, n_positions, layers)
     clean = torch.full((n_prompts,), 3.0) + 0.1 * torch.randn(n_prompts, generator=generator)
     # most interventions do little, a few a lot (effects of up to a few logits)
     scale = torch.rand(len(interventions), 1, generator=generator) ** 4 * 3

@@ -9,49 +9,24 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _plain_hooks import forward_with_hooks, head_columns
 
 import interv
 from interv.errors import IntervError
 
 
 def logit_diff_with_hooks(model, tokens, task, hooks) -> torch.Tensor:
-    """Target minus foil logit at the answer positions with plain torch forward hooks
-    ``{hook_name: fn(output) -> output}`` on the model's hook modules."""
-    handles = [
-        model.hook_dict[name].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
-        for name, fn in hooks.items()
-    ]
-    try:
-        with torch.no_grad():
-            logits = model(tokens, attention_mask=task.attention_mask)
-    finally:
-        for handle in handles:
-            handle.remove()
-    rows = torch.arange(task.n_pairs)
-    at_answer = logits[rows, task.answer_positions]
-    return at_answer[rows, task.target_ids] - at_answer[rows, task.foil_ids]
+    return forward_with_hooks(model, tokens, task, hooks)[0]
 
 
 def captured(model, tokens, task, name) -> torch.Tensor:
-    seen = {}
-
-    def keep(out):
-        seen["value"] = out.clone()
-        return out
-
-    logit_diff_with_hooks(model, tokens, task, {name: keep})
-    return seen["value"]
+    return forward_with_hooks(model, tokens, task, keep=[name])[1][name]
 
 
 def projector(basis: torch.Tensor) -> torch.Tensor:
     """``Q Q^T`` for the span of the rows of ``basis``, float64."""
     q = torch.linalg.qr(basis.double().T).Q
     return q @ q.T
-
-
-def head_columns(model, head: int) -> slice:
-    """Columns of head ``head`` in the flattened z activation ``[batch, pos, n_heads * d_head]``."""
-    return slice(head * model.cfg.d_head, (head + 1) * model.cfg.d_head)
 
 
 def add_vector_by_hand(model, task, layer, vector, scale, positions):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _plain_hooks import forward_with_hooks, head_columns
 
 import interv
 from interv.errors import IntervError
@@ -30,48 +31,12 @@ def zoo():
     return model, task
 
 
-def forward_with_hooks(model, tokens, task, hooks=None, keep=()):
-    """Logit difference at the answer positions under plain torch hooks ``{name: fn(out)}``,
-    and the outputs of the hook modules named in ``keep``."""
-    kept = {}
-
-    def wrap(name, fn):
-        def hook(module, args, out):
-            out = out if fn is None else fn(out)
-            if name in keep:
-                kept[name] = out.detach().clone()
-            return out
-
-        return hook
-
-    names = set(hooks or {}) | set(keep)
-    handles = [
-        model.hook_dict[name].register_forward_hook(wrap(name, (hooks or {}).get(name)))
-        for name in names
-    ]
-    try:
-        with torch.no_grad():
-            logits = model(tokens, attention_mask=task.attention_mask)
-    finally:
-        for handle in handles:
-            handle.remove()
-    rows = torch.arange(task.n_pairs)
-    at = logits[rows, task.answer_positions]
-    return at[rows, task.target_ids] - at[rows, task.foil_ids], kept
-
-
-def columns(model, head):
-    """Columns of ``head`` in a flattened [batch, pos, heads * d_head] hook output."""
-    d = model.cfg.d_head
-    return slice(head * d, (head + 1) * d)
-
-
 def direct_effect_by_hand(model, task, layer, head):
     """Zero-ablation direct effect from the clean run's cached residual, scale and W_U."""
     names = [f"blocks.{layer}.attn.hook_z", "ln_final.hook_in", "ln_final.hook_scale"]
     clean, kept = forward_with_hooks(model, task.clean_tokens, task, keep=names)
     rows = torch.arange(task.n_pairs)
-    z = kept[names[0]][rows, task.answer_positions][:, columns(model, head)].double()
+    z = kept[names[0]][rows, task.answer_positions][:, head_columns(model, head)].double()
     resid = kept[names[1]][rows, task.answer_positions].double()
     scale = kept[names[2]][rows, task.answer_positions].double()
     norm = model.ln_final._original_component
@@ -108,7 +73,7 @@ def path_patch_by_hand(model, task, sender, receivers, component, direction="noi
     _, base_acts = forward_with_hooks(model, base, task, keep=base_names)
     sender_name = f"blocks.{sender[0]}.attn.hook_z"
     _, source_acts = forward_with_hooks(model, source, task, keep=[sender_name])
-    sender_cols = columns(model, sender[1])
+    sender_cols = head_columns(model, sender[1])
 
     def patch_sender(out):
         out = out.clone()
@@ -132,7 +97,7 @@ def path_patch_by_hand(model, task, sender, receivers, component, direction="noi
     for layer in {layer for layer, _ in receivers}:
         heads = [head for receiver_layer, head in receivers if receiver_layer == layer]
         name = f"blocks.{layer}.attn.hook_{component}"
-        cols = [columns(model, h if component == "q" else h // group) for h in heads]
+        cols = [head_columns(model, h if component == "q" else h // group) for h in heads]
         held = sorted(
             {g for h in heads for g in range((h // group) * group, (h // group + 1) * group)}
             - set(heads)
@@ -149,8 +114,8 @@ def path_patch_by_hand(model, task, sender, receivers, component, direction="noi
         def hold(out, layer=layer, held=held):
             out = out.clone()
             for g in held:
-                out[..., columns(model, g)] = base_acts[f"blocks.{layer}.attn.hook_z"][
-                    ..., columns(model, g)
+                out[..., head_columns(model, g)] = base_acts[f"blocks.{layer}.attn.hook_z"][
+                    ..., head_columns(model, g)
                 ]
             return out
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from _plain_hooks import forward_with_hooks, head_columns
 
 import interv
 from interv.engine.protocol import get_kind, kinds
@@ -58,53 +59,19 @@ def zoo():
     return model, task
 
 
-def plain_logit_diff(model, tokens, mask, task, hooks) -> torch.Tensor:
-    """Target minus foil logit at the answer positions, with plain torch forward hooks
-    ``{hook_name: fn(output) -> output}`` on the model's hook modules."""
-    handles = [
-        model.hook_dict[name].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
-        for name, fn in hooks.items()
-    ]
-    try:
-        with torch.no_grad():
-            logits = model(tokens, attention_mask=mask)
-    finally:
-        for handle in handles:
-            handle.remove()
-    rows = torch.arange(task.n_pairs)
-    at_answer = logits[rows, task.answer_positions]
-    return at_answer[rows, task.target_ids] - at_answer[rows, task.foil_ids]
-
-
-def captured_by_plain_hook(model, tokens, mask, name) -> torch.Tensor:
-    seen = {}
-
-    def keep(output):
-        seen["value"] = output.clone()
-        return output
-
-    handle = model.hook_dict[name].register_forward_hook(lambda m, a, out: keep(out))
-    try:
-        with torch.no_grad():
-            model(tokens, attention_mask=mask)
-    finally:
-        handle.remove()
-    return seen["value"]
-
-
 def interpolate_by_hand(model, task, layer, head, alpha) -> torch.Tensor:
     # The module behind the z hook sees the heads' outputs flattened, [batch, pos,
     # n_heads * d_head]; head h owns columns h * d_head .. (h + 1) * d_head - 1.
     name = f"blocks.{layer}.attn.hook_z"
-    clean = captured_by_plain_hook(model, task.clean_tokens, task.attention_mask, name)
-    columns = slice(head * model.cfg.d_head, (head + 1) * model.cfg.d_head)
+    clean = forward_with_hooks(model, task.clean_tokens, task, keep=[name])[1][name]
+    columns = head_columns(model, head)
 
     def mix(z):
         z = z.clone()
         z[..., columns] = z[..., columns] + alpha * (clean[..., columns] - z[..., columns])
         return z
 
-    return plain_logit_diff(model, task.corrupted_tokens, task.attention_mask, task, {name: mix})
+    return forward_with_hooks(model, task.corrupted_tokens, task, {name: mix})[0]
 
 
 def test_a_kind_defined_outside_interv_equals_plain_torch_hooks_with_and_without_prefix_reuse(

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._checks import as_finite, as_positions
-from interv.engine.protocol import EditContext, Intervention, Read, register
+from interv.engine.protocol import (
+    EditContext,
+    Intervention,
+    Patching,
+    Read,
+    patch_runs,
+    register,
+)
 from interv.engine.sites import RESIDUAL_COMPONENTS, Site, at_positions
 from interv.errors import IntervError
 
@@ -38,9 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["AddVector", "ProjectOut", "SubspacePatch"]
 
 _DIRECTION_COMPONENTS = ("z", *RESIDUAL_COMPONENTS)
-_PATCH_RUNS = {"denoise": ("clean", "corrupted"), "noise": ("corrupted", "clean")}
-_QUESTION = {"denoise": "is it sufficient?", "noise": "is it necessary?"}
-_NOUN = {"denoise": "denoising", "noise": "noising"}
 
 
 def _vector(values: Any, what: str) -> tuple[float, ...]:
@@ -103,6 +107,41 @@ def _check_width(site: Site, width: int, cfg: Any, what: str) -> None:
         raise IntervError(f"{what} has {width} entries, but {site.phrase} has {unit} = {expected}")
 
 
+class _AlongBasis:
+    """What :class:`ProjectOut` and :class:`SubspacePatch` share: a site and a basis.
+
+    The kind has the fields ``component``, ``layer``, ``basis``, ``head`` and
+    ``positions``.
+    """
+
+    def _normalize(self, kind: str) -> None:
+        _check_site_choice(self.component, self.head, kind)
+        object.__setattr__(self, "basis", _basis(self.basis, "basis"))
+        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        _orthonormal(self.basis, "basis")
+        Site(self.component, self.layer, self.head)
+
+    def edits(self) -> tuple[Site, ...]:
+        return (Site(self.component, self.layer, self.head, self.positions),)
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        super().check(cfg, n_positions)
+        _check_width(self.edits()[0], len(self.basis[0]), cfg, "each basis direction")
+
+    def _frame(self, activation: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """(position index, ``Q`` ``[d, k]`` float32, the selected rows in float32)."""
+        q = _orthonormal(self.basis, "basis").to(activation.device, torch.float32)
+        index = slice(None) if self.positions is None else list(self.positions)
+        return index, q, activation[:, index].float()
+
+    def _span(self) -> str:
+        k = len(self.basis)
+        return "a direction" if k == 1 else f"a {k}-dimensional subspace"
+
+    def _site_phrase(self) -> str:
+        return Site(self.component, self.layer, self.head).phrase
+
+
 @register("add_vector")
 @dataclass(frozen=True)
 class AddVector(Intervention):
@@ -163,7 +202,7 @@ class AddVector(Intervention):
 
 @register("project_out")
 @dataclass(frozen=True)
-class ProjectOut(Intervention):
+class ProjectOut(_AlongBasis, Intervention):
     """The component along chosen directions removed from a site, in the clean run.
 
     ``x <- x - P x`` with ``P`` the orthogonal projector onto the span of ``basis``, at
@@ -188,39 +227,23 @@ class ProjectOut(Intervention):
     family = "projection"
 
     def __post_init__(self) -> None:
-        _check_site_choice(self.component, self.head, "ProjectOut")
-        object.__setattr__(self, "basis", _basis(self.basis, "basis"))
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
-        _orthonormal(self.basis, "basis")
-        Site(self.component, self.layer, self.head)
-
-    def edits(self) -> tuple[Site, ...]:
-        return (Site(self.component, self.layer, self.head, self.positions),)
-
-    def check(self, cfg: Any, n_positions: int) -> None:
-        super().check(cfg, n_positions)
-        _check_width(self.edits()[0], len(self.basis[0]), cfg, "each basis direction")
+        self._normalize("ProjectOut")
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
-        q = _orthonormal(self.basis, "basis").to(activation.device, torch.float32)
-        index = slice(None) if self.positions is None else list(self.positions)
-        x = activation[:, index].float()
+        index, q, x = self._frame(activation)
         activation[:, index] = (x - (x @ q) @ q.T).to(activation.dtype)
         return activation
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
-        k = len(self.basis)
-        span = "a direction" if k == 1 else f"a {k}-dimensional subspace"
         return (
-            f"{Site(self.component, self.layer, self.head).phrase} with its component along "
-            f"{_named(span, self.name)} projected out {at_positions(self.positions)} of the "
-            "clean run"
+            f"{self._site_phrase()} with its component along {_named(self._span(), self.name)} "
+            f"projected out {at_positions(self.positions)} of the clean run"
         )
 
 
 @register("subspace_patch")
 @dataclass(frozen=True)
-class SubspacePatch(Intervention):
+class SubspacePatch(_AlongBasis, Patching, Intervention):
     """Only a subspace of a site copied from the other run of each pair.
 
     ``x <- x + P (x_source - x)``: inside the span of ``basis`` the site takes the source
@@ -249,39 +272,14 @@ class SubspacePatch(Intervention):
     reports_recovery = True
 
     def __post_init__(self) -> None:
-        _check_site_choice(self.component, self.head, "SubspacePatch")
-        if self.direction not in _PATCH_RUNS:
-            raise IntervError(
-                f"unknown direction {self.direction!r}; choose one of {tuple(_PATCH_RUNS)}"
-            )
-        object.__setattr__(self, "basis", _basis(self.basis, "basis"))
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
-        _orthonormal(self.basis, "basis")
-        Site(self.component, self.layer, self.head)
-
-    @property
-    def source_run(self) -> str:
-        """The run the subspace component comes from."""
-        return _PATCH_RUNS[self.direction][0]
-
-    @property
-    def base_run(self) -> str:
-        return _PATCH_RUNS[self.direction][1]
-
-    def edits(self) -> tuple[Site, ...]:
-        return (Site(self.component, self.layer, self.head, self.positions),)
+        patch_runs(self.direction)
+        self._normalize("SubspacePatch")
 
     def reads(self) -> tuple[Read, ...]:
         return (Read(self.source_run, Site(self.component, self.layer, self.head)),)
 
-    def check(self, cfg: Any, n_positions: int) -> None:
-        super().check(cfg, n_positions)
-        _check_width(self.edits()[0], len(self.basis[0]), cfg, "each basis direction")
-
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
-        q = _orthonormal(self.basis, "basis").to(activation.device, torch.float32)
-        index = slice(None) if self.positions is None else list(self.positions)
-        x = activation[:, index].float()
+        index, q, x = self._frame(activation)
         source = context.read(self.source_run, site)[:, index].float()
         activation[:, index] = (x + ((source - x) @ q) @ q.T).to(activation.dtype)
         return activation
@@ -289,8 +287,8 @@ class SubspacePatch(Intervention):
     def describe(self, task: TokenizedPairs | None = None) -> str:
         k = len(self.basis)
         return (
-            f"{_NOUN[self.direction]}: {_named(f'a {k}-dimensional subspace', self.name)} of "
-            f"{Site(self.component, self.layer, self.head).phrase} from the {self.source_run} "
-            f"run patched into the {self.base_run} run {at_positions(self.positions)}, its "
-            f"orthogonal complement kept ({_QUESTION[self.direction]})"
+            f"{self.direction_noun}: {_named(f'a {k}-dimensional subspace', self.name)} of "
+            f"{self._site_phrase()} from the {self.source_run} run patched into the "
+            f"{self.base_run} run {at_positions(self.positions)}, its orthogonal complement "
+            f"kept ({self.question()})"
         )

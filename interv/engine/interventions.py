@@ -38,13 +38,16 @@ import torch
 
 from interv._checks import as_finite, as_positions
 from interv.engine.protocol import (
+    DIRECTIONS,
     RUNS,
     EditContext,
     Intervention,
+    Patching,
     Read,
     ReferenceSet,
     Source,
     check_source,
+    patch_runs,
     register,
 )
 from interv.engine.sites import (
@@ -84,14 +87,10 @@ __all__ = [
     "resample_index",
 ]
 
-DIRECTIONS: tuple[str, ...] = ("denoise", "noise")
-"""Patching directions: ``"denoise"`` = clean into corrupted, ``"noise"`` = corrupted into clean."""
 
 PATCH_COMPONENTS: tuple[str, ...] = ("z", *RESIDUAL_COMPONENTS)
 """Components :class:`ActivationPatch` copies between runs."""
 
-_QUESTION = {"denoise": "is it sufficient?", "noise": "is it necessary?"}
-_DIRECTION_NOUN = {"denoise": "denoising", "noise": "noising"}
 _SHARED = "other query heads sharing its key/value head untouched"
 
 
@@ -401,16 +400,11 @@ class PairAblation(Intervention):
         return f"pair ablation: {first}; and, in the same forward, {second}"
 
 
-def _patch_runs(direction: str) -> tuple[str, str]:
-    """(source run, base run) of a patching direction."""
-    return ("clean", "corrupted") if direction == "denoise" else ("corrupted", "clean")
-
-
 @register("noise", fixed={"direction": "noise"}, defaults={"component": "z"})
 @register("denoise", fixed={"direction": "denoise"}, defaults={"component": "z"})
 @register("activation_patch", defaults={"component": "z"})
 @dataclass(frozen=True)
-class ActivationPatch(Intervention):
+class ActivationPatch(Patching, Intervention):
     """One component's activation copied from the other run of each pair.
 
     ``"denoise"``: clean activation into the corrupted run (is it sufficient to restore
@@ -435,7 +429,7 @@ class ActivationPatch(Intervention):
 
     def __post_init__(self) -> None:
         _check_choice(self.component, PATCH_COMPONENTS, "component")
-        _check_choice(self.direction, DIRECTIONS, "direction")
+        patch_runs(self.direction)
         if (self.component in HEAD_COMPONENTS) != (self.head is not None):
             raise IntervError(
                 f"component {self.component!r} "
@@ -448,15 +442,6 @@ class ActivationPatch(Intervention):
             )
         object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
         Site(self.component, self.layer, self.head)  # validates layer and head
-
-    @property
-    def source_run(self) -> str:
-        """The run the patched activation comes from."""
-        return _patch_runs(self.direction)[0]
-
-    @property
-    def base_run(self) -> str:
-        return _patch_runs(self.direction)[1]
 
     def edits(self) -> tuple[Site, ...]:
         return (Site(self.component, self.layer, self.head, self.positions),)
@@ -472,9 +457,9 @@ class ActivationPatch(Intervention):
     def describe(self, task: TokenizedPairs | None = None) -> str:
         what = Site(self.component, self.layer, self.head).phrase
         return (
-            f"{_DIRECTION_NOUN[self.direction]}: {what} from the {self.source_run} run "
+            f"{self.direction_noun}: {what} from the {self.source_run} run "
             f"patched into the {self.base_run} run {at_positions(self.positions)} "
-            f"({_QUESTION[self.direction]})"
+            f"({self.question()})"
         )
 
 
@@ -646,23 +631,14 @@ class AttentionKnockout(_KeyEdit):
 
 
 @dataclass(frozen=True)
-class _RoutingPatch(_ZLevelEdit):
+class _RoutingPatch(Patching, _ZLevelEdit):
     direction: str = "denoise"
     family = "routing"
     reports_recovery = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_choice(self.direction, DIRECTIONS, "direction")
-
-    @property
-    def source_run(self) -> str:
-        """The run the patched pattern or values come from."""
-        return _patch_runs(self.direction)[0]
-
-    @property
-    def base_run(self) -> str:
-        return _patch_runs(self.direction)[1]
+        patch_runs(self.direction)
 
 
 @register("pattern_patch")
@@ -686,7 +662,7 @@ class PatternPatch(_RoutingPatch):
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_DIRECTION_NOUN[self.direction]}: {head_label(self.layer, self.head)} attention "
+            f"{self.direction_noun}: {head_label(self.layer, self.head)} attention "
             f"pattern from the {self.source_run} run with its own values in the "
             f"{self.base_run} run (pattern-only patch, z = A_{self.source_run} "
             f"V_{self.base_run}), {_SHARED}"
@@ -712,7 +688,7 @@ class ValuePatch(_RoutingPatch):
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         return (
-            f"{_DIRECTION_NOUN[self.direction]}: {head_label(self.layer, self.head)} value "
+            f"{self.direction_noun}: {head_label(self.layer, self.head)} value "
             f"vectors from the {self.source_run} run read with its own pattern in the "
             f"{self.base_run} run (value-only patch, z = A_{self.base_run} "
             f"V_{self.source_run}), {_SHARED}"

@@ -38,7 +38,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.engine.interventions import BASELINES, head_ablation
-from interv.engine.protocol import EditContext, EditedRun, Intervention, Read, register
+from interv.engine.protocol import (
+    EditContext,
+    EditedRun,
+    Intervention,
+    Patching,
+    Read,
+    patch_runs,
+    register,
+)
 from interv.engine.sites import Site, check_site, head_label, kv_head_of
 from interv.errors import IntervError
 
@@ -50,9 +58,6 @@ __all__ = ["RECEIVER_INPUTS", "DirectEffect", "PathPatch"]
 RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v", "logits")
 """What a path ends in: a receiver head's query, key or value input, or the logits."""
 
-_PATCH_RUNS = {"denoise": ("clean", "corrupted"), "noise": ("corrupted", "clean")}
-_NOUN = {"denoise": "denoising", "noise": "noising"}
-_QUESTION = {"denoise": "is the path sufficient?", "noise": "is the path necessary?"}
 _INPUT_NOUN = {"q": "query", "k": "key", "v": "value"}
 _FINAL = (Site("final_resid"), Site("final_scale"))
 
@@ -133,7 +138,7 @@ class DirectEffect(Intervention):
 
 
 @dataclass(frozen=True)
-class _PathInputs(Intervention):
+class _PathInputs(Patching, Intervention):
     """The base run with the residual stream entering each receiver layer set to the base
     run's plus the sender's change: what the receivers read when only the sender changed.
 
@@ -145,27 +150,20 @@ class _PathInputs(Intervention):
     direction: str
     receiver_layers: tuple[int, ...]
 
-    @property
-    def base_run(self) -> str:
-        return _PATCH_RUNS[self.direction][1]
-
     def edits(self) -> tuple[Site, ...]:
         return tuple(Site("resid_pre", layer) for layer in self.receiver_layers)
 
     def reads(self) -> tuple[Read, ...]:
         sender = Site("z", self.layer, self.head)
-        source = _PATCH_RUNS[self.direction][0]
         return (
-            Read(source, sender),
+            Read(self.source_run, sender),
             Read(self.base_run, sender),
             *(Read(self.base_run, site) for site in self.edits()),
         )
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         sender = Site("z", self.layer, self.head)
-        dz = context.read(_PATCH_RUNS[self.direction][0], sender) - context.read(
-            self.base_run, sender
-        )
+        dz = context.read(self.source_run, sender) - context.read(self.base_run, sender)
         change = _contribution(context, self.layer, self.head, dz)
         return context.read(self.base_run, site) + change.to(activation)
 
@@ -192,7 +190,7 @@ def _heads(receivers: Any) -> tuple[tuple[int, int], ...]:
 
 @register("path_patch")
 @dataclass(frozen=True)
-class PathPatch(Intervention):
+class PathPatch(Patching, Intervention):
     """A sender head's output from the other run, only along its path into chosen receivers.
 
     Attributes:
@@ -220,10 +218,7 @@ class PathPatch(Intervention):
             raise IntervError(
                 f"unknown receiver_input {self.receiver_input!r}; choose one of {RECEIVER_INPUTS}"
             )
-        if self.direction not in _PATCH_RUNS:
-            raise IntervError(
-                f"unknown direction {self.direction!r}; choose one of {tuple(_PATCH_RUNS)}"
-            )
+        patch_runs(self.direction)
         receivers = _heads(self.receivers)
         object.__setattr__(self, "receivers", receivers)
         if (self.receiver_input == "logits") == bool(receivers):
@@ -254,15 +249,6 @@ class PathPatch(Intervention):
         for later in range(layer + 1, cfg.n_layers):
             for receiver in range(cfg.n_heads):
                 yield {**options, "receivers": ((later, receiver),)}
-
-    @property
-    def source_run(self) -> str:
-        """The run the sender's output comes from."""
-        return _PATCH_RUNS[self.direction][0]
-
-    @property
-    def base_run(self) -> str:
-        return _PATCH_RUNS[self.direction][1]
 
     @property
     def site(self) -> Site:
@@ -363,7 +349,7 @@ class PathPatch(Intervention):
                     f"groups held at the {self.base_run} run)"
                 )
         return (
-            f"path patching ({_NOUN[self.direction]}): {sender} output (z) from the "
+            f"path patching ({self.direction_noun}): {sender} output (z) from the "
             f"{self.source_run} run, only along its path into {path}, everything else frozen "
-            f"at the {self.base_run} run ({_QUESTION[self.direction]})"
+            f"at the {self.base_run} run ({self.question('the path')})"
         )

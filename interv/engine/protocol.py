@@ -49,23 +49,67 @@ if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
+    "DIRECTIONS",
     "RUNS",
     "EditContext",
     "EditedRun",
     "Intervention",
     "Kind",
+    "Patching",
     "Read",
     "ReferenceSet",
     "Source",
     "get_kind",
     "kind_of",
     "kinds",
+    "patch_runs",
     "register",
     "semantics",
 ]
 
 RUNS: tuple[str, ...] = ("clean", "corrupted")
 """The two runs of a task that an intervention can modify or take activations from."""
+
+DIRECTIONS: tuple[str, ...] = ("denoise", "noise")
+"""Patching directions: ``"denoise"`` = clean into corrupted (is it sufficient?),
+``"noise"`` = corrupted into clean (is it necessary?)."""
+
+_PATCH_RUNS = {"denoise": ("clean", "corrupted"), "noise": ("corrupted", "clean")}
+
+
+def patch_runs(direction: str) -> tuple[str, str]:
+    """``(source run, base run)`` of a patching direction."""
+    if direction not in _PATCH_RUNS:
+        raise IntervError(f"unknown direction {direction!r}; choose one of {DIRECTIONS}")
+    return _PATCH_RUNS[direction]
+
+
+class Patching:
+    """Mixin for kinds that move activations between the two runs of a task.
+
+    The kind has a ``direction`` field (one of :data:`DIRECTIONS`); its base run is the
+    one it patches into and :attr:`source_run` the one it takes from.
+    """
+
+    direction: str
+
+    @property
+    def source_run(self) -> str:
+        """The run the patched activations come from."""
+        return patch_runs(self.direction)[0]
+
+    @property
+    def base_run(self) -> str:
+        return patch_runs(self.direction)[1]
+
+    @property
+    def direction_noun(self) -> str:
+        """``"denoising"`` or ``"noising"``."""
+        return "denoising" if self.direction == "denoise" else "noising"
+
+    def question(self, subject: str = "it") -> str:
+        """What the patch asks: "is it sufficient?" (denoise) or "is it necessary?"."""
+        return f"is {subject} {'sufficient' if self.direction == 'denoise' else 'necessary'}?"
 
 
 @dataclass(frozen=True, eq=False)
