@@ -361,10 +361,11 @@ def zero_ablation_loop(model, task: TokenizedPairs) -> torch.Tensor:
                     z[:, :, head] = 0.0
                     return z
 
+                padded = not bool(task.attention_mask.all())
                 logits = model.run_with_hooks(
                     task.clean_tokens,
-                    attention_mask=task.attention_mask,
                     fwd_hooks=[(hook_name("z", layer), zero)],
+                    **({"attention_mask": task.attention_mask} if padded else {}),
                 )
                 values.append(metric(logits))
     return torch.stack(values)
