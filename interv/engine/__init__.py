@@ -7,9 +7,11 @@
 - :mod:`interv.engine.protocol`: what an intervention declares (sites it edits, what it
   reads, how it writes, its semantics sentence) and the registry of kinds.
 - :mod:`interv.engine.interventions`: the built-in kinds (ablations, patches, value and
-  routing edits, combinations); :mod:`interv.engine.directions`: kinds built only on the
-  public protocol (steering vectors, projections, subspace patches).
-- :mod:`interv.engine.stacking`: base runs, and many edited copies in one forward.
+  routing edits, pair ablations, combinations); :mod:`interv.engine.directions`: kinds
+  built only on the public protocol (steering vectors, projections, subspace patches);
+  :mod:`interv.engine.paths`: direct effects and path patching.
+- :mod:`interv.engine.stacking`: base runs (shared across calls by a ``BaseRunCache``),
+  and many edited copies in one forward.
 - :mod:`interv.engine.targets`: target metrics read at the answer position.
 - :mod:`interv.engine.runner`: :func:`~interv.engine.runner.run`.
 - :mod:`interv.engine.attribution`: attribution patching, a first-order approximation
