@@ -7,14 +7,19 @@ evolve), its tokenizer and a *card*: the training recipe, the measured task accu
 and the heads that play known roles (previous-token, induction, duplicate-token, sink),
 each with the measurement that identified it.
 
+- ``induction-2l``: attention-only, induction on repeated random symbols;
+- ``sink-lm-3l``: with MLPs, the backcopy language (:mod:`interv.zoo._backcopy`), whose
+  heads are useful only at rare trigger tokens and grow strong sinks on ``<bos>``; its
+  card also splits the entropy collapse of training into sink and content parts.
+
     from interv import zoo
 
-    zoo.available()                                    # ('induction-2l',)
+    zoo.available()                                    # ('induction-2l', 'sink-lm-3l')
     model = zoo.load("induction-2l")                   # TransformerBridge, eval mode
     early = zoo.load("induction-2l", checkpoint=200)   # weights after 200 AdamW steps
     zoo.card("induction-2l").heads_with_role("induction")   # (layer, head) pairs
-    batch = zoo.held_out_batch("induction-2l", n_sequences=64)   # the card's eval seed
-    zoo.measure_roles(zoo.load("induction-2l"), batch, data="64 held-out").sink  # [layer, head]
+    batch = zoo.held_out_batch("sink-lm-3l", n_sequences=64)   # the card's eval seed
+    zoo.measure_roles(zoo.load("sink-lm-3l"), batch, data="64 held-out").sink  # [layer, head]
 
 Importing this package is cheap: torch and transformer-lens are imported on first use.
 """

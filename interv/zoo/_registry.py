@@ -407,6 +407,45 @@ RECIPES: dict[str, tuple[str, TrainingRecipe]] = {
             thresholds=RoleThresholds(previous_token=0.5, induction=0.4, sink=0.4),
         ),
     ),
+    "sink-lm-3l": (
+        "3-layer transformer with MLPs (d_model 64, 4 heads of d_head 16, d_mlp 256, GELU, "
+        "LayerNorm, learned positions, n_ctx 64, 53-token word-level vocabulary) trained on "
+        "the backcopy language: a seeded bigram language over 48 words in which rare copy "
+        "triggers (~ *) repeat the word before them and a recall trigger (#) repeats the "
+        "word bound by its first occurrence; <bos> first, loss on all positions. Heads "
+        "are useful only at the triggers and park their attention on <bos> elsewhere: "
+        "strong attention sinks that grow during training. The card splits the entropy "
+        "collapse of training into sink growth and content sharpening.",
+        TrainingRecipe(
+            config={
+                "d_model": 64,
+                "d_head": 16,
+                "n_layers": 3,
+                "n_heads": 4,
+                "d_mlp": 256,
+                "act_fn": "gelu",
+                "n_ctx": 64,
+                "d_vocab": 53,
+                "attn_only": False,
+                "normalization_type": "LN",
+            },
+            init_seed=0,
+            data_seed=1,
+            steps=1800,
+            lr=1e-2,
+            weight_decay=0.1,
+            batch_size=32,
+            cooldown_steps=300,
+            backcopy=BackcopyLanguage(
+                n_words=48, successors=4, p_copy=0.1, p_recall=0.05, table_seed=0
+            ),
+            checkpoint_steps=(0, 100, 200, 400, 600, 800, 1000, 1200, 1500),
+            eval_seed=12345,
+            n_eval_sequences=512,
+            thresholds=RoleThresholds(previous_token=0.5, duplicate_token=0.5, sink=0.5),
+            entropy_sequences=32,
+        ),
+    ),
 }
 
 
