@@ -344,9 +344,9 @@ def checkpoint_entropy_change(
 ) -> EntropyAttribution:
     """Entropy-change attribution between two training checkpoints of a zoo model.
 
-    Both checkpoints read the same held-out sequences: the first ``n_sequences`` of
-    the card's evaluation set (``interv.zoo.eval_batch`` with the recipe's ``eval_seed``),
-    so the attribution runs in paired mode.
+    Both checkpoints read the same held-out sequences of the model's task:
+    ``interv.zoo.held_out_batch(name, n_sequences=n_sequences)``, drawn with the recipe's
+    ``eval_seed``, so the attribution runs in paired mode.
 
     Args:
         name: a zoo model (see ``interv.zoo.available()``).
@@ -361,12 +361,7 @@ def checkpoint_entropy_change(
     """
     from interv import zoo
 
-    if isinstance(n_sequences, bool) or not isinstance(n_sequences, int) or n_sequences < 1:
-        raise IntervError(f"n_sequences must be an int >= 1; got {n_sequences!r}")
-    recipe = zoo.card(name).recipe
-    batch = zoo.eval_batch(
-        recipe.config["n_ctx"], recipe.min_prefix, n_sequences=n_sequences, seed=recipe.eval_seed
-    )
+    batch = zoo.held_out_batch(name, n_sequences=n_sequences)
     rows = [
         attention_rows(zoo.load(name, checkpoint=step), batch.tokens) for step in (before, after)
     ]

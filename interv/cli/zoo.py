@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from interv.zoo._registry import BackcopyAccuracy, EntropyChangeRecord, TaskAccuracy
 
 __all__ = ["register"]
+
+TOP_HEADS = 4  # heads listed with the entropy-change split (largest collapse first)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -22,22 +28,63 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _accuracy_line(accuracy: TaskAccuracy | BackcopyAccuracy) -> str:
+    """One line with the accuracy numbers, their units and the measurement."""
+    from interv.zoo._registry import TaskAccuracy
+
+    if isinstance(accuracy, TaskAccuracy):
+        return (
+            f"top-1 accuracy (fraction of positions): repeated {accuracy.repeated:.3f} over "
+            f"{accuracy.n_repeated} positions, fresh (chance reference) {accuracy.fresh:.3f} "
+            f"over {accuracy.n_fresh} positions; {accuracy.measurement}"
+        )
+    return (
+        f"next-token loss {accuracy.loss:.3f} nats/token (optimum {accuracy.optimal_loss:.3f}); "
+        "top-1 accuracy (fraction of positions): after copy triggers "
+        f"{accuracy.copy:.3f} over {accuracy.n_copy} positions, after a repeated # "
+        f"{accuracy.recall:.3f} over {accuracy.n_recall}, after words {accuracy.word:.3f} "
+        f"(optimum {accuracy.word_optimal:.3f}) over {accuracy.n_word}; {accuracy.measurement}"
+    )
+
+
+def _entropy_lines(record: EntropyChangeRecord) -> list[str]:
+    """The entropy-change split along training and for the heads that collapse most."""
+    overall = record.overall
+    lines = [
+        "entropy change from the first checkpoint (nats, mean over heads; total = sink part "
+        "+ content part; share = sink / total):"
+    ]
+    for split in record.along:
+        lines.append(
+            f"  step {split.before} -> {split.after}: total {split.total:+.4f} = sink "
+            f"{split.sink_part:+.4f} + content {split.content_part:+.4f}; sink share "
+            f"{split.sink_share:.2f}; sink mass {split.sink_mass_before:.3f} -> "
+            f"{split.sink_mass_after:.3f}"
+        )
+    lines.append(
+        f"heads with the largest collapse, step {overall.before} -> {overall.after} (final):"
+    )
+    for head in sorted(record.heads, key=lambda head: head.total)[:TOP_HEADS]:
+        lines.append(
+            f"  {head.label}: total {head.total:+.4f} = sink {head.sink_part:+.4f} + content "
+            f"{head.content_part:+.4f}; sink share {head.sink_share:.2f}; sink mass "
+            f"{head.sink_mass_before:.3f} -> {head.sink_mass_after:.3f}"
+        )
+    lines.append(f"  ({record.measurement})")
+    return lines
+
+
 def _info(args: argparse.Namespace) -> int:
     from interv.zoo import card
 
     zoo_card = card(args.name)
     training = zoo_card.recipe
-    accuracy = zoo_card.accuracy
     print(f"{zoo_card.name}: {zoo_card.description}")
     print(
         f"recipe: {training.steps} AdamW steps, lr {training.lr}, batch {training.batch_size} "
         f"sequences, init seed {training.init_seed}, data seed {training.data_seed}"
     )
-    print(
-        f"top-1 accuracy (fraction of positions): repeated {accuracy.repeated:.3f} over "
-        f"{accuracy.n_repeated} positions, fresh (chance reference) {accuracy.fresh:.3f} over "
-        f"{accuracy.n_fresh} positions; {accuracy.measurement}"
-    )
+    print(_accuracy_line(zoo_card.accuracy))
     print("roles (score = mean attention weight, 0..1, final weights):")
     for role in zoo_card.roles:
         print(
@@ -51,13 +98,15 @@ def _info(args: argparse.Namespace) -> int:
                 for layer, row in enumerate(table)
                 for head, score in enumerate(row)
             )
-            threshold = getattr(training.thresholds, role_name)
+            threshold = training.thresholds.of(role_name)
             print(
                 f"  {role_name}: no head reaches the threshold {threshold} "
                 f"(highest: L{layer}H{head} at {best:.3f})"
             )
     steps = ", ".join(f"{step}: {mass:.3f}" for step, mass in zoo_card.checkpoint_sink_mass)
     print(f"checkpoints (step: largest sink score over heads, mean weight on <bos>): {steps}")
+    if zoo_card.entropy_change is not None:
+        print("\n".join(_entropy_lines(zoo_card.entropy_change)))
     return 0
 
 
@@ -69,8 +118,9 @@ def _train(args: argparse.Namespace) -> int:
     roles = ", ".join(f"{role.role} {role.label}" for role in zoo_card.roles)
     print(
         f"trained {zoo_card.name} into {out} in {zoo_card.training_wall_s:.0f} s (wall clock); "
-        f"repeated-position top-1 accuracy {zoo_card.accuracy.repeated:.3f}; roles: {roles}"
+        f"roles: {roles}"
     )
+    print(_accuracy_line(zoo_card.accuracy))
     return 0
 
 

@@ -1,8 +1,8 @@
-"""Head roles and task accuracy of zoo models, measured from attention patterns.
+"""Head roles and task accuracy of the induction zoo model, measured from attention patterns.
 
 Three roles, each scored per head as a *mean attention weight* (0..1, a fraction of
-the query's attention mass) on held-out induction sequences (see
-``interv.zoo._data``):
+the query's attention mass; see :mod:`interv.zoo._probes`) on held-out induction
+sequences (see :mod:`interv.zoo._data`):
 
 - previous-token: weight from query position ``p`` to key ``p - 1``, averaged over
   prefix positions ``p = 2..m`` (random tokens, nothing repeated by construction);
@@ -11,28 +11,27 @@ the query's attention mass) on held-out induction sequences (see
 - sink: weight on position 0 (``<bos>``) from prefix positions ``p >= 2`` whose token
   has no earlier occurrence, i.e. where there is nothing to copy.
 
-A head plays a role when its score reaches the recipe's threshold. Scores are means
-over all scored (sequence, position) pairs of the batch.
+A head plays a role when its score reaches the recipe's threshold.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from interv.errors import IntervError
+from interv.zoo._backcopy import BackcopyBatch
+from interv.zoo._backcopy_roles import backcopy_probes
 from interv.zoo._data import InductionBatch, induction_batch
-from interv.zoo._registry import HeadRole, RoleThresholds, TaskAccuracy
+from interv.zoo._probes import RoleProbe, RoleScores, measure_probes
+from interv.zoo._registry import TaskAccuracy
 
 if TYPE_CHECKING:
-    import torch
     from transformer_lens.model_bridge import TransformerBridge
 
 __all__ = [
+    "MEASUREMENTS",
     "ROLES",
-    "RoleScores",
-    "assign_roles",
     "eval_batch",
+    "induction_probes",
     "measure_roles",
     "task_accuracy",
 ]
@@ -55,30 +54,6 @@ MEASUREMENTS = {
 }
 
 
-@dataclass(frozen=True, eq=False)
-class RoleScores:
-    """Role scores of every head, each ``[n_layers, n_heads]`` float, mean attention
-    weight (0..1).
-
-    Attributes:
-        previous_token, induction, sink: the scores (definitions in the module docstring).
-        n_sequences: number of sequences they were averaged over.
-        data: one sentence naming the data (generator, seed, length).
-    """
-
-    previous_token: torch.Tensor
-    induction: torch.Tensor
-    sink: torch.Tensor
-    n_sequences: int
-    data: str
-
-    def score(self, role: str) -> torch.Tensor:
-        """``[n_layers, n_heads]`` scores of ``role`` (one of :data:`ROLES`)."""
-        if role not in ROLES:
-            raise IntervError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
-        return getattr(self, role)
-
-
 def eval_batch(n_ctx: int, min_prefix: int, *, n_sequences: int, seed: int) -> InductionBatch:
     """Held-out induction sequences drawn with their own ``torch.Generator(seed)``."""
     import torch
@@ -87,76 +62,40 @@ def eval_batch(n_ctx: int, min_prefix: int, *, n_sequences: int, seed: int) -> I
     return induction_batch(n_sequences, n_ctx, min_prefix=min_prefix, generator=generator)
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values [batch, head_index, query_pos]`` over ``mask [batch, query_pos]``:
-    ``[head_index]``."""
-    weights = mask[:, None, :].to(values.dtype)
-    return (values * weights).sum(dim=(0, 2)) / weights.sum(dim=(0, 2))
+def induction_probes(batch: InductionBatch) -> list[RoleProbe]:
+    """The three induction-task probes of ``batch`` (definitions in the module docstring)."""
+    import torch
+
+    positions = batch.positions
+    n_ctx = batch.tokens.shape[1]
+    in_prefix = (positions >= 1) & (positions <= batch.prefix_length[:, None])
+    previous_mask = in_prefix & (positions >= 2)
+    keys = torch.arange(n_ctx)[None, None, :]  # [1, 1, key_pos]
+    previous_keys = (keys == positions[..., None] - 1).expand(len(batch.tokens), -1, -1)
+    masks = {
+        "previous_token": (previous_mask, previous_keys),
+        "induction": (batch.copy_mask, keys == batch.induction_key[..., None]),
+        "sink": (previous_mask & batch.first_occurrence_mask, (keys == 0).expand_as(previous_keys)),
+    }
+    return [
+        RoleProbe(role=role, queries=queries, keys=key_mask, measurement=MEASUREMENTS[role])
+        for role, (queries, key_mask) in masks.items()
+    ]
 
 
-def measure_roles(model: TransformerBridge, batch: InductionBatch, *, data: str) -> RoleScores:
-    """Score every head of ``model`` for each role on ``batch`` (one forward pass).
+def measure_roles(
+    model: TransformerBridge, batch: InductionBatch | BackcopyBatch, *, data: str
+) -> RoleScores:
+    """Score every head of ``model`` for each role of the batch's task on ``batch`` (one
+    forward pass): the induction roles above, or the backcopy roles of
+    :mod:`interv.zoo._backcopy_roles`.
 
     ``data`` is a sentence naming the batch (it travels into the result). The model
     must take ``batch.tokens`` as they are (``<bos>`` already at position 0).
     """
-    import torch
-
-    from interv.engine.forward import Prompts, forward
-    from interv.engine.sites import Site
-
-    tokens = batch.tokens
-    n_ctx = tokens.shape[1]
-    sites = [Site("pattern", layer) for layer in range(model.cfg.n_layers)]
-    captured = forward(
-        model, Prompts.of(tokens), capture=sites, readout=None, stop_after=sites[-1]
-    ).captured
-    positions = batch.positions
-    in_prefix = (positions >= 1) & (positions <= batch.prefix_length[:, None])
-    previous_mask = in_prefix & (positions >= 2)
-    sink_mask = previous_mask & batch.first_occurrence_mask
-    induction_key = batch.induction_key.clamp(min=0)
-    previous_key = (positions - 1).clamp(min=0).expand_as(tokens)
-
-    per_layer: dict[str, list[torch.Tensor]] = {role: [] for role in ROLES}
-    for site in sites:
-        pattern = captured[site].cpu()  # [batch, head, query, key]
-        n_heads = pattern.shape[1]
-
-        def weight_on(key: torch.Tensor, pattern: torch.Tensor = pattern, h: int = n_heads):
-            """``[batch, head, query]`` weight on ``key[batch, query]``."""
-            index = key[:, None, :, None].expand(-1, h, n_ctx, 1)
-            return pattern.gather(-1, index).squeeze(-1)
-
-        per_layer["previous_token"].append(_masked_mean(weight_on(previous_key), previous_mask))
-        per_layer["induction"].append(_masked_mean(weight_on(induction_key), batch.copy_mask))
-        per_layer["sink"].append(_masked_mean(pattern[..., 0], sink_mask))
-    return RoleScores(
-        **{role: torch.stack(rows) for role, rows in per_layer.items()},
-        n_sequences=int(tokens.shape[0]),
-        data=data,
-    )
-
-
-def assign_roles(scores: RoleScores, thresholds: RoleThresholds) -> tuple[HeadRole, ...]:
-    """The heads whose score reaches the threshold, per role, in role then (layer, head)
-    order."""
-    roles = []
-    for role in ROLES:
-        threshold = getattr(thresholds, role)
-        table = scores.score(role)
-        for layer, head in (table >= threshold).nonzero().tolist():
-            roles.append(
-                HeadRole(
-                    role=role,
-                    layer=layer,
-                    head=head,
-                    score=round(float(table[layer, head]), 4),
-                    threshold=threshold,
-                    measurement=f"{MEASUREMENTS[role]}; {scores.data}",
-                )
-            )
-    return tuple(roles)
+    backcopy = isinstance(batch, BackcopyBatch)
+    probes = backcopy_probes(batch) if backcopy else induction_probes(batch)
+    return measure_probes(model, batch.tokens, probes, data=data)
 
 
 def task_accuracy(model: TransformerBridge, batch: InductionBatch, *, data: str) -> TaskAccuracy:

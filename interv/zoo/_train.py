@@ -1,16 +1,17 @@
 """interv's own training loop for zoo models: plain AdamW on the native model, deterministic.
 
 Determinism: the weights are initialized from the recipe's ``init_seed``, every batch
-is drawn from one ``torch.Generator(data_seed)``, training runs on one CPU thread with
+is drawn (by the recipe's task, :mod:`interv.zoo._tasks`) from one
+``torch.Generator(data_seed)``, training runs on one CPU thread with
 ``torch.use_deterministic_algorithms(True)``; the global settings are restored after.
 Two runs of the same recipe on the same machine give bit-identical weights. The loss
-is next-token cross-entropy on all positions, so the model also
-learns what to do where there is nothing to copy: that is where the attention sink
-forms.
+is next-token cross-entropy on all positions, so the model also learns what to do
+where there is nothing to copy or recall: that is where the attention sink forms.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from contextlib import contextmanager
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interv.errors import IntervError
-from interv.zoo._data import build_tokenizer, induction_batch
+from interv.zoo._entropy import measure_entropy_change
 from interv.zoo._load import bridge_from_native, load_weights, native_model
+from interv.zoo._probes import assign_roles
 from interv.zoo._registry import (
     CARD_FILE,
     FINAL_WEIGHTS_FILE,
@@ -29,14 +31,16 @@ from interv.zoo._registry import (
     description,
     recipe,
 )
-from interv.zoo._roles import ROLES, assign_roles, eval_batch, measure_roles, task_accuracy
+from interv.zoo._roles import measure_roles
+from interv.zoo._tasks import task_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.model_bridge.sources.native import NativeModel
 
-__all__ = ["measure_card", "train", "train_weights"]
+__all__ = ["learning_rate", "measure_card", "train", "train_weights"]
 
 PROGRESS_EVERY = 100  # optimizer steps between progress lines
 
@@ -57,6 +61,15 @@ def _deterministic_single_thread() -> Iterator[None]:
         torch.use_deterministic_algorithms(deterministic)
 
 
+def learning_rate(training: TrainingRecipe, step: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based): ``lr``, decayed linearly
+    over the last ``cooldown_steps`` steps (see :class:`TrainingRecipe`)."""
+    if training.cooldown_steps is None:
+        return training.lr
+    remaining = training.steps - step
+    return training.lr * min(1.0, remaining / training.cooldown_steps)
+
+
 def train_weights(
     training: TrainingRecipe,
     *,
@@ -72,7 +85,7 @@ def train_weights(
     import torch.nn.functional as F
     from safetensors.torch import save_file
 
-    n_ctx = training.config["n_ctx"]
+    task = task_of(training)
     with _deterministic_single_thread():
         model = native_model(training.config, seed=training.init_seed)
         optimizer = torch.optim.AdamW(
@@ -83,9 +96,9 @@ def train_weights(
         for step in range(training.steps):
             if checkpoint_dir is not None and step in training.checkpoint_steps:
                 save_file(model.state_dict(), checkpoint_dir / checkpoint_file(step))
-            tokens = induction_batch(
-                training.batch_size, n_ctx, min_prefix=training.min_prefix, generator=generator
-            ).tokens
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(training, step)
+            tokens = task.draw(training, training.batch_size, generator).tokens
             logits = model(tokens)  # [batch, pos, d_vocab]
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
             optimizer.zero_grad()
@@ -121,7 +134,7 @@ def train(name: str, out_dir: str | Path, *, progress: bool = True) -> ZooCard:
     from safetensors.torch import save_file
 
     save_file(model.state_dict(), out / FINAL_WEIGHTS_FILE)
-    build_tokenizer().save_pretrained(out)
+    task_of(training).tokenizer(training).save_pretrained(out)
     return measure_card(name, out, training_wall_s=wall_s)
 
 
@@ -129,48 +142,49 @@ def measure_card(name: str, directory: str | Path, *, training_wall_s: float) ->
     """Measure the card of zoo model ``name`` from the files a training run wrote into
     ``directory`` (final weights, checkpoints, tokenizer) and write ``card.json`` there.
 
-    Accuracy and roles are measured on the final weights; the sink score on every
-    checkpoint; all on the recipe's held-out sequences.
+    Accuracy and roles are measured on the final weights, the sink score on every
+    checkpoint, all on the recipe's held-out sequences; the entropy-change split when
+    the recipe asks for it (``entropy_sequences``).
     """
-    training = recipe(name)
-    out = Path(directory)
-    n_ctx = training.config["n_ctx"]
-    batch = eval_batch(
-        n_ctx, training.min_prefix, n_sequences=training.n_eval_sequences, seed=training.eval_seed
-    )
-    data = (
-        f"{training.n_eval_sequences} held-out induction sequences of {n_ctx} tokens, period "
-        f"{training.min_prefix}..{(n_ctx - 1) // 2} (torch.Generator seed {training.eval_seed})"
-    )
+    import torch
 
-    def bridge_at(weights_file: str):
+    training = recipe(name)
+    task = task_of(training)
+    out = Path(directory)
+    n_eval, seed = training.n_eval_sequences, training.eval_seed
+    batch = task.draw(training, n_eval, torch.Generator().manual_seed(seed))
+    data = task.describe(training, n_eval, seed)
+
+    @functools.cache
+    def bridge_at(weights_file: str) -> TransformerBridge:
         model = native_model(training.config)
         load_weights(model, out / weights_file)
         return bridge_from_native(model, tokenizer_dir=out, name=name)
 
     bridge = bridge_at(FINAL_WEIGHTS_FILE)
     scores = measure_roles(bridge, batch, data=data)
+
+    def largest_sink(weights_file: str) -> float:
+        sink = measure_roles(bridge_at(weights_file), batch, data=data).sink
+        return round(float(sink.max()), 4)
+
     sink_mass = tuple(
-        (
-            step,
-            round(
-                float(measure_roles(bridge_at(checkpoint_file(step)), batch, data=data).sink.max()),
-                4,
-            ),
-        )
-        for step in training.checkpoint_steps
+        (step, largest_sink(checkpoint_file(step))) for step in training.checkpoint_steps
     )
     zoo_card = ZooCard(
         name=name,
         description=description(name),
         recipe=training,
-        accuracy=task_accuracy(bridge, batch, data=data),
+        accuracy=task.accuracy(bridge, batch, data),
         roles=assign_roles(scores, training.thresholds),
         role_scores={
             role: tuple(tuple(round(v, 4) for v in row) for row in scores.score(role).tolist())
-            for role in ROLES
+            for role in scores.roles
         },
         checkpoint_sink_mass=sink_mass,
+        entropy_change=None
+        if training.entropy_sequences is None
+        else measure_entropy_change(name, training, bridge_at),
         training_wall_s=round(training_wall_s, 1),
     )
     (out / CARD_FILE).write_text(zoo_card.to_json())
