@@ -26,3 +26,15 @@ def test_own_intervention_example_runs_through_run_sweep_and_report(tmp_path, mo
     assert recovery[f"{full}, in the corrupted run"] == pytest.approx(recovery[patch], abs=1e-3)
     assert (tmp_path / "sweep" / "units.jsonl").is_file()
     assert "semantics: L1H" in lines[-2] and "normalized entropy of that head" in lines[-1]
+
+
+def test_paths_sweep_example_reports_decomposition_paths_and_interactions(tmp_path):
+    from interv.demo import report_from_sweep
+    from interv.sweeps import run_sweep
+
+    run_sweep(EXAMPLES / "sweep_paths.toml", tmp_path / "sweep", progress=False)
+    report = report_from_sweep(tmp_path / "sweep", n_bootstrap=50)
+    assert len(report.decomposition) == 8 and len(report.paths) == 5
+    assert [(row.head_a, row.head_b) for row in report.interactions] == [("L1H1", "L1H3")]
+    together = next(path for path in report.paths if len(path.receivers) == 4)
+    assert together.sender == "L0H2" and together.effect.mean < -3

@@ -251,8 +251,10 @@ class PathPatch(Patching, Intervention):
                 yield {**options, "receivers": ((later, receiver),)}
 
     @property
-    def site(self) -> Site:
-        return Site("z", self.layer, self.head)
+    def site(self) -> None:
+        """None: a path patch is about a sender *and* its receivers (both in ``params``);
+        reports show it in their path section, beside both heads' concentration."""
+        return None
 
     def _inputs(self) -> EditedRun:
         return EditedRun(
