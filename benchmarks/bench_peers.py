@@ -36,12 +36,15 @@ Run (the optional extra installs nnsight and pyvene next to interv)::
     pip install -e ".[peers]"
     python benchmarks/bench_peers.py [--threads 2] [--layers 0,10,20] [--only interv,nnsight]
 
-It prints the scope, the load average (1 min, before and after), torch threads and
-``torch.matmul`` GFLOP/s (before and after), then one line per implementation: wall time,
-ratio to interv (its time / interv's time), and the max |difference| of its 270 per-head
-metrics against interv's, in logits (with ``--only`` leaving interv out, the first one
-named is the reference). It exits with status 1 when a difference exceeds 1e-3 logits.
-Times are wall-clock seconds on this machine with whatever else runs on it.
+It prints the scope, torch threads, the load average (1 min; before the runs and after
+each) and ``torch.matmul`` GFLOP/s (before and after), then one line per implementation:
+wall time and the process's CPU time, each with its ratio to interv's (its time / interv's
+time), and the max |difference| of its 270 per-head metrics against interv's, in logits
+(with ``--only`` leaving interv out, the first one named is the reference). It exits with
+status 1 when a difference exceeds 1e-3 logits. Wall times are seconds on this machine
+with whatever else runs on it; on a busy machine the CPU-time ratios with ``--threads 1``
+are the steadier estimate (with more threads, CPU time also counts threads waiting on
+each other).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -267,17 +271,24 @@ def main(argv: list[str]) -> int:
     warmup = Job(job.task, job.layers[:1], job.n_heads, job.d_head)
     values: dict[str, torch.Tensor] = {}
     seconds: dict[str, float] = {}
+    cpu_seconds: dict[str, float] = {}
     for name, runner in runners.items():
         runner(warmup)
+        cpu_start = time.process_time()
         values[name], seconds[name] = timed(lambda runner=runner: runner(job))
-        print(f"  {name}: {seconds[name]:.1f} s", flush=True)
+        cpu_seconds[name] = time.process_time() - cpu_start
+        print(
+            f"  {name}: {seconds[name]:.1f} s wall, {cpu_seconds[name]:.1f} s CPU; "
+            f"{load_average()}",
+            flush=True,
+        )
 
     matmul_after = matmul_gflops()
     print(f"torch.matmul after the runs: {matmul_after:.1f} GFLOP/s; {load_average()} after")
     reference = only[0]
     print(
-        f"{'implementation':<18}{'seconds':>9}{'  / ' + reference:>14}"
-        f"{'max |diff| vs ' + reference:>26}"
+        f"{'implementation':<18}{'wall s':>8}{'/ ' + reference:>10}{'CPU s':>9}"
+        f"{'/ ' + reference:>10}   max |diff| vs {reference}"
     )
     failed = []
     for name in only:
@@ -285,8 +296,9 @@ def main(argv: list[str]) -> int:
         if difference > TOLERANCE:
             failed.append(f"{name}: {difference:.2e}")
         print(
-            f"{name:<18}{seconds[name]:>9.1f}{seconds[name] / seconds[reference]:>13.2f}x"
-            f"{difference:>19.2e} logits"
+            f"{name:<18}{seconds[name]:>8.1f}{seconds[name] / seconds[reference]:>9.2f}x"
+            f"{cpu_seconds[name]:>9.1f}{cpu_seconds[name] / cpu_seconds[reference]:>9.2f}x"
+            f"   {difference:.2e} logits"
         )
     effect = values[reference]
     print(
