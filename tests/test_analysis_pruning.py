@@ -111,6 +111,8 @@ def test_several_random_seeds_give_one_named_order_each(zoo, evaluation):
     assert len({curves.orders[name] for name in names[1:]}) == 3
     with pytest.raises(interv.IntervError, match="random_seeds"):
         pruning_curves(zoo, evaluation, orders=["random"], random_seeds=[1, 1])
+    with pytest.raises(interv.IntervError, match="random_seeds"):
+        pruning_curves(zoo, evaluation, orders={"given": ALL_HEADS}, random_seeds=[1])
 
 
 def test_values_are_item_means_and_intervals_are_bootstraps_over_items(zoo, evaluation):

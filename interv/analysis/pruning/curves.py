@@ -254,6 +254,11 @@ def pruning_curves(
             ``[0, shortest order length]``, or ``ks`` not ascending within it.
     """
     seeds = check_seeds(random_seeds)
+    if isinstance(orders, dict) and seeds is not None:
+        raise IntervError(
+            "random_seeds names random orders to compute; with explicit orders (a dict) pass "
+            "the random orders in the dict instead"
+        )
     if isinstance(orders, dict):
         given = {name: check_heads(model, order) for name, order in orders.items()}
         rules = dict.fromkeys(given, "given")
