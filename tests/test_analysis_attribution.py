@@ -117,6 +117,26 @@ def test_different_prompt_lengths_use_condition_means_and_still_sum_exactly():
     assert "from 5 tokens" in result.scope and "condition means" in result.scope
 
 
+def test_overall_share_interval_recomputes_the_share_on_resampled_prompts():
+    from interv.report.stats import bootstrap_indices, percentile_interval
+
+    result = entropy_change_attribution(
+        rows_from_pattern(_causal_pattern(7)), rows_from_pattern(_causal_pattern(8))
+    )
+    low, high = result.overall_share_interval(n_bootstrap=50, seed=2)
+    shares = []
+    for index in bootstrap_indices(3, 50, 2):
+        total = result.per_prompt_total[index].mean()
+        sink = result.per_prompt_sink_part[index].mean()
+        shares.append(float(sink / total) if abs(float(total)) >= 1e-3 else math.nan)
+    expected = percentile_interval(torch.tensor(shares, dtype=torch.float64), 0.95)
+    assert (low, high) == pytest.approx(expected)
+    short = rows_from_pattern(_causal_pattern(5, shape=(3, 2, 3), n_keys=5))
+    long = rows_from_pattern(_causal_pattern(6, shape=(2, 2, 3), n_keys=9))
+    unpaired = entropy_change_attribution(short, long).overall_share_interval()
+    assert all(math.isnan(end) for end in unpaired)
+
+
 def test_records_hold_every_head_and_the_overall_mean_with_units():
     result = entropy_change_attribution(
         rows_from_pattern(_causal_pattern(7)), rows_from_pattern(_causal_pattern(8))

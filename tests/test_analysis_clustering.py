@@ -14,6 +14,7 @@ from interv.analysis.clustering import (
     adjusted_rand_index,
     average_linkage,
     cluster_heads,
+    clustering_agreement,
     cut_tree,
     plot_clustering,
 )
@@ -93,6 +94,66 @@ def test_sink_confounded_heads_cluster_by_sink_mass_only_when_the_sink_is_kept(m
     records = clustering.to_records()
     assert [r["head"] for r in records] == ["L0H0", "L0H1", "L0H2", "L0H3"]
     assert all(r["k"] == 2 and r["measure"] == measure for r in records)
+
+
+def test_clustering_agreement_point_values_are_cluster_heads_and_same_prompts_give_no_spread():
+    similarity = _sink_confounded_heads()  # two identical prompts
+    agreements = clustering_agreement(similarity, measure="cosine", ks=[1, 2, 4], n_resamples=20)
+    assert [a.k for a in agreements] == [1, 2, 4]
+    for agreement in agreements:
+        point = cluster_heads(similarity, measure="cosine", k=agreement.k).adjusted_rand_index
+        assert agreement.adjusted_rand_index == point
+        assert (agreement.ci_low, agreement.ci_high) == pytest.approx((point, point))
+    assert agreements[1].adjusted_rand_index == pytest.approx(-0.5)
+    assert agreements[1].n_heads == 4 and agreements[1].n_prompts == 2
+    assert "adjusted Rand index -0.500" in agreements[1].describe()
+    assert "95% bootstrap CI over 2 prompts" in agreements[1].describe()
+
+
+def _prompt_dependent_heads_pattern():
+    """``[3, 1, 6, 6, 6]``: six heads on three prompts, rows that differ by prompt, sink mass
+    rising with the head index (seeded)."""
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.rand(3, 1, 6, 6, 6, generator=generator, dtype=torch.float64) + 0.05
+    weights[..., 0] *= torch.linspace(1, 30, 6, dtype=torch.float64)[None, None, :, None]
+    return weights / weights.sum(dim=-1, keepdim=True)
+
+
+def _prompt_dependent_heads():
+    pattern = _prompt_dependent_heads_pattern()
+    return head_similarity(rows_from_pattern(pattern, causal=False), n_resamples=5)
+
+
+def test_clustering_agreement_interval_reclusters_each_resample_of_prompts():
+    from interv.report.stats import bootstrap_indices, percentile_interval
+
+    similarity = _prompt_dependent_heads()
+    agreements = clustering_agreement(similarity, measure="js", ks=[2, 3], n_resamples=30, seed=4)
+    per_prompt = similarity.per_prompt[similarity.measures.index("js")]
+    draws = {2: [], 3: []}
+    for index in bootstrap_indices(3, 30, 4):
+        keep, drop = (average_linkage(per_prompt[c, index].mean(dim=0)) for c in range(2))
+        for k in draws:
+            draws[k].append(adjusted_rand_index(cut_tree(keep, k), cut_tree(drop, k)))
+    for agreement in agreements:
+        low, high = percentile_interval(torch.tensor(draws[agreement.k], dtype=torch.float64), 0.95)
+        assert (agreement.ci_low, agreement.ci_high) == (low, high)
+        assert agreement.n_resamples == 30 and agreement.seed == 4
+
+
+def test_clustering_agreement_with_one_prompt_has_no_interval_and_bad_options_raise():
+    single = head_similarity(
+        rows_from_pattern(_prompt_dependent_heads_pattern()[:1], causal=False), n_resamples=5
+    )
+    (agreement,) = clustering_agreement(single, ks=[2])
+    assert agreement.ci_low != agreement.ci_low and agreement.n_resamples == 0
+    similarity = _sink_confounded_heads()
+    with pytest.raises(IntervError, match="ks must name"):
+        clustering_agreement(similarity, ks=[])
+    with pytest.raises(IntervError, match="n_resamples"):
+        clustering_agreement(similarity, n_resamples=0)
+    with pytest.raises(IntervError, match=r"k \(number of clusters\)"):
+        clustering_agreement(similarity, ks=[5])
 
 
 def test_plot_clustering_draws_both_matrices_in_keep_sink_order():

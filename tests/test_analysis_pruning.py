@@ -42,7 +42,8 @@ def evaluation(zoo) -> TaskEvaluation:
 def test_k0_equals_the_unablated_task_loss_exactly(zoo, evaluation):
     curves = pruning_curves(zoo, evaluation, orders={"given": [(1, 0), (0, 3)]})
     unablated = interv.run(zoo, evaluation.task, MeanAblation(1, 0), metric="log_prob")
-    assert float(curves.values["given"][0]) == -float(unablated.clean.mean())
+    # the curve's value is the float64 mean over prompts of each prompt's loss
+    assert float(curves.values["given"][0]) == -float(unablated.clean.double().mean())
 
 
 def test_kth_point_ablates_exactly_the_first_k_heads_together(zoo, evaluation):
@@ -74,6 +75,74 @@ def test_pruning_by_exact_effect_is_never_worse_than_random_at_the_first_steps(z
     random_mean = torch.stack([v for name, v in curves.values.items() if name != "exact_effect"])
     assert curves.lower_is_better
     assert bool((curves.values["exact_effect"][1:] <= random_mean.mean(0)[1:]).all())
+
+
+def test_curves_at_chosen_ks_equal_the_full_curves_at_those_points(zoo, evaluation):
+    orders = rank_heads(zoo, evaluation, rankings=["sink_mass", "random"])
+    full = pruning_curves(zoo, evaluation, orders=dict(orders))
+    chosen = pruning_curves(zoo, evaluation, orders=dict(orders), ks=[0, 2, 5, 8])
+    assert full.ks == tuple(range(9)) and chosen.ks == (0, 2, 5, 8)
+    for name in orders:
+        torch.testing.assert_close(chosen.values[name], full.values[name][[0, 2, 5, 8]])
+    records = chosen.to_records()
+    assert [r["k"] for r in records[:4]] == [0, 2, 5, 8]
+    assert records[2]["heads_removed"] == [f"L{a}H{b}" for a, b in orders["sink_mass"][:5]]
+    assert "k = [0, 2, 5, 8]" in chosen.describe("random")
+    (ax,) = plot_pruning_curves(chosen).axes
+    assert list(ax.lines[0].get_xdata()) == [0, 2, 5, 8]
+
+
+def test_every_head_removed_is_one_set_with_one_value_whatever_the_order(zoo, evaluation):
+    curves = pruning_curves(zoo, evaluation, orders=["entropy", "sink_mass"], ks=[0, 8])
+    torch.testing.assert_close(
+        curves.item_values["entropy"][-1], curves.item_values["sink_mass"][-1], atol=0, rtol=0
+    )
+
+
+def test_several_random_seeds_give_one_named_order_each(zoo, evaluation):
+    curves = pruning_curves(
+        zoo, evaluation, orders=["entropy", "random"], random_seeds=[0, 1, 2], ks=[0, 1, 4]
+    )
+    names = ["entropy", "random (seed 0)", "random (seed 1)", "random (seed 2)"]
+    assert list(curves.orders) == names
+    single = rank_heads(zoo, evaluation, rankings=["random"], seed=1)["random"]
+    assert curves.orders["random (seed 1)"] == single
+    assert curves.rules["random (seed 2)"].endswith("seed 2")
+    assert len({curves.orders[name] for name in names[1:]}) == 3
+    with pytest.raises(interv.IntervError, match="random_seeds"):
+        pruning_curves(zoo, evaluation, orders=["random"], random_seeds=[1, 1])
+    with pytest.raises(interv.IntervError, match="random_seeds"):
+        pruning_curves(zoo, evaluation, orders={"given": ALL_HEADS}, random_seeds=[1])
+
+
+def test_values_are_item_means_and_intervals_are_bootstraps_over_items(zoo, evaluation):
+    curves = pruning_curves(zoo, evaluation, orders=["sink_mass", "exact_effect"], ks=[0, 3, 8])
+    assert curves.items == "prompts" and curves.n_items == evaluation.task.n_pairs
+    for name, items in curves.item_values.items():
+        assert tuple(items.shape) == (3, 16)
+        torch.testing.assert_close(curves.values[name], items.mean(dim=-1))
+    intervals = curves.intervals(n_bootstrap=200, seed=1)
+    for name, bounds in intervals.items():
+        assert tuple(bounds.shape) == (3, 2)
+        assert bool((bounds[:, 0] <= curves.values[name] + 1e-12).all())
+        assert bool((bounds[:, 1] >= curves.values[name] - 1e-12).all())
+    assert bool(intervals["sink_mass"][1, 1] > intervals["sink_mass"][1, 0])  # spread over prompts
+    same = curves.difference("sink_mass", "sink_mass", n_bootstrap=50)
+    assert bool((same == 0).all())
+    delta = curves.difference("exact_effect", "sink_mass", n_bootstrap=200, seed=1)
+    expected = curves.values["sink_mass"] - curves.values["exact_effect"]
+    torch.testing.assert_close(delta[:, 0], expected)
+    assert float(delta[0, 0]) == 0 and float(delta[-1, 0]) == 0  # k = 0 and k = all heads
+    assert bool((delta[:, 1] <= delta[:, 0] + 1e-12).all())
+    assert bool((delta[:, 2] >= delta[:, 0] - 1e-12).all())
+    with pytest.raises(interv.IntervError, match="unknown order"):
+        curves.difference("sink_mass", "loudness")
+
+
+def test_bad_ks_raise_interv_errors_naming_the_range(zoo, evaluation):
+    for ks in ([3, 1], [0, 9], [], [0, 0], "05"):
+        with pytest.raises(interv.IntervError, match=r"ks must be .*\[0, 8\]"):
+            pruning_curves(zoo, evaluation, orders={"given": ALL_HEADS}, ks=ks)
 
 
 def test_exact_effect_order_sorts_single_head_effects_ascending(zoo, evaluation):

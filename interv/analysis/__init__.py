@@ -5,7 +5,7 @@
 - :mod:`interv.analysis.similarity`: head-by-head similarity under keep-sink and
   drop-sink, with the share of "which head is closer" verdicts that flip.
 - :mod:`interv.analysis.clustering`: head clusterings under both conventions and
-  their agreement.
+  their agreement (adjusted Rand index, with a bootstrap interval over prompts).
 - :mod:`interv.analysis.attribution`: the change of entropy between two conditions,
   split exactly into sink growth and content sharpening.
 - :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
@@ -31,6 +31,8 @@ _EXPORTS: dict[str, str] = {
     "HeadSimilarity": "interv.analysis.similarity",
     "cluster_heads": "interv.analysis.clustering",
     "HeadClustering": "interv.analysis.clustering",
+    "clustering_agreement": "interv.analysis.clustering",
+    "ClusteringAgreement": "interv.analysis.clustering",
     "entropy_change_attribution": "interv.analysis.attribution",
     "EntropyAttribution": "interv.analysis.attribution",
     "checkpoint_entropy_change": "interv.analysis.attribution",

@@ -134,6 +134,26 @@ class EntropyAttribution:
             "sink_share": float(self._share(sink, total)),
         }
 
+    def overall_share_interval(
+        self, *, level: float = 0.95, n_bootstrap: int = 1000, seed: int = 0
+    ) -> tuple[float, float]:
+        """Percentile bootstrap interval over prompts of the overall sink share.
+
+        Each resample draws the prompts with replacement and recomputes
+        ``mean(sink_part) / mean(total)`` (means over heads of the resampled prompts'
+        means, NaN where ``|mean(total)| < share_atol``). Paired mode only: in
+        condition-means mode, or with one prompt, the interval is ``(nan, nan)``.
+        """
+        from interv.report.stats import bootstrap_indices, percentile_interval
+
+        if self.per_prompt_total is None or self.per_prompt_total.shape[0] < 2:
+            return (float("nan"), float("nan"))
+        n_prompts = self.per_prompt_total.shape[0]
+        indices = bootstrap_indices(n_prompts, n_bootstrap, seed)  # [resample, prompt]
+        total = self.per_prompt_total.flatten(1).mean(dim=-1)[indices].mean(dim=-1)
+        sink = self.per_prompt_sink_part.flatten(1).mean(dim=-1)[indices].mean(dim=-1)
+        return percentile_interval(self._share(sink, total), level)
+
     @property
     def scope(self) -> str:
         """One line: the two conditions, models, prompts, rows, query rule, mode and unit."""

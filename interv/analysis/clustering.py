@@ -16,6 +16,10 @@ the same algorithm and compares the two partitions.
   expectation for independent random ones, negative below chance. When neither
   partition has a within-cluster pair to disagree on (``k`` = 1 or ``k`` = number of
   heads) the index is 0/0 and is reported as 1 (the partitions are identical).
+- **Interval** (:func:`clustering_agreement`): percentile bootstrap over prompts. Each
+  resample draws the prompts with replacement, averages their per-prompt head distances
+  (:attr:`HeadSimilarity.per_prompt`) under each convention, clusters both and recomputes
+  the index at every ``k``, seeded.
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "ClusteringAgreement",
     "HeadClustering",
     "adjusted_rand_index",
     "average_linkage",
     "cluster_heads",
+    "clustering_agreement",
     "cut_tree",
     "plot_clustering",
 ]
@@ -245,6 +251,110 @@ def cluster_heads(similarity: HeadSimilarity, *, measure: str = "js", k: int = 4
         scope=similarity.scope,
         model_name=similarity.model_name,
         n_prompts=similarity.n_prompts,
+    )
+
+
+@dataclass(frozen=True)
+class ClusteringAgreement:
+    """Agreement of the keep-sink and drop-sink clusterings at one ``k``, with its interval.
+
+    Attributes:
+        measure: the head distance measure clustered (see :data:`DISTANCE_UNITS`).
+        k: number of clusters of both cuts.
+        adjusted_rand_index: the index on all prompts (unitless, <= 1; 1 = same
+            partition, ~0 = chance), as :func:`cluster_heads` gives it.
+        ci_low, ci_high: percentile bootstrap interval over prompts.
+        confidence: coverage of the interval (e.g. 0.95).
+        n_resamples: bootstrap resamples of the prompts (0: one prompt, no interval).
+        n_heads: heads clustered.
+        model_name, n_prompts: scope.
+        seed: seed of the bootstrap draws.
+    """
+
+    measure: str
+    k: int
+    adjusted_rand_index: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    n_resamples: int
+    n_heads: int
+    model_name: str
+    n_prompts: int
+    seed: int
+    algorithm: str = "agglomerative, average linkage (UPGMA), cut at k clusters"
+
+    def describe(self) -> str:
+        """One line: the index with its interval, the measure, ``k`` and the scope."""
+        return (
+            f"{self.measure}, k={self.k}: adjusted Rand index {self.adjusted_rand_index:.3f} "
+            f"({100 * self.confidence:.0f}% bootstrap CI over {self.n_prompts} prompts "
+            f"{self.ci_low:.3f}..{self.ci_high:.3f}, {self.n_resamples} resamples; unitless, "
+            f"1 = same partition, ~0 = chance) between keep-sink and drop-sink clusterings of "
+            f"{self.n_heads} heads of {self.model_name}"
+        )
+
+
+def clustering_agreement(
+    similarity: HeadSimilarity,
+    *,
+    measure: str = "js",
+    ks: tuple[int, ...] | list[int] = (4,),
+    n_resamples: int = 200,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[ClusteringAgreement, ...]:
+    """Adjusted Rand index of the keep-sink vs drop-sink clusterings, with bootstrap intervals.
+
+    Args:
+        similarity: head distances from :func:`interv.analysis.head_similarity`.
+        measure: which distance to cluster on (one of ``similarity.measures``).
+        ks: numbers of clusters, each in ``1..number of heads``.
+        n_resamples: bootstrap resamples of the prompts (>= 1).
+        confidence: coverage of the percentile interval, in (0, 1).
+        seed: seed of the resamples.
+
+    Returns:
+        One :class:`ClusteringAgreement` per ``k``, in order; the point value is the
+        index of :func:`cluster_heads` on all prompts (the interval is NaN with one prompt).
+    """
+    from interv.report.stats import bootstrap_indices, percentile_interval
+
+    ks = tuple(ks)
+    if not ks:
+        raise IntervError("ks must name at least one number of clusters; got an empty list")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise IntervError(f"n_resamples must be an int >= 1; got {n_resamples!r}")
+    if not 0 < confidence < 1:
+        raise IntervError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence!r}")
+    points = [cluster_heads(similarity, measure=measure, k=k) for k in ks]
+    m, _ = similarity._index(measure, CONVENTIONS[0])
+    per_prompt = similarity.per_prompt[m]  # [convention, prompt, head, head]
+    n_prompts = similarity.n_prompts
+    draws = torch.full((len(ks), n_resamples), torch.nan, dtype=torch.float64)
+    if n_prompts > 1:
+        indices = bootstrap_indices(n_prompts, n_resamples, seed)
+        for r, index in enumerate(indices):
+            keep, drop = (
+                average_linkage(per_prompt[c, index].mean(dim=0)) for c in range(len(CONVENTIONS))
+            )
+            for i, k in enumerate(ks):
+                draws[i, r] = adjusted_rand_index(cut_tree(keep, k), cut_tree(drop, k))
+    return tuple(
+        ClusteringAgreement(
+            measure=measure,
+            k=k,
+            adjusted_rand_index=point.adjusted_rand_index,
+            ci_low=percentile_interval(draws[i], confidence)[0],
+            ci_high=percentile_interval(draws[i], confidence)[1],
+            confidence=confidence,
+            n_resamples=n_resamples if n_prompts > 1 else 0,
+            n_heads=len(similarity.head_labels),
+            model_name=similarity.model_name,
+            n_prompts=n_prompts,
+            seed=seed,
+        )
+        for i, (k, point) in enumerate(zip(ks, points, strict=True))
     )
 
 

@@ -426,7 +426,7 @@ def plot_pruning_curves(curves: PruningCurves, ax: Axes | None = None) -> Figure
         figure = Figure(figsize=(6.4, 4.2))
         ax = figure.add_subplot()
     for name, values in curves.values.items():
-        ax.plot(range(len(values)), values.tolist(), marker="o", markersize=3, label=name)
+        ax.plot(list(curves.ks), values.tolist(), marker="o", markersize=3, label=name)
     ax.set_xlabel("heads mean-ablated (count, least important first)")
     ax.set_ylabel(f"{curves.evaluation} ({curves.unit})")
     ax.set_title(curves.scope, fontsize=8)

@@ -3,12 +3,15 @@
 A *ranking* orders heads from least to most important under some criterion: an
 attention-concentration number (raw entropy, content entropy, sink mass), a
 value-aware number (contribution norm), the exact causal effect of ablating the
-head alone, a first-order attribution score, or a seeded random order. A *pruning
-curve* mean-ablates the first ``k`` heads of an order together (``k = 0 .. K``) and
-evaluates the model each time. Pruning removes the least important heads first, so a
-ranking that knows which heads matter keeps the curve flat for longer. Comparing the
-curves of concentration rankings with the curve of the exact effect shows how far
-"concentrated" is from "important".
+head alone, a first-order attribution score, or a seeded random order (several seeds
+give several random orders, ``random_seeds=``). A *pruning curve* mean-ablates the
+first ``k`` heads of an order together (every ``k = 0 .. K``, or chosen ``ks=``) and
+evaluates the model each time. Each value is a mean over items (prompts, text chunks,
+sentences); the curves keep every item's value, so :meth:`PruningCurves.intervals` and
+:meth:`PruningCurves.difference` give percentile bootstrap intervals over items.
+Pruning removes the least important heads first, so a ranking that knows which heads
+matter keeps the curve flat for longer. Comparing the curves of concentration rankings
+with the curve of the exact effect shows how far "concentrated" is from "important".
 
 Evaluations (each states its unit and the reference of the mean ablation):
 
@@ -48,7 +51,12 @@ from interv.analysis.pruning.evaluations import (
     TextEvaluation,
     text_sample,
 )
-from interv.analysis.pruning.rankings import RANKINGS, check_rankings, rank_heads
+from interv.analysis.pruning.rankings import (
+    RANKINGS,
+    check_rankings,
+    random_order_name,
+    rank_heads,
+)
 
 
 def __getattr__(name: str):
@@ -78,6 +86,7 @@ __all__ = [
     "TextEvaluation",
     "check_rankings",
     "pruning_curves",
+    "random_order_name",
     "rank_heads",
     "text_sample",
 ]

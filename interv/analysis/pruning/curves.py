@@ -1,15 +1,22 @@
-"""Pruning curves: the first ``k`` heads of each order mean-ablated together, ``k = 0..K``."""
+"""Pruning curves: the first ``k`` heads of each order mean-ablated together, at chosen ``k``."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interv.analysis.pruning.evaluations import Evaluation, Head
-from interv.analysis.pruning.rankings import RANKINGS, check_heads, rank_heads
+from interv.analysis.pruning.rankings import (
+    RANKINGS,
+    check_heads,
+    check_seeds,
+    random_order_name,
+    rank_heads,
+)
 from interv.engine.sites import head_label
 from interv.errors import IntervError
 
@@ -25,9 +32,9 @@ class PruningCurves:
 
     Attributes:
         orders: order name -> the heads removed, in order (length ``max_heads``).
-        values: order name -> ``[max_heads + 1]`` float64; entry ``k`` is the
-            evaluation with the first ``k`` heads mean-ablated together (``k = 0``:
-            unablated), in :attr:`unit`.
+        values: order name -> ``[len(ks)]`` float64; entry ``i`` is the evaluation with
+            the first ``ks[i]`` heads mean-ablated together (``k = 0``: unablated), in
+            :attr:`unit`: the mean over items of :attr:`item_values`.
         evaluation: what is measured.
         unit: the unit of every value.
         lower_is_better: True for losses, False for similarities and logit scores.
@@ -35,6 +42,12 @@ class PruningCurves:
         scope: model, inputs and aggregation.
         rules: order name -> what the ranking ranks by and its direction ("given" for
             orders passed in).
+        ks: the numbers of heads removed at which the curves are evaluated, ascending;
+            default (empty at construction) ``0 .. len(values) - 1``.
+        item_values: order name -> ``[len(ks), n_items]`` float64 value of each item
+            (prompt, text chunk or sentence, :attr:`items`) in :attr:`unit`; empty when
+            not measured (no intervals then).
+        items: what an item is, e.g. ``"chunks"``.
     """
 
     orders: dict[str, tuple[Head, ...]]
@@ -45,20 +58,109 @@ class PruningCurves:
     ablation: str
     scope: str
     rules: dict[str, str]
+    ks: tuple[int, ...] = ()
+    item_values: dict[str, torch.Tensor] = field(default_factory=dict)
+    items: str = "items"
+
+    def __post_init__(self) -> None:
+        lengths = {len(values) for values in self.values.values()}
+        if len(lengths) > 1:
+            raise IntervError(f"every curve needs the same number of points; got {lengths}")
+        if not self.ks:
+            object.__setattr__(self, "ks", tuple(range(lengths.pop() if lengths else 0)))
+        elif lengths and lengths != {len(self.ks)}:
+            raise IntervError(
+                f"ks has {len(self.ks)} points but the curves have {lengths.pop()}: {self.ks}"
+            )
+        for name, items in self.item_values.items():
+            if items.ndim != 2 or items.shape[0] != len(self.ks):
+                raise IntervError(
+                    f"item_values[{name!r}] must be [len(ks)={len(self.ks)}, n_items]; got "
+                    f"{tuple(items.shape)}"
+                )
 
     @property
     def max_heads(self) -> int:
         """Most heads removed on any curve."""
         return max(len(order) for order in self.orders.values())
 
+    @property
+    def n_items(self) -> int:
+        """Items (prompts, chunks, sentences) each value is a mean over; 0 if unknown."""
+        return next((items.shape[1] for items in self.item_values.values()), 0)
+
     def describe(self, name: str) -> str:
         """One line: the curve of order ``name`` with its unit."""
         if name not in self.orders:
             raise IntervError(f"unknown order {name!r}; choose one of {tuple(self.orders)}")
         points = ", ".join(f"{float(v):.4g}" for v in self.values[name])
-        return (
-            f"{name}: {self.evaluation} ({self.unit}) at k = 0..{len(self.orders[name])}: {points}"
-        )
+        ks = f"0..{self.ks[-1]}" if self.ks == tuple(range(len(self.ks))) else str(list(self.ks))
+        return f"{name}: {self.evaluation} ({self.unit}) at k = {ks}: {points}"
+
+    def _bootstrap(self, n_bootstrap: int, seed: int) -> torch.Tensor:
+        from interv.report.stats import bootstrap_indices
+
+        if not self.item_values:
+            raise IntervError(
+                "these curves carry no per-item values (item_values); intervals need them"
+            )
+        return bootstrap_indices(self.n_items, n_bootstrap, seed)
+
+    def _check_order(self, name: str) -> None:
+        if name not in self.item_values:
+            raise IntervError(f"unknown order {name!r}; choose one of {tuple(self.item_values)}")
+
+    def intervals(
+        self, *, level: float = 0.95, n_bootstrap: int = 1000, seed: int = 0
+    ) -> dict[str, torch.Tensor]:
+        """Percentile bootstrap interval over items of every point of every curve.
+
+        The same resamples of items (seeded) serve every order, so intervals of different
+        orders come from the same draws.
+
+        Returns:
+            order name -> ``[len(ks), 2]`` float64 (low, high) in :attr:`unit`.
+        """
+        from interv.report.stats import percentile_interval
+
+        indices = self._bootstrap(n_bootstrap, seed)
+        out = {}
+        for name, items in self.item_values.items():
+            draws = items[:, indices].mean(dim=-1)  # [point, resample]
+            out[name] = torch.tensor(
+                [percentile_interval(row, level) for row in draws], dtype=torch.float64
+            )
+        return out
+
+    def difference(
+        self,
+        first: str,
+        second: str,
+        *,
+        level: float = 0.95,
+        n_bootstrap: int = 1000,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        """``second - first`` at every point, with a paired bootstrap interval over items.
+
+        Each resample draws the same items for both orders (the items are shared: the same
+        prompts, chunks or sentences). For a loss in nats, ``exp`` of the difference and
+        of its interval ends is the ratio of perplexities (``exp`` is monotone, so the
+        percentile interval maps over).
+
+        Returns:
+            ``[len(ks), 3]`` float64: difference of the means, interval low, interval high,
+            in :attr:`unit`.
+        """
+        from interv.report.stats import percentile_interval
+
+        self._check_order(first)
+        self._check_order(second)
+        indices = self._bootstrap(n_bootstrap, seed)
+        delta = self.item_values[second] - self.item_values[first]  # [point, item]
+        draws = delta[:, indices].mean(dim=-1)
+        bounds = torch.tensor([percentile_interval(row, level) for row in draws])
+        return torch.cat([delta.mean(dim=-1, keepdim=True), bounds.to(torch.float64)], dim=-1)
 
     def to_records(self) -> list[dict[str, Any]]:
         """One plain dict per order and ``k``, for tables and reports.
@@ -69,7 +171,7 @@ class PruningCurves:
         """
         records = []
         for name, order in self.orders.items():
-            for k, value in enumerate(self.values[name].tolist()):
+            for k, value in zip(self.ks, self.values[name].tolist(), strict=True):
                 records.append(
                     {
                         "order": name,
@@ -94,17 +196,39 @@ class PruningCurves:
         return pruning_frame(self)
 
 
+def _check_ks(ks: Sequence[int] | None, max_heads: int) -> tuple[int, ...]:
+    """``ks`` as an ascending tuple of distinct ints in ``[0, max_heads]``; None = all."""
+    if ks is None:
+        return tuple(range(max_heads + 1))
+    if isinstance(ks, str | bytes) or not isinstance(ks, Sequence):
+        raise IntervError(f"ks must be a sequence of ints in [0, {max_heads}]; got {ks!r}")
+    checked = tuple(ks)
+    valid = (
+        bool(checked)
+        and all(not isinstance(k, bool) and isinstance(k, int) for k in checked)
+        and all(0 <= k <= max_heads for k in checked)
+        and all(a < b for a, b in itertools.pairwise(checked))
+    )
+    if not valid:
+        raise IntervError(
+            f"ks must be ascending distinct ints in [0, {max_heads}] (max_heads); got {ks!r}"
+        )
+    return checked
+
+
 def pruning_curves(
     model: Any,
     evaluation: Evaluation,
     *,
     orders: dict[str, Sequence[Head]] | Sequence[str] = tuple(RANKINGS),
     max_heads: int | None = None,
+    ks: Sequence[int] | None = None,
     heads: Sequence[Head] | None = None,
     attribution_task: TokenizedPairs | None = None,
     seed: int = 0,
+    random_seeds: Sequence[int] | None = None,
 ) -> PruningCurves:
-    """Mean-ablate the first ``k`` heads of each order together, ``k = 0 .. max_heads``.
+    """Mean-ablate the first ``k`` heads of each order together, for each ``k`` in ``ks``.
 
     Args:
         model: a transformer-lens ``TransformerBridge`` in eval mode.
@@ -112,17 +236,29 @@ def pruning_curves(
             :class:`EmbeddingEvaluation`.
         orders: explicit orders (name -> heads, least important first), or ranking
             names of :data:`RANKINGS` computed with :func:`rank_heads`.
-        max_heads: most heads removed; default the length of the longest order.
+        max_heads: most heads removed; default the length of the shortest order.
+        ks: the numbers of heads removed to evaluate, ascending, in ``[0, max_heads]``;
+            default every ``k`` from 0 to ``max_heads``. Each point costs one evaluation
+            per order (sets that are the same heads in another order are evaluated once).
         heads: candidate heads for ranking names; default every head.
         attribution_task, seed: passed to :func:`rank_heads`.
+        random_seeds: passed to :func:`rank_heads`: one random order per seed (named
+            ``"random (seed s)"``) instead of one ``"random"`` order of ``seed``.
 
     Returns:
-        :class:`PruningCurves`.
+        :class:`PruningCurves`, with every item's value (:attr:`PruningCurves.item_values`)
+        for intervals over items.
 
     Raises:
-        IntervError: unknown rankings, bad heads, or ``max_heads`` outside
-            ``[0, shortest order length]``.
+        IntervError: unknown rankings, bad heads, ``max_heads`` outside
+            ``[0, shortest order length]``, or ``ks`` not ascending within it.
     """
+    seeds = check_seeds(random_seeds)
+    if isinstance(orders, dict) and seeds is not None:
+        raise IntervError(
+            "random_seeds names random orders to compute; with explicit orders (a dict) pass "
+            "the random orders in the dict instead"
+        )
     if isinstance(orders, dict):
         given = {name: check_heads(model, order) for name, order in orders.items()}
         rules = dict.fromkeys(given, "given")
@@ -134,8 +270,10 @@ def pruning_curves(
             heads=heads,
             attribution_task=attribution_task,
             seed=seed,
+            random_seeds=seeds,
         )
-        rules = {name: RANKINGS[name] for name in given}
+        seeded = {random_order_name(s): f"{RANKINGS['random']}, seed {s}" for s in (seeds or ())}
+        rules = {name: seeded.get(name) or RANKINGS[name] for name in given}
     shortest = min(len(order) for order in given.values())
     if max_heads is None:
         max_heads = shortest
@@ -145,23 +283,25 @@ def pruning_curves(
         or not (0 <= max_heads <= shortest)
     ):
         raise IntervError(f"max_heads must be an int in [0, {shortest}]; got {max_heads!r}")
+    points = _check_ks(ks, max_heads)
     kept = {name: order[:max_heads] for name, order in given.items()}
-    # One evaluation call for every distinct set of heads (k = 0 is shared by all orders).
-    distinct = list(
-        dict.fromkeys(order[:k] for order in kept.values() for k in range(max_heads + 1))
-    )
-    measured = dict(zip(distinct, evaluation.values(model, distinct).tolist(), strict=True))
-    values = {
-        name: torch.tensor([measured[order[:k]] for k in range(max_heads + 1)], dtype=torch.float64)
-        for name, order in kept.items()
+    # One evaluation for every distinct set of heads (k = 0 is shared by all orders, and so
+    # is k = every head); the evaluation runs each set once, whatever its order.
+    distinct = list(dict.fromkeys(order[:k] for order in kept.values() for k in points))
+    measured = dict(zip(distinct, evaluation.item_values(model, distinct), strict=True))
+    item_values = {
+        name: torch.stack([measured[order[:k]] for k in points]) for name, order in kept.items()
     }
     return PruningCurves(
         orders=kept,
-        values=values,
+        values={name: items.mean(dim=-1) for name, items in item_values.items()},
         evaluation=evaluation.name,
         unit=evaluation.unit,
         lower_is_better=evaluation.lower_is_better,
         ablation=evaluation.ablation,
         scope=f"model {getattr(model.cfg, 'model_name', 'unknown')}; {evaluation.scope}",
         rules=rules,
+        ks=points,
+        item_values=item_values,
+        items=evaluation.items,
     )

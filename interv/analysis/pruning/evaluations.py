@@ -2,7 +2,9 @@
 
 Each evaluation maps sets of mean-ablated heads to one number per set (an empty set
 gives the unablated value), in its stated unit, and states the semantics of its
-ablation in one sentence. All three run through the engine (:mod:`interv.engine.stacking`):
+ablation in one sentence. That number is a mean over *items* (prompts, text chunks or
+sentences, :attr:`items`), and :meth:`item_values` gives every item's own number, for
+intervals over items. All three run through the engine (:mod:`interv.engine.stacking`):
 a set is one :class:`~interv.engine.interventions.Combined` of
 :class:`~interv.engine.interventions.MeanAblation` parts, and the sets share stacked
 forwards that start at their earliest ablated block.
@@ -60,21 +62,23 @@ def _set_values(
     prompts: Prompts,
     ablated: Sequence[Sequence[Head]],
     readout: str,
-    reduce: Callable[[torch.Tensor, torch.Tensor], float],
+    reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     max_batch_size: int,
 ) -> torch.Tensor:
-    """``[n_sets]``: ``reduce(readout under the set's ablation, unablated readout)`` per set.
+    """``[n_sets, n_items]``: ``reduce(readout under the set's ablation, unablated readout)``.
 
-    Each head is replaced by its mean pooled over every real position of ``prompts``
-    (the base run); an empty set reduces the unablated readout itself.
+    ``reduce`` gives one float64 number per item (prompt row) of ``prompts``. Each head is
+    replaced by its mean pooled over every real position of ``prompts`` (the base run);
+    an empty set reduces the unablated readout itself. Sets are told apart as *sets*:
+    two orderings of the same heads are one ablation, computed once.
     """
-    sets = [tuple(heads) for heads in ablated]
+    sets = [_canonical(heads) for heads in ablated]
     nonempty = list(dict.fromkeys(heads for heads in sets if heads))
     interventions = [mean_ablation_of(heads, pooled=True) for heads in nonempty]
     reads = planned_reads(model, interventions, reuse_prefix=True)
     base = capture_base_runs(model, {"clean": prompts}, reads, readout=readout)
     unablated = base.readouts["clean"]
-    measured: dict[tuple[Head, ...], float] = {(): reduce(unablated, unablated)}
+    measured: dict[tuple[Head, ...], torch.Tensor] = {(): reduce(unablated, unablated)}
     n = prompts.n
     for indices, out in intervened_readouts(
         model,
@@ -86,7 +90,12 @@ def _set_values(
     ):
         for j, index in enumerate(indices):
             measured[nonempty[index]] = reduce(out[j * n : (j + 1) * n], unablated)
-    return torch.tensor([measured[heads] for heads in sets], dtype=torch.float64)
+    return torch.stack([measured[heads] for heads in sets]).to(torch.float64)
+
+
+def _canonical(heads: Sequence[Head]) -> tuple[Head, ...]:
+    """A set of heads as one sorted tuple of ``(layer, head)`` (the order of ablation is moot)."""
+    return tuple(sorted((int(layer), int(head)) for layer, head in heads))
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,20 +159,30 @@ class TaskEvaluation:
         """What :func:`interv.concentration` reads: the task's clean prompts."""
         return {"prompts_or_tokens": self.task}
 
-    def values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
-        """``[n_sets]`` prompt-mean metric with each set of heads mean-ablated together.
+    @property
+    def items(self) -> str:
+        """What one item of :meth:`item_values` is: a prompt of the task."""
+        return "prompts"
 
-        An empty set gives the unablated (clean) metric.
+    def item_values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
+        """``[n_sets, n_prompts]`` float64 metric of each prompt, each set mean-ablated.
+
+        An empty set gives the unablated (clean) metric. Two orderings of the same heads
+        are one ablation, run once.
         """
-        nonempty = [tuple(heads) for heads in ablated if heads]
+        sets = [_canonical(heads) for heads in ablated]
+        nonempty = list(dict.fromkeys(heads for heads in sets if heads))
         interventions = [mean_ablation_of(heads, pooled=False) for heads in nonempty]
         result = run(model, self.task, interventions, metric=self.engine_metric)
-        means = iter(result.mean().tolist())
-        clean = float(result.clean.mean())
-        out = torch.tensor(
-            [next(means) if heads else clean for heads in ablated], dtype=torch.float64
-        )
+        per_set = dict(zip(nonempty, result.values.to(torch.float64), strict=True))
+        per_set[()] = result.clean.to(torch.float64)
+        out = torch.stack([per_set[heads] for heads in sets])
         return -out if self.metric == "loss" else out
+
+    def values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
+        """``[n_sets]`` prompt-mean metric with each set of heads mean-ablated together
+        (the mean over prompts of :meth:`item_values`)."""
+        return self.item_values(model, ablated).mean(dim=-1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -263,24 +282,37 @@ class TextEvaluation:
         """What :func:`interv.concentration` reads: the chunks."""
         return {"prompts_or_tokens": self.tokens}
 
-    def values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
-        """``[n_sets]`` mean next-token loss (nats/token) with each set mean-ablated.
+    @property
+    def items(self) -> str:
+        """What one item of :meth:`item_values` is: a chunk of the text."""
+        return "chunks"
+
+    def item_values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
+        """``[n_sets, n_chunks]`` float64 mean next-token loss (nats/token) of each chunk,
+        each set of heads mean-ablated together.
 
         One forward of the chunks gives the reference means and the unablated loss; the
         sets then share forwards, each with its own copy of the chunks stacked along the
-        batch axis (at most :attr:`max_batch_size` rows per forward).
+        batch axis (at most :attr:`max_batch_size` rows per forward). Every chunk predicts
+        the same number of tokens, so the mean over chunks is the mean over all predicted
+        positions.
         """
-        targets = self.tokens[:, 1:].flatten()
+        targets = self.tokens[:, 1:]
 
-        def loss(logits: torch.Tensor, unablated: torch.Tensor) -> float:
+        def loss(logits: torch.Tensor, unablated: torch.Tensor) -> torch.Tensor:
             losses = torch.nn.functional.cross_entropy(
-                logits[:, :-1].flatten(0, 1).float().cpu(), targets
+                logits[:, :-1].flatten(0, 1).float().cpu(), targets.flatten(), reduction="none"
             )
-            return float(losses)
+            return losses.reshape(targets.shape).to(torch.float64).mean(dim=-1)
 
         return _set_values(
             model, Prompts.of(self.tokens), ablated, "logits", loss, self.max_batch_size
         )
+
+    def values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
+        """``[n_sets]`` mean next-token loss (nats/token) over all predicted positions, with
+        each set mean-ablated (the mean over chunks of :meth:`item_values`)."""
+        return self.item_values(model, ablated).mean(dim=-1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -339,8 +371,14 @@ class EmbeddingEvaluation:
         """What :func:`interv.concentration` reads: the sentences and their mask."""
         return {"prompts_or_tokens": self.tokens, "attention_mask": self.attention_mask}
 
-    def values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
-        """``[n_sets]`` mean cosine similarity to the unablated embeddings.
+    @property
+    def items(self) -> str:
+        """What one item of :meth:`item_values` is: a sentence."""
+        return "sentences"
+
+    def item_values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
+        """``[n_sets, n_sentences]`` float64 cosine similarity of each sentence's embedding to
+        its unablated one, each set of heads mean-ablated together.
 
         One forward of the sentences gives the reference means and the unablated
         embeddings; the sets then share forwards, each with its own copy of the sentences
@@ -350,15 +388,21 @@ class EmbeddingEvaluation:
 
         real = self.attention_mask
 
-        def similarity(hidden: torch.Tensor, unablated: torch.Tensor) -> float:
+        def similarity(hidden: torch.Tensor, unablated: torch.Tensor) -> torch.Tensor:
             embedding = mean_pooled(hidden.cpu(), real)
             reference = mean_pooled(unablated.cpu(), real)
-            return float(torch.nn.functional.cosine_similarity(embedding, reference).mean())
+            cosine = torch.nn.functional.cosine_similarity(embedding, reference)
+            return cosine.to(torch.float64)
 
         prompts = Prompts.of(self.tokens, real)
         return _set_values(
             model, prompts, ablated, "final_residual", similarity, self.max_batch_size
         )
+
+    def values(self, model: Any, ablated: Sequence[Sequence[Head]]) -> torch.Tensor:
+        """``[n_sets]`` mean over sentences of the cosine similarity to the unablated
+        embeddings (the mean of :meth:`item_values`)."""
+        return self.item_values(model, ablated).mean(dim=-1)
 
 
 Evaluation = TaskEvaluation | TextEvaluation | EmbeddingEvaluation

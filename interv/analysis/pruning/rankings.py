@@ -14,7 +14,14 @@ from interv.errors import IntervError
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["RANKINGS", "check_heads", "check_rankings", "rank_heads"]
+__all__ = [
+    "RANKINGS",
+    "check_heads",
+    "check_rankings",
+    "check_seeds",
+    "random_order_name",
+    "rank_heads",
+]
 
 RANKINGS: dict[str, str] = {
     "entropy": (
@@ -143,6 +150,7 @@ def rank_heads(
     heads: Sequence[Head] | None = None,
     attribution_task: TokenizedPairs | None = None,
     seed: int = 0,
+    random_seeds: Sequence[int] | None = None,
 ) -> dict[str, tuple[Head, ...]]:
     """Orders of ``heads``, least important first, under each ranking of :data:`RANKINGS`.
 
@@ -161,14 +169,19 @@ def rank_heads(
         heads: candidate heads ``(layer, head)``; default every head.
         attribution_task: prompt pairs for ``"attribution"``.
         seed: seed of ``"random"``.
+        random_seeds: several seeds instead of ``seed``: ``"random"`` then gives one
+            order per seed, named by :func:`random_order_name` (``"random (seed 3)"``),
+            in the place of ``"random"``.
 
     Returns:
         Ranking name -> every candidate head, least important first.
 
     Raises:
-        IntervError: unknown ranking, bad heads, or ``"attribution"`` without a task.
+        IntervError: unknown ranking, bad heads, ``"attribution"`` without a task, or
+            ``random_seeds`` that are not distinct ints.
     """
     check_rankings(rankings)
+    seeds = check_seeds(random_seeds)
     candidates = check_heads(model, heads)
     rows = torch.tensor([c[0] for c in candidates])
     cols = torch.tensor([c[1] for c in candidates])
@@ -196,7 +209,36 @@ def rank_heads(
         scores = approximate_head_patching_scores(model, task, metric)
         orders["attribution"] = _order(candidates, scores[rows, cols].abs(), False)
     if "random" in rankings:
-        generator = torch.Generator().manual_seed(seed)
-        permutation = torch.randperm(len(candidates), generator=generator)
-        orders["random"] = tuple(candidates[i] for i in permutation.tolist())
-    return {name: orders[name] for name in rankings}
+        for chosen in (seed,) if seeds is None else seeds:
+            generator = torch.Generator().manual_seed(chosen)
+            permutation = torch.randperm(len(candidates), generator=generator)
+            name = "random" if seeds is None else random_order_name(chosen)
+            orders[name] = tuple(candidates[i] for i in permutation.tolist())
+    names: list[str] = []
+    for ranking in rankings:
+        if ranking == "random" and seeds is not None:
+            names.extend(random_order_name(s) for s in seeds)
+        else:
+            names.append(ranking)
+    return {name: orders[name] for name in names}
+
+
+def random_order_name(seed: int) -> str:
+    """The name of the random order of ``seed`` when several seeds are asked for."""
+    return f"random (seed {seed})"
+
+
+def check_seeds(seeds: Sequence[int] | None) -> tuple[int, ...] | None:
+    """``seeds`` as a tuple of distinct ints (None stays None)."""
+    if seeds is None:
+        return None
+    if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence):
+        raise IntervError(f"random_seeds must be a sequence of distinct ints; got {seeds!r}")
+    checked = tuple(seeds)
+    if (
+        not checked
+        or any(isinstance(s, bool) or not isinstance(s, int) for s in checked)
+        or len(set(checked)) != len(checked)
+    ):
+        raise IntervError(f"random_seeds must be a non-empty list of distinct ints; got {seeds!r}")
+    return checked

@@ -1,0 +1,155 @@
+"""The shipped claims results (interv/data/claims.json, read by notebook 08) come from the
+current config of benchmarks/claims.py and hold every field the notebook reads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "claims.py"
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_claims_checked.ipynb"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("claims_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict:
+    text = resources.files("interv.data").joinpath("claims.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def test_shipped_results_have_the_scripts_config_and_hashes(script, shipped):
+    assert shipped["config"] == script.CONFIG
+    assert shipped["config_hash"] == script.config_hash(script.CONFIG)
+    assert shipped["part_hashes"] == {
+        part: script.config_hash(script.part_config(part)) for part in script.part_names()
+    }
+    assert list(shipped["results"]) == script.part_names()
+
+
+def test_config_hash_changes_with_any_setting_and_only_that_parts_hash(script):
+    changed = json.loads(json.dumps(script.CONFIG))
+    changed["similarity"]["n_resamples"] += 1
+    assert script.config_hash(changed) != script.config_hash(script.CONFIG)
+    for part in script.part_names():
+        same = script.config_hash(script.part_config(part, changed)) == script.config_hash(
+            script.part_config(part)
+        )
+        assert same != part.startswith("similarity_"), part
+
+
+# every field notebook 08 reads, per kind of part
+ABLATION = {
+    "model",
+    "task",
+    "n_prompts",
+    "n_positions",
+    "n_heads",
+    "query_positions",
+    "metric",
+    "metric_unit",
+    "effect_definition",
+    "clean_mean",
+    "corrupted_mean",
+    "kinds",
+    "semantics",
+    "agreement",
+    "agreement_per_layer",
+    "agreement_caveat",
+    "effects_excluding_zero",
+    "largest_effects",
+}
+PRUNING = {
+    "model",
+    "n_heads",
+    "evaluation",
+    "unit",
+    "semantics",
+    "scope",
+    "items",
+    "n_items",
+    "item_shape",
+    "ks",
+    "orders",
+    "rankings",
+    "random_orders",
+    "unavailable",
+    "best_vs_worst",
+    "pairs",
+}
+SIMILARITY = {
+    "model",
+    "n_heads",
+    "n_prompts",
+    "prompt_lengths",
+    "scope",
+    "flips",
+    "clustering",
+    "clustering_algorithm",
+    "sink_mass_per_head",
+    "last_token_mass_per_head",
+}
+COLLAPSE = {
+    "model",
+    "before",
+    "after",
+    "n_heads",
+    "n_prompts",
+    "unit",
+    "scope",
+    "total",
+    "sink_part",
+    "content_part",
+    "sink_share",
+    "sink_share_ci",
+    "level",
+    "sink_mass_before",
+    "sink_mass_after",
+}
+FIELDS = {"ablation": ABLATION, "pruning": PRUNING, "similarity": SIMILARITY, "collapse": COLLAPSE}
+
+
+def test_shipped_results_hold_every_field_the_notebook_reads(shipped):
+    for key in ("config", "config_hash", "interv_version", "command", "part_commands"):
+        assert key in shipped, key
+    for part, numbers in shipped["results"].items():
+        missing = FIELDS[part.split("_", 1)[0]] - set(numbers)
+        assert not missing, (part, missing)
+        assert part in shipped["part_commands"] and part in shipped["provenance"]
+        assert {"seconds", "cpus", "torch_threads", "load_average_before"} <= set(
+            shipped["provenance"][part]
+        )
+    for part in (p for p in shipped["results"] if p.startswith("ablation_")):
+        numbers = shipped["results"][part]
+        for kind in numbers["kinds"]:
+            for metric in ("entropy", "normalized_entropy", "sink_mass", "contribution_norm"):
+                assert set(numbers["agreement"][kind][metric]) == {"rho", "ci", "n_heads"}
+                rows = numbers["agreement_per_layer"][kind][metric]
+                assert len(rows["rho"]) == len(rows["ci_low"]) == len(rows["layers"])
+    for part in (p for p in shipped["results"] if p.startswith("pruning_")):
+        numbers = shipped["results"][part]
+        for order in numbers["orders"].values():
+            assert len(order["values"]) == len(order["ci_low"]) == len(numbers["ks"])
+        assert [gap["k"] for gap in numbers["best_vs_worst"]] == numbers["ks"]
+    for part in (p for p in shipped["results"] if p.startswith("similarity_")):
+        numbers = shipped["results"][part]
+        for flip in numbers["flips"].values():
+            assert {"rate", "ci", "n_flips", "n_ties", "n_triples", "sampled"} <= set(flip)
+
+
+def test_shipped_results_are_small_and_the_notebook_reads_that_file(shipped):
+    size = len(resources.files("interv.data").joinpath("claims.json").read_bytes())
+    assert size < 64 * 1024, f"{size} bytes"
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    source = "".join("".join(cell["source"]) for cell in cells)
+    assert 'resources.files("interv.data").joinpath("claims.json")' in source
