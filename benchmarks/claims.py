@@ -134,9 +134,9 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "collapse": {
-        "models": ["induction-2l"],
+        "models": ["induction-2l", "sink-lm-3l"],
         "before": 0,
-        "n_sequences": 16,
+        "n_sequences": 32,
         "n_bootstrap": 1000,
         "level": 0.95,
         "seed": 0,
