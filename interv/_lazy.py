@@ -6,6 +6,7 @@ No stability promise; internal to interv.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +28,9 @@ def lazy_exports(
         moved: old public name -> the public module it now lives in; such names still
             resolve, with a ``DeprecationWarning`` naming the new place (not cached, so
             every use warns; not listed by ``dir``).
+
+    Any other public name that is a submodule of ``package`` is imported on first use,
+    so ``import interv`` then ``interv.metrics.entropy(...)`` works as the notebooks show.
     """
     moved = moved or {}
 
@@ -41,6 +45,10 @@ def lazy_exports(
             return getattr(importlib.import_module(moved[name]), name)
         module_name = exports.get(name)
         if module_name is None:
+            # a subpackage (``interv.metrics``) resolves after a bare ``import interv``
+            submodule = f"{package}.{name}"
+            if not name.startswith("_") and importlib.util.find_spec(submodule) is not None:
+                return importlib.import_module(submodule)
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module_name), name)
         namespace[name] = value
