@@ -127,12 +127,7 @@ def read_json(path: str | Path, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        truncated = (
-            " (it ends early: was its writing interrupted?)"
-            if error.pos >= len(text.rstrip())
-            else ""
-        )
         raise IntervError(
-            f"{what} {str(Path(path))!r} is not valid JSON: {error.msg} at line {error.lineno}, "
-            f"column {error.colno}{truncated}"
+            f"{what} {str(Path(path))!r} is not valid JSON ({error.msg}: line {error.lineno}, "
+            f"column {error.colno}); it may be cut short (an interrupted write) or edited"
         ) from None
