@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,32 +39,55 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from interv.demo import run_demo
+    from interv.demo import DEFAULT_OUT, run_demo
 
     result = run_demo(args.model, args.out, n_prompts=args.n_prompts, layers=args.layers)
+    default = Path(DEFAULT_OUT[args.model])
+    if args.out is None and result.out_dir != default:
+        print(
+            f"note: {default}/ holds files interv did not write, so the report went to "
+            f"{result.out_dir}/ instead (nothing was overwritten)"
+        )
     _print_summary(result.report, result.paths, result.seconds)
     return 0
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from interv._checks import read_json
+    from interv._outputs import claim_dir
     from interv.report.render import save_report
-    from interv.report.table import Report
 
     directory = Path(args.directory)
-    out = Path(args.out) if args.out else directory
-    if (directory / "report.json").is_file():
-        data = json.loads((directory / "report.json").read_text(encoding="utf-8"))
-        report = Report.from_dict(data)
-    elif (directory / "manifest.json").is_file():
-        from interv.demo import report_from_sweep
-
-        report = report_from_sweep(directory)
-    else:
+    if not directory.exists():
+        raise IntervError(f"directory {str(directory)!r} does not exist")
+    if not directory.is_dir():
+        raise IntervError(
+            f"{str(directory)!r} is a file; expected a directory written by interv demo or "
+            "interv sweep"
+        )
+    is_report = (directory / "report.json").is_file()
+    if not is_report and not (directory / "manifest.json").is_file():
         raise IntervError(
             f"{str(directory)!r} holds neither a saved report (report.json, from interv demo) "
             "nor a sweep (manifest.json, from interv sweep)"
         )
-    paths = save_report(report, out)
+    if is_report:
+        from interv.report.table import Report
+
+        report = Report.from_dict(read_json(directory / "report.json", "saved report"))
+    else:
+        from interv.sweeps.store import read_manifest
+
+        read_manifest(directory)  # a broken manifest fails here, before any model loads
+    output = claim_dir(args.out or directory, what="output directory", by="interv report")
+    with output:
+        if not is_report:
+            from interv.demo import report_from_sweep
+
+            report = report_from_sweep(directory)
+        with output.staging() as folder:
+            written = save_report(report, folder)
+    paths = {key: output.path / path.name for key, path in written.items()}
     _print_summary(report, paths, None)
     return 0
 
@@ -88,10 +110,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="induction-2l (zoo, ships with interv; default) or smollm2-135m (IOI task)",
     )
     demo.add_argument(
-        "--out", default="interv-report", help="output directory (default ./interv-report)"
+        "--out",
+        default=None,
+        help="output directory: new, empty, or written by interv before; never overwrites "
+        "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m; "
+        "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(
-        "--n-prompts", type=int, default=None, help="prompt pairs (default 16 zoo, 8 SmolLM2)"
+        "--n-prompts", type=int, default=None, help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2)"
     )
     demo.add_argument(
         "--layers", type=int, nargs="+", default=None, help="layers to intervene on (default all)"
@@ -105,6 +131,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     report.add_argument("directory", help="a directory written by interv demo or interv sweep")
     report.add_argument(
-        "--out", default=None, help="output directory (default: the input directory)"
+        "--out",
+        default=None,
+        help="output directory (default: the input directory); new, empty, or written by "
+        "interv before",
     )
     report.set_defaults(handler=_run_report)
