@@ -10,6 +10,7 @@ interv; no stability promise.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -18,6 +19,14 @@ from typing import Any
 __all__ = ["Stages", "show_progress", "stages"]
 
 _TICK_S = 0.5
+
+
+def _terminal_width() -> int:
+    """Columns of the terminal on stderr; 0 when unknown."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 def show_progress(enabled: bool | None) -> bool:
@@ -77,12 +86,14 @@ def stages(names: Sequence[str], *, enabled: bool | None = None) -> Iterator[Sta
     if show_progress(enabled):
         from tqdm import tqdm
 
+        # a terminal that reports no width (a bare pseudo-terminal) would get an empty bar
+        width = {"dynamic_ncols": True} if _terminal_width() > 0 else {"ncols": 100, "nrows": 20}
         bar = tqdm(
             total=len(names),
             file=sys.stderr,
             unit="stage",
             leave=False,
-            dynamic_ncols=True,
+            **width,
             bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed} elapsed{postfix}",
         )
     progress = Stages(names, bar)

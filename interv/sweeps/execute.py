@@ -236,7 +236,11 @@ def run_sweep(
         if store.manifest["status"] == "complete":
             store.note_no_work()
         else:
-            worker = SweepWorker.load(config)
+            from interv._progress import stages
+
+            with stages(("loading the model and the task",), enabled=progress) as bar:
+                bar.start("loading the model and the task")
+                worker = SweepWorker.load(config)
             store.record_plan(len(worker.units), worker.n_interventions)
             done = store.completed()
             mine = [u for u in worker.units if shard is None or shard.owns(u.index)]

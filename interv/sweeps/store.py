@@ -230,11 +230,13 @@ class SweepStore:
         # what the directory holds is checked by the rules below
         output = claim_dir(directory, what="sweep directory", by="interv sweep", contents=False)
         directory = output.path
+        new_lock = not (directory / _LOCK).exists()
         lock_fd = os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:
             os.close(lock_fd)
+            output.abandon()
             raise IntervError(
                 f"sweep directory {str(directory)!r} is being written by another process; "
                 "wait for it or choose another --out"
@@ -244,6 +246,8 @@ class SweepStore:
             output.record([MANIFEST, BASELINES, UNITS, _LOCK], managed=True)
         except BaseException:
             os.close(lock_fd)
+            if new_lock:
+                (directory / _LOCK).unlink(missing_ok=True)
             output.abandon()
             raise
         _truncate_torn_tail(directory / UNITS)
