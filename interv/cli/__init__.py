@@ -151,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     :class:`~interv.errors.IntervError`, or a bad argument found by argparse); 130 on
     Ctrl-C; 141 when stdout's reader went away.
     """
+    # OpenMP threads that sleep while they wait instead of spinning: with another job on
+    # the cores, spinning threads made the demos 2x slower (zoo 20-32 s -> 12 s, SmolLM2
+    # 129 s -> 64 s on 2 shared cores). Effective only before torch is imported, which
+    # the handlers do lazily; a value the user set wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

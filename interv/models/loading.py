@@ -19,8 +19,10 @@ model's.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +72,34 @@ def load_model(
     """
     torch_dtype = resolve_dtype(dtype)
     kind, name = _resolve_spec(spec)
+    with _library_bars_only_on_a_terminal():
+        return _load(kind, name, device=device, dtype=torch_dtype)
+
+
+@contextlib.contextmanager
+def _library_bars_only_on_a_terminal() -> Iterator[None]:
+    """Silence transformers' own progress bars ("Loading weights") unless stderr is a
+    terminal, so piped output stays clean."""
+    from interv._progress import show_progress
+
+    if show_progress(None):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load(
+    kind: str, name: str, *, device: str | torch.device, dtype: torch.dtype
+) -> TransformerBridge:
+    torch_dtype = dtype
     if kind == "smollm2":
         return smollm2.load_smollm2(device=device, dtype=torch_dtype)
     if kind == "minilm":
