@@ -91,6 +91,7 @@ def _populate(root: Path) -> None:
     (root / "emptydir-for-report").mkdir()
     (root / "notutf8.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     (root / "blank.txt").write_text("\n  \n")
+    (root / "english.txt").write_text("The cat sat\n")
     (root / "plots-cosine.png").write_bytes(b"a user's image")
     (root / "pruning.png").write_bytes(b"a user's image")
     saved = _saved_report()
@@ -243,6 +244,11 @@ CLI_CASES = [
     (["similarity", "induction-2l", "--prompts", "notutf8.txt"], r"is not UTF-8 text", True),
     (["similarity", "induction-2l", "--prompts", "blank.txt"], r"has no non-empty line", True),
     (["similarity", "induction-2l", "--k", "0"], r"--k must be >= 1; got 0", True),
+    (
+        ["similarity", "induction-2l", "--prompts", "english.txt"],
+        r"prompt 0 'The cat sat' cannot be tokenized: its words \['The', 'cat', 'sat'\]",
+        False,
+    ),
     (
         ["similarity", "induction-2l", "--plot", "plots.png"],
         r"'plots-cosine\.png' exists and interv did not write it",

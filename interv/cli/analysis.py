@@ -103,6 +103,7 @@ def _run_similarity(args: argparse.Namespace) -> int:
     from interv.analysis.clustering import cluster_heads, plot_clustering
     from interv.analysis.similarity import head_similarity
     from interv.models import load_model
+    from interv.tasks.pairs import check_tokenizable
 
     names = ("loading the model", "attention rows", "similarity and bootstrap", "clustering")
     with contextlib.ExitStack() as claims:
@@ -111,6 +112,7 @@ def _run_similarity(args: argparse.Namespace) -> int:
         with stages(names) as bar:
             bar.start("loading the model")
             model = load_model(args.model)
+            check_tokenizable(model, prompts)
             bar.start("attention rows")
             rows = attention_rows(model, prompts, sink=list(sink))
             bar.start("similarity and bootstrap")

@@ -220,7 +220,9 @@ class PromptPairs:
             try:
                 return encode_prompt(text)
             except Exception as error:  # tokenizers raises bare Exceptions
-                raise _untokenizable(tokenizer, self, i, field, text, error) from None
+                raise _untokenizable(
+                    tokenizer, f"pair {i}: {field}", text, error, self.name
+                ) from None
 
         clean_ids, corrupted_ids, answer_positions = [], [], []
         for i in range(self.n_pairs):
@@ -356,8 +358,20 @@ def _unknown_words(tokenizer: Any, text: str) -> list[str] | None:
     return list(dict.fromkeys(word for word in words if word not in vocab))
 
 
+def check_tokenizable(model_or_tokenizer: Any, texts: Sequence[str], what: str = "prompt") -> None:
+    """Raise :class:`IntervError` for the first of ``texts`` that the model's tokenizer
+    cannot encode, naming its unknown words (e.g. English text for a zoo model, whose
+    word-level tokenizer has no unknown token). No model is run."""
+    tokenizer, encode = _prompt_encoder(model_or_tokenizer, prepend_bos=False)
+    for i, text in enumerate(texts):
+        try:
+            encode(text)
+        except Exception as error:  # tokenizers raises bare Exceptions
+            raise _untokenizable(tokenizer, f"{what} {i}", text, error) from None
+
+
 def _untokenizable(
-    tokenizer: Any, pairs: PromptPairs, i: int, field: str, text: str, error: Exception
+    tokenizer: Any, label: str, text: str, error: Exception, task_name: str | None = None
 ) -> IntervError:
     """The error for a text the model's tokenizer cannot encode (e.g. a word-level
     tokenizer without an unknown token, such as the zoo's, meeting an unknown word)."""
@@ -372,12 +386,12 @@ def _untokenizable(
     else:
         what = f"the tokenizer refused it ({error})"
     hint = ""
-    if pairs.name in ("ioi", "capitals"):
+    if task_name in ("ioi", "capitals"):
         hint = (
-            f"; the built-in task {pairs.name!r} is English text for a model with a natural-"
+            f"; the built-in task {task_name!r} is English text for a model with a natural-"
             "language tokenizer (e.g. smollm2-135m); zoo models take the task 'induction'"
         )
-    return IntervError(f"pair {i}: {field} {text!r} cannot be tokenized: {what}{hint}")
+    return IntervError(f"{label} {text!r} cannot be tokenized: {what}{hint}")
 
 
 def _single_token_ids(
@@ -389,7 +403,7 @@ def _single_token_ids(
         try:
             token_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         except Exception as error:  # tokenizers raises bare Exceptions
-            raise _untokenizable(tokenizer, pairs, i, field, text, error) from None
+            raise _untokenizable(tokenizer, f"pair {i}: {field}", text, error, pairs.name) from None
         if len(token_ids) != 1:
             pieces = [tokenizer.decode([token_id]) for token_id in token_ids]
             raise IntervError(
