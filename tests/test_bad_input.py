@@ -206,6 +206,7 @@ CLI_CASES = [
     (["report", "incomplete"], r"manifest\.json' is incomplete: it lacks \['config'", True),
     (["report", "cut"], r"manifest\.json' is not valid JSON", True),
     (["report", "saved", "--out", "mine"], r"holds files interv did not write", True),
+    (["report", "saved"], r"'saved' holds files interv did not write .* pass --out DIR", True),
     (["report", "saved", "--out", "afile"], r"'afile' is an existing file", True),
     # interv metrics: one row, as typed
     (["metrics", "0.7", "0.1", "0.1", "0.2"], r"4 weights sum to 1\.1; expected 1", True),

@@ -79,7 +79,12 @@ def _run_report(args: argparse.Namespace) -> int:
         from interv.sweeps.store import read_manifest
 
         read_manifest(directory)  # a broken manifest fails here, before any model loads
-    output = claim_dir(args.out or directory, what="output directory", by="interv report")
+    try:
+        output = claim_dir(args.out or directory, what="output directory", by="interv report")
+    except IntervError as error:
+        if args.out is not None:
+            raise
+        raise IntervError(f"{error}; to render the report elsewhere pass --out DIR") from None
     with output:
         if not is_report:
             from interv.demo import report_from_sweep
