@@ -7,14 +7,16 @@ Internal to interv; no stability promise.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from interv.errors import IntervError
 
-__all__ = ["as_finite", "as_int", "as_positions", "check_index"]
+__all__ = ["as_finite", "as_int", "as_positions", "check_index", "read_json", "read_text"]
 
 
 def as_int(value: Any, what: str, *, minimum: int | None = None) -> int:
@@ -95,3 +97,45 @@ def check_index(value: Any, count: int, noun: str, owner: str) -> int:
     if not 0 <= value < count:
         raise IntervError(f"{noun} {value} is out of range; {owner} (valid {noun}s 0..{count - 1})")
     return value
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The UTF-8 text of the file ``path``; ``what`` names it in messages (e.g. ``"task file"``).
+
+    A missing file, a directory, an unreadable file or bytes that are not UTF-8 raise
+    :class:`IntervError` naming the path and what was expected.
+    """
+    path = Path(path)
+    where = f"{what} {str(path)!r}"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise IntervError(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise IntervError(f"{where} is a directory; expected a file") from None
+    except OSError as error:
+        raise IntervError(f"cannot read {where}: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise IntervError(
+            f"{where} is not UTF-8 text: byte 0x{data[error.start]:02x} at offset {error.start} "
+            f"(line {line}) is not valid UTF-8; save the file as UTF-8"
+        ) from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """The JSON value in the file ``path`` (see :func:`read_text` for file errors).
+
+    Invalid JSON (for example a file cut short by an interrupted write) raises
+    :class:`IntervError` naming the path, the line and the column.
+    """
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise IntervError(
+            f"{what} {str(Path(path))!r} is not valid JSON ({error.msg}: line {error.lineno}, "
+            f"column {error.colno}); it may be cut short (an interrupted write) or edited"
+        ) from None

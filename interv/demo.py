@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_OUT",
     "DemoResult",
     "answer_query_positions",
+    "check_demo_options",
     "demo_interventions",
     "report_from_sweep",
     "run_demo",
@@ -46,8 +48,28 @@ __all__ = [
 DEFAULT_MODEL = "induction-2l"
 """The zoo model the demo runs on by default (ships with interv)."""
 
-_TASK_OF_MODEL = {"induction-2l": "induction", "smollm2-135m": "ioi"}
+DEFAULT_OUT: dict[str, str] = {
+    "induction-2l": "interv-report",
+    "smollm2-135m": "interv-report-smollm2",
+}
+"""Default output directory of each demo model (one per model, so no demo replaces
+another's report)."""
+
+# model -> (built-in task, number of layers, default prompt pairs). The layer counts
+# let --layers be checked before the model loads; run_demo confirms them after.
+_DEMO_MODELS: dict[str, tuple[str, int, int]] = {
+    "induction-2l": ("induction", 2, 16),
+    "smollm2-135m": ("ioi", 30, 8),
+}
 _MAX_BATCH_ROWS = 512
+_STAGES = (
+    "loading the model",
+    "tokenizing the task",
+    "concentration",
+    "interventions",
+    "report statistics",
+    "plots and files",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,11 +80,14 @@ class DemoResult:
         report: the typed report.
         paths: format -> written path (see :func:`interv.report.render.save_report`).
         seconds: wall-clock time of the whole demo, in seconds.
+        out_dir: the directory written (the default one may have moved to a fresh name,
+            see :func:`run_demo`).
     """
 
     report: Report
     paths: dict[str, Path]
     seconds: float
+    out_dir: Path
 
 
 def answer_query_positions(task: TokenizedPairs) -> tuple[int, ...]:
@@ -147,52 +172,135 @@ def _attention_row_figure(model: Any, task: TokenizedPairs, report: Report) -> A
     )
 
 
+def check_demo_options(
+    model: str, n_prompts: int | None, layers: Sequence[int] | None
+) -> tuple[str, int, tuple[int, ...] | None]:
+    """Validate the demo's options without loading anything.
+
+    Returns:
+        The task name, the number of prompt pairs and the layers (None = all).
+
+    Raises:
+        IntervError: an unknown demo model, ``n_prompts`` below 1, or layers that are
+            empty, repeated, negative or beyond the model's layers.
+    """
+    from interv._checks import as_int, as_positions
+
+    if model not in _DEMO_MODELS:
+        raise IntervError(f"unknown demo model {model!r}; choose one of {tuple(_DEMO_MODELS)}")
+    task_name, n_layers, default_prompts = _DEMO_MODELS[model]
+    pairs = default_prompts if n_prompts is None else as_int(n_prompts, "n_prompts", minimum=1)
+    chosen = as_positions(layers, "layers", allow_empty=False)
+    if chosen is not None:
+        bad = [layer for layer in chosen if layer >= n_layers]
+        if bad:
+            raise IntervError(
+                f"layers {bad} do not exist; {model} has {n_layers} layers (valid layers "
+                f"0..{n_layers - 1})"
+            )
+    return task_name, pairs, chosen
+
+
 def run_demo(
     model: str = DEFAULT_MODEL,
-    out: str | Path = "interv-report",
+    out: str | Path | None = None,
     *,
     n_prompts: int | None = None,
     layers: Sequence[int] | None = None,
     seed: int = 0,
     n_bootstrap: int = 1000,
+    progress: bool | None = None,
 ) -> DemoResult:
     """Run the whole pipeline on ``model`` and its built-in task; write the report to ``out``.
+
+    Every option and the output directory are checked before the model loads. The
+    directory must be new, empty, or hold only files an earlier interv run wrote there
+    (see :mod:`interv._outputs`); interv never overwrites anyone else's files. When the
+    run fails, what it wrote is removed.
 
     Args:
         model: ``"induction-2l"`` (zoo, default; task ``"induction"``) or
             ``"smollm2-135m"`` (task ``"ioi"``).
-        out: directory to write the report into (created if missing).
-        n_prompts: prompt pairs (default 16 for the zoo model, 8 for SmolLM2).
+        out: directory to write the report into (created if missing). None: the model's
+            :data:`DEFAULT_OUT` directory, or, if that holds files interv did not write,
+            the first free ``<default>-2``, ``<default>-3``, ... (see ``out_dir`` of the
+            result).
+        n_prompts: prompt pairs, >= 1 (default 16 for the zoo model, 8 for SmolLM2).
         layers: layers whose heads are intervened on (default: all).
         seed: seed of the task's prompts and of the bootstrap.
         n_bootstrap: bootstrap resamples of prompts.
+        progress: a progress bar on stderr; None = only when stderr is a terminal.
+
+    Raises:
+        IntervError: a bad option or output directory (before any model is loaded).
     """
     import time
 
+    from interv._checks import as_int
+    from interv._outputs import claim_dir, fresh_dir
+    from interv._progress import stages
+
+    task_name, pairs_count, chosen = check_demo_options(model, n_prompts, layers)
+    as_int(n_bootstrap, "n_bootstrap", minimum=1)
+    start = time.perf_counter()
+    if out is None:
+        output = fresh_dir(DEFAULT_OUT[model], what="output directory", by="interv demo")
+    else:
+        output = claim_dir(out, what="output directory", by="interv demo")
+    with output, stages(_STAGES, enabled=progress) as bar:
+        report, figure = _compute(model, task_name, pairs_count, chosen, seed, n_bootstrap, bar)
+        bar.start("plots and files")
+        from interv.report.render import save_report
+
+        with output.staging() as folder:
+            written = save_report(
+                report, folder, figures=None if figure is None else {"attention_row": figure}
+            )
+        paths = {key: output.path / path.name for key, path in written.items()}
+    return DemoResult(report, paths, time.perf_counter() - start, output.path)
+
+
+def _compute(
+    model: str,
+    task_name: str,
+    n_prompts: int,
+    layers: tuple[int, ...] | None,
+    seed: int,
+    n_bootstrap: int,
+    bar: Any,
+) -> tuple[Report, Any]:
+    """The demo's report and attention-row figure (stages 1-5 of the progress bar)."""
     from interv.analysis.concentration import concentration
     from interv.engine.runner import run
     from interv.models.loading import load_model
-    from interv.report.render import save_report
     from interv.report.table import build_report
     from interv.tasks.builtin import load_task
 
-    task_name = _TASK_OF_MODEL.get(model)
-    if task_name is None:
-        raise IntervError(f"unknown demo model {model!r}; choose one of {tuple(_TASK_OF_MODEL)}")
-    start = time.perf_counter()
+    bar.start("loading the model")
     bridge = load_model(model)
-    default_prompts = 16 if model == DEFAULT_MODEL else 8
-    pairs = load_task(task_name, n_pairs=n_prompts or default_prompts, seed=seed)
-    task = pairs.tokenize(bridge)
+    n_layers = int(bridge.cfg.n_layers)
+    if n_layers != _DEMO_MODELS[model][1]:
+        raise IntervError(
+            f"{model} has {n_layers} layers, but the demo's table says {_DEMO_MODELS[model][1]}"
+        )
+    bar.start("tokenizing the task")
+    task = load_task(task_name, n_pairs=n_prompts, seed=seed).tokenize(bridge)
+    bar.start("concentration")
     heads_conc = concentration(bridge, task, sink=0, query_positions=answer_query_positions(task))
-    interventions = demo_interventions(
-        bridge.cfg.n_layers, bridge.cfg.n_heads, task.n_positions, layers
-    )
-    effects = run(bridge, task, interventions, "logit_diff", max_batch_size=_MAX_BATCH_ROWS)
+    bar.start("interventions")
+    interventions = demo_interventions(n_layers, bridge.cfg.n_heads, task.n_positions, layers)
+    # One engine run per batch of interventions, so the bar moves as they are computed
+    # (each run recomputes the two baselines: two forwards, a few percent of the work).
+    chunk = max(1, _MAX_BATCH_ROWS // task.n_pairs)
+    effects = []
+    for first in range(0, len(interventions), chunk):
+        bar.detail(f"{first}/{len(interventions)} interventions")
+        part = interventions[first : first + chunk]
+        effects.append(run(bridge, task, part, "logit_diff", max_batch_size=_MAX_BATCH_ROWS))
+    bar.detail(f"{len(interventions)}/{len(interventions)} interventions")
+    bar.start("report statistics")
     report = build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)
-    figure = _attention_row_figure(bridge, task, report)
-    paths = save_report(report, out, figures=None if figure is None else {"attention_row": figure})
-    return DemoResult(report, paths, time.perf_counter() - start)
+    return report, _attention_row_figure(bridge, task, report)
 
 
 def report_from_sweep(directory: str | Path, *, n_bootstrap: int = 1000, seed: int = 0) -> Report:

@@ -1,8 +1,20 @@
-"""Test-wide settings (no network, deterministic property tests) and shared fixtures."""
+"""Test-wide settings (no network, deterministic property tests, OpenMP threads that
+sleep instead of spinning) and shared fixtures."""
 
 from __future__ import annotations
 
 import os
+
+# OpenMP threads that wait passively. torch's OpenMP runtime (libgomp) spins while its
+# threads wait for work; with another CPU-heavy job on a 2-core machine the spinning
+# threads fight it for the cores and torch slows down several-fold. Measured on 2 cores
+# (tests/test_engine_fast.py, test_engine_runner.py, test_demo.py; another engineer's
+# jobs running too, plus a 2-thread torch matmul loop as the competing job):
+# default 260 s, OMP_NUM_THREADS=1 69 s, OMP_WAIT_POLICY=PASSIVE 48 s; without the
+# matmul loop 59 s, 14 s and 14 s. Passive waiting keeps both cores for an idle machine.
+# Set before torch is imported (it reads the variable once); subprocesses (notebook
+# kernels, CLI runs, Ray workers) inherit it. A value set by the caller wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Tests must never reach a model hub: everything they load ships with a package.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -27,4 +27,4 @@ def test_metrics_in_bits(capsys):
 def test_metrics_rejects_a_row_that_does_not_sum_to_one(capsys):
     assert main(["metrics", "0.7", "0.1", "0.1", "0.2"]) == 2
     err = capsys.readouterr().err
-    assert "sums to 1.1" in err and "expected 1" in err
+    assert "sum to 1.1" in err and "expected 1" in err

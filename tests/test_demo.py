@@ -117,3 +117,37 @@ def test_report_command_renders_a_sweep_directory(tmp_path):
     expected = (stored.values.double() - stored.clean.double()).mean(-1)
     assert [row.effect_mean for row in report.rows] == pytest.approx(expected.tolist())
     assert all(row.concentration is not None for row in report.rows)
+
+
+def test_the_readme_demo_lines_write_to_different_default_directories():
+    from pathlib import Path
+
+    from interv.demo import DEFAULT_MODEL, DEFAULT_OUT
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    lines = [
+        line for line in readme.splitlines() if line.startswith("interv demo") and "[" not in line
+    ]
+    models = [
+        line.split("--model")[1].split()[0] if "--model" in line else DEFAULT_MODEL
+        for line in lines
+    ]
+    assert len(models) == 2 and all("--out" not in line for line in lines)
+    assert len({DEFAULT_OUT[model] for model in models}) == 2
+
+
+def test_a_default_directory_with_a_users_file_is_left_alone(demo, tmp_path, monkeypatch, capsys):
+    import interv.demo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(interv.demo, "_compute", lambda *args: (demo[3], None))
+    (tmp_path / "interv-report").mkdir()
+    (tmp_path / "interv-report" / "report.md").write_text("my notes")
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "interv-report/ holds files interv did not write" in out
+    assert "report written to interv-report-2/" in out
+    assert (tmp_path / "interv-report" / "report.md").read_text() == "my notes"
+    assert (tmp_path / "interv-report-2" / "report.json").is_file()
+    assert main(["demo"]) == 0  # a rerun rewrites its own files, in the same place
+    assert "report written to interv-report-2/" in capsys.readouterr().out

@@ -168,7 +168,11 @@ def test_report_command_writes_tables_instead_of_the_page(toy, tmp_path):
     with contextlib.redirect_stdout(stdout):
         status = main(["report", str(tmp_path / "saved"), "--out", str(out), "--csv", "--parquet"])
     assert status == 0
-    assert sorted(p.name for p in out.iterdir()) == ["rows.csv", "rows.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".interv-files.json",
+        "rows.csv",
+        "rows.parquet",
+    ]
     for frame in (pd.read_csv(out / "rows.csv"), pd.read_parquet(out / "rows.parquet")):
         assert list(frame["semantics"]) == [row.semantics for row in report.rows]
         assert frame["effect_mean"].tolist() == pytest.approx([r.effect_mean for r in report.rows])

@@ -127,6 +127,7 @@ def test_other_hub_failures_are_reported_with_the_hub_message(monkeypatch):
         raise OSError(f"{name} is not a valid model identifier")
 
     monkeypatch.setattr(TransformerBridge, "boot_transformers", refuse)
+    monkeypatch.setattr(loading, "_hub_reachable", lambda: True)  # as if online
     with pytest.raises(
         IntervError, match=r"could not load hub model 'org/x': org/x is not a valid"
     ):

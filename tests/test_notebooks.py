@@ -9,6 +9,15 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+REAL_MODELS = ("smollm2-135m", "minilm-l6")
+
+
+def _executed(path: Path) -> pytest.param:
+    """A notebook that loads a real pretrained model is marked ``real_model`` (out of the
+    quick loop, still in the README's test command)."""
+    text = path.read_text(encoding="utf-8")
+    marks = [pytest.mark.real_model] if any(spec in text for spec in REAL_MODELS) else []
+    return pytest.param(path, marks=marks, id=path.name)
 
 
 def test_notebooks_exist():
@@ -23,7 +32,7 @@ def test_notebook_is_stored_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None, path.name
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [_executed(path) for path in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from interv.sweeps import load_sweep, run_sweep
@@ -53,6 +54,7 @@ def stored_ids(directory) -> list[str]:
     return [json.loads(line)["unit"] for line in data[: data.rfind("\n") + 1].splitlines()]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_equals_an_uninterrupted_run(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(CONFIG)

@@ -145,6 +145,71 @@ def test_incomplete_directory_does_not_load_as_a_result(single, tmp_path):
         load_sweep(partial)
 
 
+def test_a_failed_run_says_so_in_the_manifest_and_a_rerun_resumes(single, tmp_path, monkeypatch):
+    _, result = single
+    compute = execute.SweepWorker.compute
+
+    def fail_on_the_third_unit(self, index):
+        if index == 2:
+            raise RuntimeError("out of memory (simulated)")
+        return compute(self, index)
+
+    monkeypatch.setattr(execute.SweepWorker, "compute", fail_on_the_third_unit)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run_sweep(RAW, tmp_path / "failed", progress=False)
+    manifest = json.loads((tmp_path / "failed" / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["error"] == "RuntimeError: out of memory (simulated)"
+    monkeypatch.setattr(execute.SweepWorker, "compute", compute)
+    assert_same_result(run_sweep(RAW, tmp_path / "failed", progress=False), result)
+    manifest = json.loads((tmp_path / "failed" / "manifest.json").read_text())
+    assert (manifest["status"], manifest["computed_in_last_run"]) == ("complete", 3)
+
+
+def test_a_run_that_fails_before_storing_anything_leaves_no_directory(tmp_path, monkeypatch):
+    def no_model(config, model=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute.SweepWorker, "load", no_model)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(RAW, tmp_path / "new" / "sweep", progress=False)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_rerun_of_a_complete_sweep_says_it_computed_nothing(single, tmp_path, capsys):
+    directory, _ = single
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    (tmp_path / "sweep.toml").write_text(tomli_w_dumps(RAW))
+    assert main(["sweep", str(tmp_path / "sweep.toml"), "--out", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "none computed by this run (every unit was stored already)" in out
+    assert json.loads((copy / "manifest.json").read_text())["computed_in_last_run"] == 0
+
+
+def tomli_w_dumps(raw: dict) -> str:
+    """RAW as TOML (tables of scalars, lists and inline tables only)."""
+
+    def value(v):
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)
+
+    lines = []
+    for table, entries in raw.items():
+        lines.append(f"[{table}]")
+        for key, v in entries.items():
+            if key == "interventions":
+                continue
+            lines.append(f"{key} = {value(v)}")
+    for entry in raw["sweep"].get("interventions", []):
+        lines.append("[[sweep.interventions]]")
+        lines.extend(f"{key} = {value(v)}" for key, v in entry.items())
+    return "\n".join(lines) + "\n"
+
+
 def test_jsonl_task_cli_summary_and_refusal_of_edited_pairs(tmp_path, capsys):
     load_task("induction", n_pairs=6, seed=3).to_jsonl(tmp_path / "pairs.jsonl")
     (tmp_path / "sweep.toml").write_text(

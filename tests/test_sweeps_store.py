@@ -123,7 +123,7 @@ def test_finish_records_the_end_time_atomically_and_leaves_no_temporary_file(tmp
         7,
     )
     assert manifest["finished"] >= manifest["started"]
-    assert sorted(os.listdir(tmp_path)) == [".lock", "manifest.json"]
+    assert sorted(os.listdir(tmp_path)) == [".interv-files.json", ".lock", "manifest.json"]
 
 
 def test_a_changed_plan_under_the_same_config_is_refused(tmp_path):

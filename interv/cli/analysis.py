@@ -18,8 +18,11 @@ status). Handlers import torch and the models lazily, so ``interv --help`` stays
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import Any
 
+from interv._checks import as_int, as_positions
 from interv.engine.sites import head_label
 from interv.errors import IntervError
 
@@ -35,45 +38,104 @@ DEFAULT_PROMPTS = (
 
 
 def _read_prompts(path: Path | None) -> list[str]:
+    from interv._checks import read_text
+
     if path is None:
         return list(DEFAULT_PROMPTS)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise IntervError(f"cannot read --prompts file {str(path)!r}: {error}") from error
+    lines = read_text(path, "--prompts file").splitlines()
     prompts = [line.strip() for line in lines if line.strip()]
     if not prompts:
         raise IntervError(f"--prompts file {str(path)!r} has no non-empty line (one prompt a line)")
     return prompts
 
 
+def _plot_format(path: Path) -> str:
+    """The image format of ``path`` (its suffix; PNG without one), checked."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    supported = FigureCanvasBase.get_supported_filetypes()
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in supported:
+        raise IntervError(
+            f"--plot {str(path)!r}: unknown image format {fmt!r}; use a suffix among "
+            f"{sorted(supported)}"
+        )
+    return fmt
+
+
+def _save_figure(figure: Any, output: Any, name: str, fmt: str) -> Path:
+    """Save ``figure`` as ``name`` through a claimed output (never over someone's file)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt)
+    plt.close(figure)
+    return output.write_bytes(name, buffer.getvalue())
+
+
+def _check_counts(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None:
+            as_int(value, f"--{name.replace('_', '-')}", minimum=1)
+
+
 def _run_similarity(args: argparse.Namespace) -> int:
+    from interv._outputs import claim_file
+    from interv._progress import stages
+    from interv.models.loading import check_model_spec
+
+    # every option, the prompts and the plot files are checked before the model loads
+    check_model_spec(args.model)
+    _check_counts(args, "k", "resamples")
+    sink = as_positions(args.sink, "--sink", allow_empty=False)
+    prompts = _read_prompts(args.prompts)
+    plots = {}
+    if args.plot is not None:
+        fmt = _plot_format(args.plot)
+        for measure in args.measures:
+            path = args.plot.with_name(f"{args.plot.stem}-{measure}{args.plot.suffix}")
+            plots[measure] = (claim_file(path, what="--plot file", by="interv similarity"), fmt)
+
     from interv.analysis._patterns import attention_rows
     from interv.analysis.clustering import cluster_heads, plot_clustering
     from interv.analysis.similarity import head_similarity
     from interv.models import load_model
+    from interv.tasks.pairs import check_tokenizable
 
-    model = load_model(args.model)
-    rows = attention_rows(model, _read_prompts(args.prompts), sink=args.sink)
-    similarity = head_similarity(
-        rows, measures=args.measures, n_resamples=args.resamples, seed=args.seed
-    )
-    print(f"scope: {similarity.scope}")
-    print("verdict flip rate (share of head triples 'A closer to B than to C' that flip):")
-    for flip in similarity.flips:
-        print(f"  {flip.describe()}")
-    print(f"clustering agreement, keep-sink vs drop-sink (k={args.k}):")
-    for measure in similarity.measures:
-        clustering = cluster_heads(similarity, measure=measure, k=args.k)
-        print(f"  {clustering.describe()}")
-        if args.plot is not None:
-            import matplotlib.pyplot as plt
-
-            path = args.plot.with_name(f"{args.plot.stem}-{measure}{args.plot.suffix}")
-            figure = plot_clustering(clustering)
-            figure.savefig(path)
-            plt.close(figure)
-            print(f"  plot: {path}")
+    names = ("loading the model", "attention rows", "similarity and bootstrap", "clustering")
+    with contextlib.ExitStack() as claims:
+        for output, _ in plots.values():
+            claims.enter_context(output)
+        with stages(names) as bar:
+            bar.start("loading the model")
+            model = load_model(args.model)
+            check_tokenizable(model, prompts)
+            bar.start("attention rows")
+            rows = attention_rows(model, prompts, sink=list(sink))
+            bar.start("similarity and bootstrap")
+            similarity = head_similarity(
+                rows, measures=args.measures, n_resamples=args.resamples, seed=args.seed
+            )
+            bar.start("clustering")
+            clusterings = [
+                cluster_heads(similarity, measure=measure, k=args.k)
+                for measure in similarity.measures
+            ]
+        print(f"scope: {similarity.scope}")
+        print("verdict flip rate (share of head triples 'A closer to B than to C' that flip):")
+        for flip in similarity.flips:
+            print(f"  {flip.describe()}")
+        print(f"clustering agreement, keep-sink vs drop-sink (k={args.k}):")
+        for measure, clustering in zip(similarity.measures, clusterings, strict=True):
+            print(f"  {clustering.describe()}")
+            if measure in plots:
+                output, fmt = plots[measure]
+                name = f"{args.plot.stem}-{measure}{args.plot.suffix}"
+                path = _save_figure(plot_clustering(clustering), output, name, fmt)
+                print(f"  plot: {path}")
     if "aitchison" in similarity.measures:
         share = similarity.aitchison_sink_share
         off_diagonal = share[~share.isnan()]
@@ -86,15 +148,33 @@ def _run_similarity(args: argparse.Namespace) -> int:
 
 
 def _run_entropy_change(args: argparse.Namespace) -> int:
+    from interv import zoo
+    from interv._progress import stages
+
+    if args.zoo not in zoo.available():
+        raise IntervError(
+            f"unknown zoo model {args.zoo!r}; available: {', '.join(zoo.available())}"
+        )
+    shipped = zoo.checkpoints(args.zoo)
+    for flag, step in (("--from", args.from_step), ("--to", args.to_step)):
+        if step is not None and step not in shipped:
+            raise IntervError(
+                f"{flag} {step}: zoo model {args.zoo!r} has no checkpoint at that step; shipped "
+                f"steps: {', '.join(str(s) for s in shipped)} (--to defaults to the final weights)"
+            )
+    _check_counts(args, "n_sequences")
+
     from interv.analysis.attribution import checkpoint_entropy_change
 
-    result = checkpoint_entropy_change(
-        args.zoo,
-        before=args.from_step,
-        after=args.to_step,
-        n_sequences=args.n_sequences,
-        unit=args.unit,
-    )
+    with stages(("loading both checkpoints and splitting the change",)) as bar:
+        bar.start("loading both checkpoints and splitting the change")
+        result = checkpoint_entropy_change(
+            args.zoo,
+            before=args.from_step,
+            after=args.to_step,
+            n_sequences=args.n_sequences,
+            unit=args.unit,
+        )
     print(f"scope: {result.scope}")
     print(f"per head ({result.unit}; share = sink / total, NaN if |total| < {result.share_atol}):")
     spread = result.spread("total")
@@ -115,45 +195,85 @@ def _run_entropy_change(args: argparse.Namespace) -> int:
 
 
 def _run_pruning(args: argparse.Namespace) -> int:
-    from interv.analysis.pruning import (
-        RANKINGS,
-        TaskEvaluation,
-        TextEvaluation,
-        check_rankings,
-        pruning_curves,
-    )
-    from interv.models import load_model
-    from interv.report.plots import plot_pruning_curves
+    from interv._outputs import claim_file
+    from interv._progress import stages
+    from interv.analysis.pruning import RANKINGS, check_rankings
+    from interv.engine.targets import METRICS
+    from interv.models.loading import check_model_spec
     from interv.tasks.builtin import load_task
 
+    # every option, the task's prompts and the plot file are checked before the model loads
+    check_model_spec(args.model)
     rankings = list(RANKINGS) if args.rankings is None else args.rankings
     check_rankings(rankings)
-    model = load_model(args.model)
-    if args.text:
-        evaluation = TextEvaluation.from_text(model, n_tokens=args.n_tokens)
-        if args.rankings is None:
-            rankings.remove("attribution")
-    else:
-        task = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed).tokenize(model)
-        evaluation = TaskEvaluation(task, metric=args.metric)
-    heads = None
-    if args.layers is not None:
-        heads = [(layer, head) for layer in args.layers for head in range(model.cfg.n_heads)]
-    curves = pruning_curves(
-        model, evaluation, orders=rankings, max_heads=args.max_heads, heads=heads, seed=args.seed
-    )
-    print(f"scope: {curves.scope}")
-    print(f"semantics: {curves.ablation}")
-    print(f"lower is better: {curves.lower_is_better}")
-    for name in curves.orders:
-        print(f"  {curves.describe(name)}")
-        removed = ", ".join(head_label(*head) for head in curves.orders[name])
-        print(f"    removed in order: {removed}")
-        print(f"    rule: {curves.rules[name]}")
+    _check_counts(args, "n_pairs", "n_tokens")
+    if args.max_heads is not None:
+        as_int(args.max_heads, "--max-heads", minimum=0)
+    layers = as_positions(args.layers, "--layers", allow_empty=False)
+    pairs = None
+    if not args.text:
+        metrics = ("loss", *METRICS)
+        if args.metric not in metrics:
+            raise IntervError(f"unknown --metric {args.metric!r}; choose one of {metrics}")
+        pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)
+    plot = None
     if args.plot is not None:
-        figure = plot_pruning_curves(curves)
-        figure.savefig(args.plot)
-        print(f"plot: {args.plot}")
+        plot = (
+            claim_file(args.plot, what="--plot file", by="interv pruning"),
+            _plot_format(args.plot),
+        )
+
+    from interv.analysis.pruning import TaskEvaluation, TextEvaluation, pruning_curves
+    from interv.models import load_model
+    from interv.report.plots import plot_pruning_curves
+
+    names = ("loading the model", "tokenizing", "rankings and curves")
+    with contextlib.ExitStack() as claims:
+        if plot is not None:
+            claims.enter_context(plot[0])
+        with stages(names) as bar:
+            bar.start("loading the model")
+            model = load_model(args.model)
+            bar.start("tokenizing")
+            if layers is not None:
+                from interv._checks import check_index
+
+                for layer in layers:
+                    check_index(
+                        layer,
+                        model.cfg.n_layers,
+                        "layer",
+                        f"{args.model} has {model.cfg.n_layers} layers",
+                    )
+            if pairs is None:
+                evaluation = TextEvaluation.from_text(model, n_tokens=args.n_tokens)
+                if args.rankings is None:
+                    rankings.remove("attribution")
+            else:
+                evaluation = TaskEvaluation(pairs.tokenize(model), metric=args.metric)
+            heads = None
+            if layers is not None:
+                heads = [(layer, head) for layer in layers for head in range(model.cfg.n_heads)]
+            bar.start("rankings and curves")
+            curves = pruning_curves(
+                model,
+                evaluation,
+                orders=rankings,
+                max_heads=args.max_heads,
+                heads=heads,
+                seed=args.seed,
+            )
+        print(f"scope: {curves.scope}")
+        print(f"semantics: {curves.ablation}")
+        print(f"lower is better: {curves.lower_is_better}")
+        for name in curves.orders:
+            print(f"  {curves.describe(name)}")
+            removed = ", ".join(head_label(*head) for head in curves.orders[name])
+            print(f"    removed in order: {removed}")
+            print(f"    rule: {curves.rules[name]}")
+        if plot is not None:
+            path = _save_figure(plot_pruning_curves(curves), plot[0], args.plot.name, plot[1])
+            print(f"plot: {path}")
     return 0
 
 
@@ -185,7 +305,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     similarity.add_argument("--resamples", type=int, default=200, help="bootstrap resamples")
     similarity.add_argument("--seed", type=int, default=0, help="seed of triples and bootstrap")
     similarity.add_argument(
-        "--plot", type=Path, default=None, help="save one PNG per measure, FILE-<measure>.png"
+        "--plot",
+        type=Path,
+        default=None,
+        help="save one image per measure, FILE-<measure>.png (never over a file interv did "
+        "not write)",
     )
     similarity.set_defaults(handler=_run_similarity)
 
@@ -241,5 +365,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pruning.add_argument("--n-pairs", type=int, default=16, help="task prompt pairs")
     pruning.add_argument("--n-tokens", type=int, default=1024, help="text tokens (--text)")
     pruning.add_argument("--seed", type=int, default=0, help="seed of the task and 'random'")
-    pruning.add_argument("--plot", type=Path, default=None, help="save the curves as an image")
+    pruning.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="save the curves as an image (never over a file interv did not write)",
+    )
     pruning.set_defaults(handler=_run_pruning)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,65 +42,103 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from interv.demo import run_demo
+    from interv.demo import DEFAULT_OUT, run_demo
 
     result = run_demo(args.model, args.out, n_prompts=args.n_prompts, layers=args.layers)
+    default = Path(DEFAULT_OUT[args.model])
+    if args.out is None and result.out_dir != default:
+        print(
+            f"note: {default}/ holds files interv did not write, so the report went to "
+            f"{result.out_dir}/ instead (nothing was overwritten)"
+        )
     _print_summary(result.report, result.paths, result.seconds)
     return 0
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from interv._checks import read_json
+    from interv._outputs import claim_dir
     from interv.report.render import save_report
-    from interv.report.table import Report
 
     directory = Path(args.directory)
-    out = Path(args.out) if args.out else directory
-    if (directory / "report.json").is_file():
-        data = json.loads((directory / "report.json").read_text(encoding="utf-8"))
-        report = Report.from_dict(data)
-    elif (directory / "manifest.json").is_file():
-        from interv.demo import report_from_sweep
-
-        report = report_from_sweep(directory)
-    else:
+    if not directory.exists():
+        raise IntervError(f"directory {str(directory)!r} does not exist")
+    if not directory.is_dir():
+        raise IntervError(
+            f"{str(directory)!r} is a file; expected a directory written by interv demo or "
+            "interv sweep"
+        )
+    is_report = (directory / "report.json").is_file()
+    if not is_report and not (directory / "manifest.json").is_file():
         raise IntervError(
             f"{str(directory)!r} holds neither a saved report (report.json, from interv demo) "
             "nor a sweep (manifest.json, from interv sweep)"
         )
+    if is_report:
+        from interv.report.table import Report
+
+        report = Report.from_dict(read_json(directory / "report.json", "saved report"))
+    else:
+        from interv.sweeps.store import read_manifest
+
+        read_manifest(directory)  # a broken manifest fails here, before any model loads
+    try:
+        output = claim_dir(args.out or directory, what="output directory", by="interv report")
+    except IntervError as error:
+        if args.out is not None:
+            raise
+        raise IntervError(f"{error}; to render the report elsewhere pass --out DIR") from None
+    with output:
+        if not is_report:
+            from interv.demo import report_from_sweep
+
+            report = report_from_sweep(directory)
+        with output.staging() as folder:
+            if args.csv or args.parquet:
+                written = _write_tables(report, directory, folder, args.csv, args.parquet)
+            else:
+                written = save_report(report, folder)
     if args.csv or args.parquet:
-        _write_tables(report, directory, out, csv=args.csv, parquet=args.parquet)
+        _print_tables(report, output.path, written)
         return 0
-    paths = save_report(report, out)
+    paths = {key: output.path / path.name for key, path in written.items()}
     _print_summary(report, paths, None)
     return 0
 
 
-def _write_tables(report: Report, directory: Path, out: Path, *, csv: bool, parquet: bool) -> None:
-    """Write ``rows`` (and, for a sweep, ``effects``) as CSV and/or Parquet into ``out``."""
+def _write_tables(
+    report: Report, directory: Path, folder: Path, csv: bool, parquet: bool
+) -> dict[str, Path]:
+    """Write ``rows`` (and, for a sweep, ``effects``) as CSV and/or Parquet into ``folder``;
+    returns the written files by name."""
     frames = {"rows": report.to_pandas()}
     if (directory / "manifest.json").is_file():
         from interv.sweeps.collect import load_sweep
 
         frames["effects"] = load_sweep(directory).to_pandas()
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = {}
     for name, frame in frames.items():
         if csv:
-            frame.to_csv(out / f"{name}.csv", index=False)
-            written.append(f"{name}.csv")
+            written[f"{name}.csv"] = folder / f"{name}.csv"
+            frame.to_csv(written[f"{name}.csv"], index=False)
         if parquet:
+            written[f"{name}.parquet"] = folder / f"{name}.parquet"
             try:
-                frame.to_parquet(out / f"{name}.parquet", index=False)
+                frame.to_parquet(written[f"{name}.parquet"], index=False)
             except ImportError as error:
                 raise IntervError(
                     f"--parquet needs a Parquet engine for pandas: pip install pyarrow ({error})"
                 ) from error
-            written.append(f"{name}.parquet")
+    return written
+
+
+def _print_tables(report: Report, out: Path, written: dict[str, Path]) -> None:
+    sweep = any(name.startswith("effects.") for name in written)
     print(
         f"tables written to {out}/ ({', '.join(written)}): rows = one per site x "
         "intervention with its semantics sentence, effect in "
         f"{report.header.metric_unit} and the head's concentration"
-        + ("; effects = one per intervention x prompt" if "effects" in frames else "")
+        + ("; effects = one per intervention x prompt" if sweep else "")
     )
 
 
@@ -123,10 +160,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="induction-2l (zoo, ships with interv; default) or smollm2-135m (IOI task)",
     )
     demo.add_argument(
-        "--out", default="interv-report", help="output directory (default ./interv-report)"
+        "--out",
+        default=None,
+        help="output directory: new, empty, or written by interv before; never overwrites "
+        "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m; "
+        "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(
-        "--n-prompts", type=int, default=None, help="prompt pairs (default 16 zoo, 8 SmolLM2)"
+        "--n-prompts", type=int, default=None, help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2)"
     )
     demo.add_argument(
         "--layers", type=int, nargs="+", default=None, help="layers to intervene on (default all)"
@@ -143,7 +184,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     report.add_argument("directory", help="a directory written by interv demo or interv sweep")
     report.add_argument(
-        "--out", default=None, help="output directory (default: the input directory)"
+        "--out",
+        default=None,
+        help="output directory (default: the input directory); new, empty, or written by "
+        "interv before",
     )
     report.add_argument(
         "--csv",

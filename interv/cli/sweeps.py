@@ -25,7 +25,12 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
     computed = manifest.get("computed_in_last_run")
     shard = manifest["shard"]
     share = "all units" if shard is None else f"shard {shard}"
-    fresh = "" if computed is None else f", {computed} computed by this run"
+    if computed is None:
+        fresh = ""
+    elif computed == 0:
+        fresh = ", none computed by this run (every unit was stored already)"
+    else:
+        fresh = f", {computed} computed by this run"
     return (
         f"sweep complete ({share}): {result.n_interventions} interventions x "
         f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "

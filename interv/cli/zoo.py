@@ -111,10 +111,14 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from interv.zoo import train
+    from interv._outputs import claim_dir
+    from interv.zoo import card, train
 
+    card(args.name)  # an unknown name fails here, naming the zoo's models
     out = Path(args.out) if args.out is not None else Path("interv-zoo") / args.name
-    zoo_card = train(args.name, out)
+    # checked before the ~3 minutes of training; files appear only when training succeeds
+    with claim_dir(out, what="--out", by="interv zoo train") as output, output.staging() as folder:
+        zoo_card = train(args.name, folder)
     roles = ", ".join(f"{role.role} {role.label}" for role in zoo_card.roles)
     print(
         f"trained {zoo_card.name} into {out} in {zoo_card.training_wall_s:.0f} s (wall clock); "
@@ -141,6 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     training.add_argument(
         "--out",
         default=None,
-        help="output directory (default: ./interv-zoo/NAME)",
+        help="output directory: new, empty, or written by interv before (default: "
+        "./interv-zoo/NAME)",
     )
     training.set_defaults(handler=_train)

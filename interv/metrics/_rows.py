@@ -9,11 +9,16 @@ calls :func:`prepare_rows` first, so they all agree on what a valid row is:
 - Weights are finite and non-negative; mass on masked keys is below the tolerance;
   the available weights sum to 1 within the tolerance (or to at most 1 when the
   caller declares an off-row sink with ``allow_deficit=True``).
-- The tolerance is dtype-aware: ``4 * eps(dtype)`` for the rounding of the stored
-  weights plus ``4 * sqrt(n) * eps(accumulator)`` for the producer's summation over
-  ``n`` keys (the accumulator is float32 for 16- and 32-bit inputs, as in torch's
-  softmax, and float64 for float64 inputs). bf16 rows of a real model pass; a row
-  that is off by a percent in float32 does not.
+- The tolerance follows the precision the weights were *produced* in, not the dtype
+  they are stored in (a lossless conversion such as ``softmax(x).double()`` must not
+  change a row's validity): the production precision is the coarsest of bfloat16,
+  float16 and float32 in which every weight of the input is exactly representable
+  (float32 at the finest: float64 rows may carry float32 rounding). The tolerance is
+  ``eps(production)`` for the rounding of each stored weight (at most ``eps / 2`` of
+  the row's mass in total) plus ``4 * sqrt(n) * eps(float32)`` for the producer's
+  float32 summation over ``n`` keys. bf16 rows of a real model pass, and so do float32
+  softmax rows converted to float64; a float32 row off by 1e-4 (up to ~40k keys) and a
+  bf16 row off by a percent do not.
 - A row with no available key (``n == 0``, e.g. a padding query) is not a
   distribution: it is not validated and every metric reports NaN there.
 
@@ -90,12 +95,46 @@ def divide_by_log_n(entropy_nats: torch.Tensor, n: torch.Tensor) -> torch.Tensor
     return torch.where(n > 1, entropy_nats / log_n, torch.nan)
 
 
+_PRODUCTION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_HEAD = 4096  # elements checked first: float32 weights fail bfloat16 at once
+
+
+def _exactly_representable(rows: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether every (finite) value of ``rows`` survives a round trip through ``dtype``."""
+    flat = rows.detach().reshape(-1)
+    return all(bool((part.to(dtype).to(rows.dtype) == part).all()) for part in (flat[:_HEAD], flat))
+
+
+def production_dtype(rows: torch.Tensor) -> torch.dtype:
+    """The precision ``rows`` were produced in, as far as their values tell.
+
+    The coarsest of bfloat16, float16 and float32 in which every value is exactly
+    representable; float32 when none is coarser (also for float64 rows, which may carry
+    float32 rounding). ``rows`` must be finite.
+    """
+    for dtype in _PRODUCTION_DTYPES:
+        if rows.dtype == dtype or _exactly_representable(rows, dtype):
+            return dtype
+    return torch.float32
+
+
 def sum_tolerance(dtype: torch.dtype, n: torch.Tensor) -> torch.Tensor:
-    """``[...]`` float64 tolerance on a row sum for rows stored in ``dtype`` over ``n`` keys."""
-    accumulator = torch.float64 if dtype == torch.float64 else torch.float32
-    stored = 4.0 * torch.finfo(dtype).eps
-    summed = 4.0 * torch.finfo(accumulator).eps * n.to(torch.float64).clamp(min=1).sqrt()
+    """``[...]`` float64 tolerance on a row sum over ``n`` keys for weights produced in
+    ``dtype`` (float64 counts as float32): ``eps(dtype) + 4 sqrt(n) eps(float32)``."""
+    produced = dtype if dtype in _PRODUCTION_DTYPES else torch.float32
+    stored = torch.finfo(produced).eps
+    summed = 4.0 * torch.finfo(torch.float32).eps * n.to(torch.float64).clamp(min=1).sqrt()
     return stored + summed
+
+
+def _precision_note(produced: torch.dtype, stored: torch.dtype) -> str:
+    """Which tolerance was applied and why, for messages."""
+    name = str(produced).removeprefix("torch.")
+    if produced == stored:
+        return f"{name} tolerance"
+    if stored == torch.float64 and produced == torch.float32:
+        return f"{name} tolerance: weights stored as float64 may carry float32 rounding"
+    return f"{name} tolerance: every value is exactly a {name}, the precision it was produced in"
 
 
 def _first_row(bad: torch.Tensor) -> tuple[int, ...]:
@@ -166,14 +205,16 @@ def prepare_rows(
             f"{index[-1]}; expected attention weights in [0, 1]"
         )
     n = mask.sum(dim=-1)
-    tolerance = sum_tolerance(rows.dtype, n)
+    produced = production_dtype(rows)
+    tolerance = sum_tolerance(produced, n)
+    precision = _precision_note(produced, rows.dtype)
     masked_mass = torch.where(mask, 0.0, weights).sum(dim=-1)
     leaking = (masked_mass > tolerance) & (n > 0)
     if bool(leaking.any()):
         index = _first_row(leaking)
         raise IntervError(
             f"{_row_name(index)} puts mass {float(masked_mass[index]):.3g} on masked keys; "
-            f"expected at most {float(tolerance[index]):.2g} ({rows.dtype} tolerance): "
+            f"expected at most {float(tolerance[index]):.2g} ({precision}): "
             "apply the mask before the softmax, or pass the mask the model used"
         )
     available = torch.where(mask, weights, 0.0)
@@ -194,8 +235,7 @@ def prepare_rows(
         raise IntervError(
             f"{_row_name(index)} sums to {float(total[index]):.6g} over its "
             f"{int(n[index])} available keys; expected {expected} within "
-            f"{float(tolerance[index]):.2g} ({rows.dtype} tolerance; rows converted from a "
-            f"lower precision carry that precision's rounding){hint}"
+            f"{float(tolerance[index]):.2g} ({precision}){hint}"
         )
     if allow_deficit:
         deficit = (1 - total).clamp(min=0) * (n > 0)
@@ -205,6 +245,30 @@ def prepare_rows(
         total = available.sum(dim=-1)
     closed = available / torch.where(total > 0, total, 1.0).unsqueeze(-1)
     return Rows(weights=closed, mask=mask, n=n, n_keys=n_keys, has_off_row_sink=allow_deficit)
+
+
+def check_paired_rows(before: torch.Tensor, after: torch.Tensor) -> None:
+    """Two conditions of the *same* rows: the same key positions, leading dims that
+    broadcast. Raises :class:`IntervError` with both shapes otherwise."""
+    for name, rows in (("before", before), ("after", after)):
+        if not isinstance(rows, torch.Tensor) or rows.ndim == 0:
+            raise IntervError(
+                f"{name} must be a torch.Tensor of shape [..., key]; got {rows!r:.60}"
+            )
+    if before.shape[-1] != after.shape[-1]:
+        raise IntervError(
+            f"before has {before.shape[-1]} keys (shape {tuple(before.shape)}) but after has "
+            f"{after.shape[-1]} (shape {tuple(after.shape)}); entropy_change compares the same "
+            "rows over the same key positions: for rows of different lengths compare "
+            "condition means with mean_entropy_change"
+        )
+    try:
+        torch.broadcast_shapes(before.shape, after.shape)
+    except RuntimeError:
+        raise IntervError(
+            f"before of shape {tuple(before.shape)} and after of shape {tuple(after.shape)} do "
+            "not broadcast; expected the same rows in both conditions"
+        ) from None
 
 
 def resolve_sink(sink: int | Sequence[int] | torch.Tensor, rows: Rows) -> torch.Tensor:

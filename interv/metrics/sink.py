@@ -29,7 +29,13 @@ from dataclasses import dataclass
 import torch
 
 from interv.errors import IntervError
-from interv.metrics._rows import check_unit, divide_by_log_n, prepare_rows, resolve_sink
+from interv.metrics._rows import (
+    check_paired_rows,
+    check_unit,
+    divide_by_log_n,
+    prepare_rows,
+    resolve_sink,
+)
 
 __all__ = ["EntropyChange", "SinkSplit", "entropy_change", "mean_entropy_change", "sink_split"]
 
@@ -224,7 +230,7 @@ def entropy_change(
 
     Args:
         before, after: ``[..., key]`` attention weights of the two conditions for the
-            same rows (same key positions); their shapes broadcast.
+            same rows (same key positions); their shapes broadcast (else IntervError).
         sink: the sink set, as in :func:`sink_split`.
         key_mask: optional bool broadcastable to both; True = available key.
         unit: ``"nats"`` or ``"bits"``.
@@ -235,6 +241,7 @@ def entropy_change(
         without the key dim) and ``total == sink_part + content_part``. For rows of
         different lengths, compare condition means with :func:`mean_entropy_change`.
     """
+    check_paired_rows(before, after)
     options = {"sink": sink, "key_mask": key_mask, "unit": unit, "allow_deficit": allow_deficit}
     first, second = sink_split(before, **options), sink_split(after, **options)
     return _symmetric_split(

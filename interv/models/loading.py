@@ -19,8 +19,10 @@ model's.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +34,14 @@ from interv.models import minilm, smollm2
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["BUILTIN_SPECS", "DTYPES", "load_model", "output_head_is_trained", "resolve_dtype"]
+__all__ = [
+    "BUILTIN_SPECS",
+    "DTYPES",
+    "check_model_spec",
+    "load_model",
+    "output_head_is_trained",
+    "resolve_dtype",
+]
 
 BUILTIN_SPECS = (smollm2.SPEC, minilm.SPEC)
 DTYPES: dict[str, torch.dtype] = {
@@ -62,20 +71,106 @@ def load_model(
             missing package, or no reachable hub for a hub name.
     """
     torch_dtype = resolve_dtype(dtype)
-    name = str(spec)
-    if name == smollm2.SPEC:
+    kind, name = _resolve_spec(spec)
+    with _library_bars_only_on_a_terminal():
+        return _load(kind, name, device=device, dtype=torch_dtype)
+
+
+@contextlib.contextmanager
+def _library_bars_only_on_a_terminal() -> Iterator[None]:
+    """Silence transformers' own progress bars ("Loading weights") unless stderr is a
+    terminal, so piped output stays clean."""
+    from interv._progress import show_progress
+
+    if show_progress(None):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load(
+    kind: str, name: str, *, device: str | torch.device, dtype: torch.dtype
+) -> TransformerBridge:
+    torch_dtype = dtype
+    if kind == "smollm2":
         return smollm2.load_smollm2(device=device, dtype=torch_dtype)
-    if name == minilm.SPEC:
+    if kind == "minilm":
         return minilm.load_minilm(device=device, dtype=torch_dtype)
-    zoo_names = _zoo_names()
-    if name in zoo_names:
+    if kind == "zoo":
         # zoo weights ship in float32; other dtypes are a cast of them
         model = importlib.import_module("interv.zoo").load(name, device=device)
         return (model if torch_dtype == torch.float32 else model.to(torch_dtype)).eval()
-    if Path(name).expanduser().is_dir():
+    if kind == "dir":
         return _load_local_dir(Path(name).expanduser(), device=device, dtype=torch_dtype)
+    return _load_from_hub(name, device=device, dtype=torch_dtype)
+
+
+def check_model_spec(spec: str | Path) -> str:
+    """Check ``spec`` without loading anything; returns its kind.
+
+    Kinds: ``"smollm2"``, ``"minilm"``, ``"zoo"``, ``"dir"`` (an existing local model
+    directory with a ``config.json``) or ``"hub"`` (a hub name; whether the hub is
+    reachable is checked when loading).
+
+    Raises:
+        IntervError: an unknown spec (the message lists the valid ones), a local
+            directory that does not exist or holds no ``config.json``.
+    """
+    return _resolve_spec(spec)[0]
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """Whether ``name`` can only mean a local path (not a hub name ``org/name``)."""
+    return (
+        name.startswith(("/", "./", "../", "~", ".\\"))
+        or name in (".", "..")
+        or name.endswith(("/", "\\"))
+        or name.count("/") > 1
+    )
+
+
+def _resolve_spec(spec: str | Path) -> tuple[str, str]:
+    """(kind, name) of ``spec``, checked as far as possible without loading (see
+    :func:`check_model_spec`)."""
+    if not isinstance(spec, str | Path):
+        raise IntervError(
+            f"model spec must be a string or a path; got {type(spec).__name__} {spec!r}"
+        )
+    name = str(spec)
+    if name == smollm2.SPEC:
+        return "smollm2", name
+    if name == minilm.SPEC:
+        return "minilm", name
+    zoo_names = _zoo_names()
+    if name in zoo_names:
+        return "zoo", name
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise IntervError(
+                f"model directory {name!r} has no config.json; expected {LOCAL_DIR_FORM} "
+                "(as written by save_pretrained for the model and for its tokenizer)"
+            )
+        return "dir", name
+    if path.exists():
+        raise IntervError(
+            f"model spec {name!r} is a file; expected a model name or {LOCAL_DIR_FORM}"
+        )
+    if isinstance(spec, Path) or _looks_like_a_path(name):
+        raise IntervError(
+            f"model directory {name!r} does not exist; expected {LOCAL_DIR_FORM}, or one of "
+            f"the model names {_valid_names(zoo_names)}"
+        )
     if HUB_NAME.match(name):
-        return _load_from_hub(name, device=device, dtype=torch_dtype)
+        return "hub", name
     raise IntervError(f"unknown model spec {name!r}; valid specs are: {_valid_specs(zoo_names)}")
 
 
@@ -110,9 +205,12 @@ def _zoo_names() -> tuple[str, ...]:
     return tuple(available()) if available is not None else ()
 
 
+def _valid_names(zoo_names: tuple[str, ...]) -> str:
+    return ", ".join(repr(n) for n in (*BUILTIN_SPECS, *zoo_names))
+
+
 def _valid_specs(zoo_names: tuple[str, ...]) -> str:
-    names = [*BUILTIN_SPECS, *zoo_names]
-    return ", ".join(repr(n) for n in names) + f"; or {LOCAL_DIR_FORM}; or {HUB_FORM}"
+    return f"{_valid_names(zoo_names)}; or {LOCAL_DIR_FORM}; or {HUB_FORM}"
 
 
 def _offline_options() -> str:
@@ -151,20 +249,62 @@ def _hub_unreachable(error: BaseException) -> bool:
     return False
 
 
+def _hub_cached(name: str) -> bool:
+    """Whether the local Hugging Face cache holds ``name``'s config."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # an invalid repo id, an unreadable cache: not cached
+        return False
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the model hub opens within ``timeout_s``.
+
+    False when ``HF_HUB_OFFLINE`` is set. With a proxy configured the answer is True
+    (the proxy decides; the download reports its own errors).
+    """
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    endpoint = urlsplit(constants.ENDPOINT)
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        with socket.create_connection((endpoint.hostname, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _offline_error(name: str) -> IntervError:
+    return IntervError(
+        f"model spec {name!r} is not a local directory (no directory {name!r} exists here), so "
+        "it was taken as a Hugging Face hub name, but no model hub is reachable (offline, or "
+        "HF_HUB_OFFLINE is set) and the model is not in the local Hugging Face cache. Offline "
+        f"options: {_offline_options()}"
+    )
+
+
 def _load_from_hub(
     name: str, *, device: str | torch.device, dtype: torch.dtype
 ) -> TransformerBridge:
     from transformer_lens.model_bridge import TransformerBridge
 
+    # Fail at once when the hub cannot be reached: the download would retry for ~40 s.
+    if not _hub_cached(name) and not _hub_reachable():
+        raise _offline_error(name)
     try:
         bridge = TransformerBridge.boot_transformers(name, device=device, dtype=dtype)
     except OSError as error:
         if _hub_unreachable(error):
-            raise IntervError(
-                f"model spec {name!r} is not a local directory, so it was taken as a Hugging "
-                "Face hub name, but no model hub is reachable (offline, or HF_HUB_OFFLINE is "
-                f"set) and the model is not in the local Hugging Face cache. Offline options: "
-                f"{_offline_options()}"
-            ) from error
+            raise _offline_error(name) from error
         raise IntervError(f"could not load hub model {name!r}: {error}") from error
     return bridge.eval()

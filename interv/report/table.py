@@ -268,7 +268,17 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
-        """Rebuild a report from :meth:`to_dict` output (e.g. a saved ``report.json``)."""
+        """Rebuild a report from :meth:`to_dict` output (e.g. a saved ``report.json``).
+
+        Raises:
+            IntervError: ``data`` is not a saved report (a missing or malformed field is
+                named).
+        """
+        if not isinstance(data, dict):
+            raise IntervError(
+                f"not a saved interv report: expected a JSON object with header, rows, ...; "
+                f"got {type(data).__name__}"
+            )
         try:
             header = ReportHeader(
                 **{**data["header"], "sink_positions": tuple(data["header"]["sink_positions"])}
@@ -345,10 +355,10 @@ class Report:
                 ),
                 interaction_semantics=data.get("interaction_semantics", ""),
             )
-        except (KeyError, TypeError) as error:
-            raise IntervError(
-                f"not a saved interv report (missing or bad field: {error})"
-            ) from error
+        except KeyError as error:
+            raise IntervError(f"not a saved interv report: missing field {error}") from None
+        except (TypeError, ValueError, AttributeError) as error:
+            raise IntervError(f"not a saved interv report: a malformed field ({error})") from None
 
     def section_tables(self) -> tuple[SectionTable, ...]:
         """The joined sections (decomposition, paths, interactions) as renderable tables."""

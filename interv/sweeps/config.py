@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interv._checks import as_finite, as_int
+from interv._checks import as_finite, as_int, read_text
 from interv.engine.protocol import Intervention, Kind, get_kind
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
@@ -150,9 +150,7 @@ def load_config(path: str | Path) -> SweepConfig:
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as error:
-        raise IntervError(f"sweep config {str(path)!r} does not exist") from error
+        raw = tomllib.loads(read_text(path, "sweep config"))
     except tomllib.TOMLDecodeError as error:
         raise IntervError(f"sweep config {str(path)!r} is not valid TOML: {error}") from error
     return parse_config(raw, base_dir=path.parent.resolve())

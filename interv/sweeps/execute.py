@@ -13,7 +13,9 @@
 4. Mark the sweep complete and return the typed result read back from ``DIR``.
 
 Rerunning the same call after an interruption resumes at step 3 without repeating a
-stored unit; a complete directory is read back without loading the model.
+stored unit; a complete directory is read back without loading the model (its manifest
+then says ``computed_in_last_run: 0``). A run that fails or is interrupted records so in
+the manifest (status ``"failed"`` or ``"interrupted"``, with the error).
 
 A progress bar with an ETA (tqdm, on stderr) is shown when stderr is a terminal, unless
 ``progress=False``.
@@ -84,12 +86,11 @@ def task_pairs(config: SweepConfig) -> PromptPairs:
             seed=task_spec["seed"],
             **task_spec["options"],
         )
-    try:
-        return PromptPairs.from_jsonl(config.task_path)
-    except FileNotFoundError as error:
+    if not Path(config.task_path).exists():
         raise IntervError(
             f"task.path {task_spec['path']!r} does not exist (looked for {config.task_path})"
-        ) from error
+        )
+    return PromptPairs.from_jsonl(config.task_path)
 
 
 def task_fingerprint(pairs: PromptPairs) -> str:
@@ -237,15 +238,25 @@ def run_sweep(
         :func:`interv.sweeps.merge_sweeps` for the whole sweep).
 
     Raises:
-        IntervError: an invalid config (before any model is loaded), a directory of
-            another sweep, or sites outside the model or the task.
+        IntervError: an invalid config, task or model spec, or an output directory that
+            is a file or cannot be written (all before any model is loaded), a directory
+            of another sweep, or sites outside the model or the task.
     """
+    from interv.models.loading import check_model_spec
+
     config = as_config(config_or_path)
     shard = as_shard(shard)
     pairs = task_pairs(config)  # a bad task fails here, before any directory or model
+    check_model_spec(config.model["spec"])  # so does a model that cannot exist
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
-        if store.manifest["status"] != "complete":
-            worker = SweepWorker.load(config, model)
+        if store.manifest["status"] == "complete":
+            store.note_no_work()
+        else:
+            from interv._progress import stages
+
+            with stages(("loading the model and the task",), enabled=progress) as bar:
+                bar.start("loading the model and the task")
+                worker = SweepWorker.load(config, model)
             store.record_plan(len(worker.units), worker.n_interventions)
             done = store.completed()
             mine = [u for u in worker.units if shard is None or shard.owns(u.index)]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interv.errors import IntervError
+from interv.models.loading import check_model_spec
 from interv.sweeps.collect import load_sweep
 from interv.sweeps.config import SweepConfig
 from interv.sweeps.execute import (
@@ -84,9 +85,12 @@ def run_sweep_ray(
     config = as_config(config_or_path)
     shard = as_shard(shard)
     pairs = task_pairs(config)  # a bad task fails here, before any directory or worker
+    check_model_spec(config.model["spec"])
     ray = _import_ray()
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
-        if store.manifest["status"] != "complete":
+        if store.manifest["status"] == "complete":
+            store.note_no_work()
+        else:
             started_ray = not ray.is_initialized()
             if started_ray:
                 ray.init(num_cpus=n_workers, include_dashboard=False, log_to_driver=False)

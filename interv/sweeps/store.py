@@ -15,13 +15,18 @@ A sweep directory holds three files:
 - ``manifest.json``: the normalized config and its hash, the shard, a fingerprint of
   the task's prompt pairs, the versions of
   interv, torch and transformer-lens, the seed, the start and end times (UTC, ISO
-  8601; end is null until done) and the status (``"running"`` or ``"complete"``).
+  8601; end is null until done) and the status: ``"running"``, ``"complete"``, or
+  ``"failed"`` / ``"interrupted"`` with the ``error`` that stopped the run (a rerun
+  resumes any of these; a SIGKILL leaves ``"running"``).
 
 ``baselines.json`` and ``manifest.json`` are written atomically (temporary file,
 ``fsync``, rename). A directory belongs to one config and one shard: opening it with
 another is refused with the differing keys, unless no unit was computed in it yet
-(say the model failed to load): then it starts afresh. One process at a time may write a
-directory (an advisory lock, released by the kernel when the process dies).
+(say the model failed to load): then it starts afresh. A run that fails before storing
+anything in a directory it created removes that directory again. One process at a time
+may write a directory (an advisory lock, released by the kernel when the process dies).
+The directory's ``.interv-files.json`` lists these files as interv's (see
+:mod:`interv._outputs`), so ``interv report DIR`` may write its report beside them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from interv._checks import read_json
+from interv._outputs import MARKER, OutputDir, claim_dir
 from interv.errors import IntervError
 from interv.sweeps.config import SweepConfig, config_diff
 from interv.sweeps.plan import Shard
@@ -86,23 +93,61 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
         os.close(directory)
 
 
+_MANIFEST_KEYS = (
+    "config",
+    "config_hash",
+    "shard",
+    "task_fingerprint",
+    "status",
+    "resumed",
+    "n_units",
+    "n_interventions",
+)
+_BASELINE_KEYS = ("config_hash", "clean", "corrupted", "dtype", "recovery_atol", "metric", "scope")
+
+
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """The manifest of a sweep directory; raises :class:`IntervError` if there is none."""
+    """The manifest of a sweep directory.
+
+    Raises:
+        IntervError: no manifest, a manifest that is not JSON (truncated) or lacks keys,
+            or another format.
+    """
     path = Path(directory) / MANIFEST
     if not path.is_file():
         raise IntervError(f"{str(directory)!r} is not a sweep directory: it has no {MANIFEST}")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    if manifest.get("format") != FORMAT:
+    manifest = read_json(path, "sweep manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise IntervError(f"{path} has format {found!r}; this interv reads {FORMAT!r}")
+    missing = [key for key in _MANIFEST_KEYS if key not in manifest]
+    if missing:
         raise IntervError(
-            f"{path} has format {manifest.get('format')!r}; this interv reads {FORMAT!r}"
+            f"sweep manifest {str(path)!r} is incomplete: it lacks {missing}; the directory is "
+            "damaged (rerun the sweep into a new --out)"
         )
     return manifest
 
 
 def read_baselines(directory: str | Path) -> dict[str, Any] | None:
-    """The stored baselines of a sweep directory, or None before the first unit."""
+    """The stored baselines of a sweep directory, or None before the first unit.
+
+    Raises:
+        IntervError: a baselines file that is not JSON or lacks keys.
+    """
     path = Path(directory) / BASELINES
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    baselines = read_json(path, "sweep baselines")
+    missing = [
+        key for key in _BASELINE_KEYS if not isinstance(baselines, dict) or key not in baselines
+    ]
+    if missing:
+        raise IntervError(
+            f"sweep baselines {str(path)!r} are incomplete: they lack {missing}; the directory "
+            "is damaged (rerun the sweep into a new --out)"
+        )
+    return baselines
 
 
 def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, Any]]:
@@ -123,6 +168,11 @@ def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, A
             raise IntervError(
                 f"{path}: line {line_number} is not a JSON record: {error}"
             ) from error
+        if not isinstance(record, dict) or "unit" not in record:
+            raise IntervError(
+                f"{path}: line {line_number} is not a unit record (a JSON object with 'unit'); "
+                "the directory is damaged"
+            )
         if record.get("config_hash") != config_hash:
             raise IntervError(
                 f"{path}: line {line_number} belongs to config {record.get('config_hash')!r}, "
@@ -151,10 +201,17 @@ class SweepStore:
     Holds the directory's lock until :meth:`close`; use it as a context manager.
     """
 
-    def __init__(self, directory: Path, manifest: dict[str, Any], lock_fd: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        manifest: dict[str, Any],
+        lock_fd: int,
+        output: OutputDir | None = None,
+    ) -> None:
         self.directory = directory
         self.manifest = manifest
         self._lock_fd = lock_fd
+        self._output = output
 
     @classmethod
     def open(
@@ -169,24 +226,32 @@ class SweepStore:
         task, a non-empty directory that is not a sweep, and a directory another process
         is writing.
         """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        # an existing file, a path below a file or an unwritable place is refused here;
+        # what the directory holds is checked by the rules below
+        output = claim_dir(directory, what="sweep directory", by="interv sweep", contents=False)
+        directory = output.path
+        new_lock = not (directory / _LOCK).exists()
         lock_fd = os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:
             os.close(lock_fd)
+            output.abandon()
             raise IntervError(
                 f"sweep directory {str(directory)!r} is being written by another process; "
                 "wait for it or choose another --out"
             ) from error
         try:
             manifest = cls._reopen_or_create(directory, config, shard, task_fingerprint)
+            output.record([MANIFEST, BASELINES, UNITS, _LOCK], managed=True)
         except BaseException:
             os.close(lock_fd)
+            if new_lock:
+                (directory / _LOCK).unlink(missing_ok=True)
+            output.abandon()
             raise
         _truncate_torn_tail(directory / UNITS)
-        return cls(directory, manifest, lock_fd)
+        return cls(directory, manifest, lock_fd, output)
 
     @staticmethod
     def _reopen_or_create(
@@ -206,7 +271,11 @@ class SweepStore:
             # nothing was computed under the stored config (e.g. its model failed to
             # load): the directory starts afresh with the given one
         else:
-            leftovers = [p.name for p in directory.iterdir() if p.name != _LOCK]
+            leftovers = [
+                p.name
+                for p in directory.iterdir()
+                if p.name not in (_LOCK, MARKER, f".{MARKER}.tmp")
+            ]
             if leftovers:
                 raise IntervError(
                     f"--out {str(directory)!r} is neither empty nor a sweep directory (it "
@@ -234,8 +303,28 @@ class SweepStore:
     def __enter__(self) -> SweepStore:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        try:
+            if exc_type is not None and self.manifest.get("status") != "complete":
+                self.fail(exc)
+        finally:
+            self.close()
+
+    def fail(self, error: BaseException | None) -> None:
+        """Record that the run stopped on ``error``: status ``"interrupted"`` (Ctrl-C) or
+        ``"failed"`` with the error, kept until a rerun resumes. A directory this run
+        created that holds no result yet is removed instead (no partial output)."""
+        if self._output is not None and not _holds_results(self.directory):
+            self._output.abandon()
+            if not (self.directory / MANIFEST).is_file():
+                return  # the directory is as it was before this run
+        interrupted = isinstance(error, KeyboardInterrupt)
+        self.manifest.update(
+            status="interrupted" if interrupted else "failed",
+            error=None if error is None else f"{type(error).__name__}: {error}",
+            stopped=now(),
+        )
+        write_json_atomic(self.directory / MANIFEST, self.manifest)
 
     def close(self) -> None:
         """Release the directory's lock."""
@@ -279,6 +368,12 @@ class SweepStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def note_no_work(self) -> None:
+        """Record that a rerun found the sweep complete and computed nothing."""
+        if self.manifest.get("computed_in_last_run") != 0:
+            self.manifest["computed_in_last_run"] = 0
+            write_json_atomic(self.directory / MANIFEST, self.manifest)
 
     def finish(self, **extra: Any) -> None:
         """Mark the sweep complete, with its end time (and ``extra`` manifest entries)."""

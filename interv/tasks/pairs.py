@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from interv._checks import read_text
 from interv.errors import IntervError
 from interv.tasks.tokenized import PADDING_SIDES, TokenizedPairs
 
@@ -128,15 +129,16 @@ class PromptPairs:
     ) -> PromptPairs:
         """Read pairs from a JSONL file (format in the module docstring).
 
-        ``name`` defaults to the file's stem. Malformed lines raise an
-        :class:`~interv.errors.IntervError` naming the line number and the key.
+        ``name`` defaults to the file's stem. A missing or unreadable file, bytes that are
+        not UTF-8 and malformed lines raise an :class:`~interv.errors.IntervError` naming
+        the file, the line number and the key.
         """
         path = Path(path)
+        text = read_text(path, "task file")
         records: list[tuple[int, dict[str, Any]]] = []
-        with path.open(encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if line.strip():
-                    records.append((line_number, _parse_jsonl_line(path, line_number, line)))
+        for line_number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                records.append((line_number, _parse_jsonl_line(path, line_number, line)))
         if not records:
             raise IntervError(f"{path} holds no pairs; expected one JSON object per line")
         with_foil = [number for number, record in records if "foil" in record]
@@ -214,10 +216,18 @@ class PromptPairs:
             n_ctx = int(model_or_tokenizer.cfg.n_ctx)
         n_bos = 1 if prepend_bos else 0
 
+        def encode(i: int, field: str, text: str) -> torch.Tensor:
+            try:
+                return encode_prompt(text)
+            except Exception as error:  # tokenizers raises bare Exceptions
+                raise _untokenizable(
+                    tokenizer, f"pair {i}: {field}", text, error, self.name
+                ) from None
+
         clean_ids, corrupted_ids, answer_positions = [], [], []
         for i in range(self.n_pairs):
-            clean = encode_prompt(self.clean[i])
-            corrupted = encode_prompt(self.corrupted[i])
+            clean = encode(i, "clean prompt", self.clean[i])
+            corrupted = encode(i, "corrupted prompt", self.corrupted[i])
             if len(clean) != len(corrupted):
                 raise IntervError(
                     f"pair {i}: clean prompt {self.clean[i]!r} has {len(clean)} tokens but "
@@ -257,10 +267,10 @@ class PromptPairs:
                 padding_side,
             ),
             answer_positions=answer_positions_tensor,
-            target_ids=_single_token_ids(tokenizer, "target", self.targets),
+            target_ids=_single_token_ids(tokenizer, self, "target", self.targets),
             foil_ids=None
             if self.foils is None
-            else _single_token_ids(tokenizer, "foil", self.foils),
+            else _single_token_ids(tokenizer, self, "foil", self.foils),
             padding_side=padding_side,
             name=self.name,
         )
@@ -335,11 +345,65 @@ def _prompt_encoder(model_or_tokenizer: Any, prepend_bos: bool) -> tuple[Any, An
     return tokenizer, encode_with_tokenizer
 
 
-def _single_token_ids(tokenizer: Any, field: str, texts: tuple[str, ...]) -> torch.Tensor:
+def _unknown_words(tokenizer: Any, text: str) -> list[str] | None:
+    """The words of ``text`` missing from a word-level vocabulary, or None if unknown."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else None
+    if backend is None or vocab is None or backend.pre_tokenizer is None:
+        return None
+    try:
+        words = [word for word, _ in backend.pre_tokenizer.pre_tokenize_str(text)]
+    except Exception:
+        return None
+    return list(dict.fromkeys(word for word in words if word not in vocab))
+
+
+def check_tokenizable(model_or_tokenizer: Any, texts: Sequence[str], what: str = "prompt") -> None:
+    """Raise :class:`IntervError` for the first of ``texts`` that the model's tokenizer
+    cannot encode, naming its unknown words (e.g. English text for a zoo model, whose
+    word-level tokenizer has no unknown token). No model is run."""
+    tokenizer, encode = _prompt_encoder(model_or_tokenizer, prepend_bos=False)
+    for i, text in enumerate(texts):
+        try:
+            encode(text)
+        except Exception as error:  # tokenizers raises bare Exceptions
+            raise _untokenizable(tokenizer, f"{what} {i}", text, error) from None
+
+
+def _untokenizable(
+    tokenizer: Any, label: str, text: str, error: Exception, task_name: str | None = None
+) -> IntervError:
+    """The error for a text the model's tokenizer cannot encode (e.g. a word-level
+    tokenizer without an unknown token, such as the zoo's, meeting an unknown word)."""
+    unknown = _unknown_words(tokenizer, text)
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    if unknown:
+        examples = ", ".join(repr(t) for t in sorted(vocab, key=vocab.get)[:12] if t.isprintable())
+        what = (
+            f"its words {unknown[:8]} are not in the tokenizer's vocabulary of {len(vocab)} "
+            f"tokens ({examples}, ...), which has no unknown-token fallback"
+        )
+    else:
+        what = f"the tokenizer refused it ({error})"
+    hint = ""
+    if task_name in ("ioi", "capitals"):
+        hint = (
+            f"; the built-in task {task_name!r} is English text for a model with a natural-"
+            "language tokenizer (e.g. smollm2-135m); zoo models take the task 'induction'"
+        )
+    return IntervError(f"{label} {text!r} cannot be tokenized: {what}{hint}")
+
+
+def _single_token_ids(
+    tokenizer: Any, pairs: PromptPairs, field: str, texts: tuple[str, ...]
+) -> torch.Tensor:
     """``[batch]`` ids of ``texts``, each of which must be exactly one token (no BOS)."""
     ids = []
     for i, text in enumerate(texts):
-        token_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        try:
+            token_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        except Exception as error:  # tokenizers raises bare Exceptions
+            raise _untokenizable(tokenizer, f"pair {i}: {field}", text, error, pairs.name) from None
         if len(token_ids) != 1:
             pieces = [tokenizer.decode([token_id]) for token_id in token_ids]
             raise IntervError(
