@@ -271,7 +271,8 @@ def _compute(
 ) -> tuple[Report, Any]:
     """The demo's report and attention-row figure (stages 1-5 of the progress bar)."""
     from interv.analysis.concentration import concentration
-    from interv.engine.runner import run
+    from interv.engine.runner import run, warm_cache
+    from interv.engine.stacking import BaseRunCache
     from interv.models.loading import load_model
     from interv.report.table import build_report
     from interv.tasks.builtin import load_task
@@ -289,14 +290,18 @@ def _compute(
     heads_conc = concentration(bridge, task, sink=0, query_positions=answer_query_positions(task))
     bar.start("interventions")
     interventions = demo_interventions(n_layers, bridge.cfg.n_heads, task.n_positions, layers)
-    # One engine run per batch of interventions, so the bar moves as they are computed
-    # (each run recomputes the two baselines: two forwards, a few percent of the work).
+    # One engine run per batch of interventions, so the bar moves as they are computed;
+    # the runs share one cache of the clean and corrupted base runs, filled once.
+    cache = BaseRunCache()
+    warm_cache(bridge, task, interventions, cache)
     chunk = max(1, _MAX_BATCH_ROWS // task.n_pairs)
     effects = []
     for first in range(0, len(interventions), chunk):
         bar.detail(f"{first}/{len(interventions)} interventions")
         part = interventions[first : first + chunk]
-        effects.append(run(bridge, task, part, "logit_diff", max_batch_size=_MAX_BATCH_ROWS))
+        effects.append(
+            run(bridge, task, part, "logit_diff", max_batch_size=_MAX_BATCH_ROWS, cache=cache)
+        )
     bar.detail(f"{len(interventions)}/{len(interventions)} interventions")
     bar.start("report statistics")
     report = build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)

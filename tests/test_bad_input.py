@@ -282,6 +282,30 @@ CLI_CASES = [
         r"--n-sequences must be >= 1",
         True,
     ),
+    (["paths", "nosuch", "--sender", "0", "2"], r"unknown model spec 'nosuch'; valid specs", True),
+    (["paths", "induction-2l", "--sender", "0", "2", "--metric", "acc"], r"--metric 'acc'", True),
+    (["paths", "induction-2l", "--sender", "0", "2", "--n-pairs", "0"], r"--n-pairs must", True),
+    (["paths", "induction-2l", "--sender", "0", "2", "--top", "0"], r"--top must be >= 1", True),
+    (
+        ["paths", "induction-2l", "--sender", "0", "2", "--receivers", "X1"],
+        r"a head is written L1H3 or 1:3 \(layer, head\); got 'X1'",
+        True,
+    ),
+    (
+        ["paths", "induction-2l", "--sender", "5", "0"],
+        r"layer 5 is out of range; the model has 2 layers",
+        False,
+    ),
+    (
+        ["interactions", "induction-2l", "--heads", "L0H2", "L4H0"],
+        r"layer 4 is out of range; the model has 2 layers",
+        False,
+    ),
+    (
+        ["interactions", "induction-2l", "--heads", "L0H2", "--baseline", "x"],
+        r"invalid choice",
+        True,
+    ),
     (["zoo", "info", "nosuch"], r"unknown zoo model 'nosuch'; available: induction-2l", True),
     (["zoo", "train", "induction-2l", "--out", "afile"], r"'afile' is an existing file", True),
 ]
@@ -375,6 +399,12 @@ PYTHON_CASES = {
         lambda d, m: interv.load_task("ioi", names="x"),
         r"task 'ioi' has no option 'names'; its options are \('name_set',\)",
         True,
+    ),
+    "concentration of English text on the zoo model": (
+        lambda d, m: interv.concentration(m, ["the cat sat"]),
+        r"prompt 0 'the cat sat' cannot be tokenized: "
+        r"its words \['the', 'cat', 'sat'\] are not in the tokenizer's vocabulary",
+        False,
     ),
     "run on untokenized pairs": (
         lambda d, m: interv.run(m, interv.load_task("induction", n_pairs=2), []),

@@ -32,10 +32,19 @@ def parse_head(text: str) -> tuple[int, int]:
 
 
 def _load(args: argparse.Namespace):
-    from interv.models.loading import load_model
+    """The model and the tokenized task; every option is checked before the model loads."""
+    from interv._checks import as_int
+    from interv.engine.targets import METRICS
+    from interv.models.loading import check_model_spec, load_model
     from interv.tasks.builtin import load_task
 
-    pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)  # fails before the model
+    check_model_spec(args.model)
+    if args.metric not in METRICS:
+        raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
+    for name in ("n_pairs", "top"):
+        if getattr(args, name, None) is not None:
+            as_int(getattr(args, name), f"--{name.replace('_', '-')}", minimum=1)
+    pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)
     model = load_model(args.model)
     return model, pairs.tokenize(model)
 
