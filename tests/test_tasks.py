@@ -18,6 +18,7 @@ import interv
 from interv.errors import IntervError
 from interv.tasks import PromptPairs, TokenizedPairs, available_tasks, load_task
 from interv.tasks.builtin import IOI_TEMPLATES, ZOO_SYMBOLS
+from interv.tasks.pairs import _batch_encoded
 
 BOS_ID, PAD_ID = 0, 1
 
@@ -279,6 +280,49 @@ def test_left_and_right_padding_carry_the_same_real_tokens_and_answers(lengths, 
     assert right.clean_tokens[right.attention_mask].tolist() == (
         left.clean_tokens[left.attention_mask].tolist()
     )
+
+
+@pytest.fixture(scope="module")
+def zoo_bridge():
+    return interv.load_model("induction-2l")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lengths=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=6),
+    ends_in_pad=st.lists(st.booleans(), min_size=6, max_size=6),
+    prepend_bos=st.booleans(),
+    padding_side=st.sampled_from(["right", "left"]),
+    seed=st.integers(min_value=0, max_value=10_000),
+)
+def test_batched_tokenization_equals_the_bridges_to_tokens_one_prompt_at_a_time(
+    zoo_bridge, lengths, ends_in_pad, prepend_bos, padding_side, seed
+):
+    """Prompts are tokenized in one batched call; each row must be exactly what
+    ``to_tokens`` gives for that prompt alone, including prompts whose last token is the
+    pad token itself (their cut is ambiguous in the padded batch)."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts = [
+        " ".join(ZOO_SYMBOLS[int(i)] for i in torch.randint(62, (length,), generator=generator))
+        + (" <pad>" if pad else "")
+        for length, pad in zip(lengths, ends_in_pad, strict=False)
+    ]
+    pairs = PromptPairs(clean=prompts, corrupted=prompts, targets=["A"] * len(prompts))
+    tokenized = pairs.tokenize(zoo_bridge, prepend_bos=prepend_bos, padding_side=padding_side)
+    for row, prompt in enumerate(prompts):
+        alone = zoo_bridge.to_tokens(prompt, prepend_bos=prepend_bos, truncate=False)[0]
+        real = tokenized.clean_tokens[row][tokenized.attention_mask[row]]
+        assert real.tolist() == alone.tolist(), prompt
+    # the batch really cuts every row it can (all but those ending in the pad token)
+    batch = _batch_encoded(zoo_bridge, prompts, prepend_bos)
+    if not any(ends_in_pad[: len(prompts)]):
+        assert all(ids is not None for ids in batch)
+
+
+def test_an_untokenizable_prompt_in_a_batch_is_named_alone(zoo_bridge):
+    pairs = PromptPairs(clean=["A B", "A cat"], corrupted=["C D", "C D"], targets=["E", "F"])
+    with pytest.raises(IntervError, match=r"pair 1: clean prompt 'A cat' cannot be tokenized"):
+        pairs.tokenize(zoo_bridge)
 
 
 # ---------------------------------------------------------------- built-in tasks

@@ -58,6 +58,16 @@ def test_bridge_and_bare_tokenizer_give_the_same_tokens(smollm2, smollm2_tokeniz
     assert torch.equal(from_model.target_ids, from_tokenizer.target_ids)
 
 
+@pytest.mark.parametrize("name", ["ioi", "capitals"])
+def test_batched_tokenization_equals_to_tokens_one_prompt_at_a_time(smollm2, name):
+    pairs = load_task(name, n_pairs=24, seed=3)
+    tokenized = pairs.tokenize(smollm2)
+    for row, prompt in enumerate(pairs.clean):
+        alone = smollm2.to_tokens(prompt, prepend_bos=True, truncate=False)[0].cpu()
+        real = tokenized.clean_tokens[row][tokenized.attention_mask[row]]
+        assert real.tolist() == alone.tolist(), prompt
+
+
 def _answer_logits(model, tokens: torch.Tensor, tokenized: TokenizedPairs) -> torch.Tensor:
     """``[batch, d_vocab]`` logits at each pair's answer position."""
     with torch.no_grad():

@@ -224,10 +224,16 @@ class PromptPairs:
                     tokenizer, f"pair {i}: {field}", text, error, self.name
                 ) from None
 
+        batch_clean = _batch_encoded(model_or_tokenizer, self.clean, prepend_bos)
+        batch_corrupted = _batch_encoded(model_or_tokenizer, self.corrupted, prepend_bos)
         clean_ids, corrupted_ids, answer_positions = [], [], []
         for i in range(self.n_pairs):
-            clean = encode(i, "clean prompt", self.clean[i])
-            corrupted = encode(i, "corrupted prompt", self.corrupted[i])
+            clean = batch_clean[i]
+            if clean is None:
+                clean = encode(i, "clean prompt", self.clean[i])
+            corrupted = batch_corrupted[i]
+            if corrupted is None:
+                corrupted = encode(i, "corrupted prompt", self.corrupted[i])
             if len(clean) != len(corrupted):
                 raise IntervError(
                     f"pair {i}: clean prompt {self.clean[i]!r} has {len(clean)} tokens but "
@@ -345,6 +351,54 @@ def _prompt_encoder(model_or_tokenizer: Any, prepend_bos: bool) -> tuple[Any, An
     return tokenizer, encode_with_tokenizer
 
 
+def _batch_encoded(
+    model_or_tokenizer: Any, texts: Sequence[str], prepend_bos: bool
+) -> list[torch.Tensor | None]:
+    """Each text's 1-D token ids from one batched tokenizer call (one call per prompt costs
+    far more than the model on small tasks), equal to what the one-prompt encoder of
+    :func:`_prompt_encoder` gives; None for a text the batch cannot pin down, which is then
+    encoded alone (and gets its own error if it cannot be encoded)."""
+    texts = list(texts)
+    if not texts:
+        return []
+    try:
+        if hasattr(model_or_tokenizer, "to_tokens"):
+            return _bridge_batch_encoded(model_or_tokenizer, texts, prepend_bos)
+        tokenizer = model_or_tokenizer
+        head = [tokenizer.bos_token_id] if prepend_bos else []
+        rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [torch.tensor(head + list(row), dtype=torch.int64) for row in rows]
+    except Exception:  # a text the tokenizer refuses: each text is encoded alone
+        return [None] * len(texts)
+
+
+def _bridge_batch_encoded(
+    model: Any, texts: list[str], prepend_bos: bool
+) -> list[torch.Tensor | None]:
+    """The bridge's own ``to_tokens`` on all texts at once (right-padded), cut back to each
+    text's length. A row is kept only when its cut is certain: the length (the text's
+    tokens plus the BOS) leaves nothing but padding after it and ends on a token that is
+    not the pad token, and the longest text fills the padded width; else None."""
+    padded = model.to_tokens(
+        texts, prepend_bos=prepend_bos, padding_side="right", truncate=False
+    ).to("cpu", torch.int64)
+    pad = model.tokenizer.pad_token_id
+    n_bos = 1 if prepend_bos else 0
+    content = model.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    lengths = [len(row) + n_bos for row in content]
+    if pad is None or min(lengths) < 1 or max(lengths) != padded.shape[1]:
+        return [None] * len(texts)
+    length = torch.tensor(lengths)
+    inside = torch.arange(padded.shape[1]) < length[:, None]
+    certain = ((padded == pad) | inside).all(1) & (
+        padded[torch.arange(len(texts)), length - 1] != pad
+    )
+    return [
+        row[:n] if ok else None
+        for row, n, ok in zip(padded, lengths, certain.tolist(), strict=True)
+    ]
+
+
 def _unknown_words(tokenizer: Any, text: str) -> list[str] | None:
     """The words of ``text`` missing from a word-level vocabulary, or None if unknown."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -398,10 +452,18 @@ def _single_token_ids(
     tokenizer: Any, pairs: PromptPairs, field: str, texts: tuple[str, ...]
 ) -> torch.Tensor:
     """``[batch]`` ids of ``texts``, each of which must be exactly one token (no BOS)."""
+    try:  # one call for all texts; on failure each alone, for the failing text's error
+        batch = tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    except Exception:
+        batch = None
     ids = []
     for i, text in enumerate(texts):
         try:
-            token_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            token_ids = (
+                batch[i]
+                if batch is not None
+                else tokenizer(text, add_special_tokens=False)["input_ids"]
+            )
         except Exception as error:  # tokenizers raises bare Exceptions
             raise _untokenizable(tokenizer, f"pair {i}: {field}", text, error, pairs.name) from None
         if len(token_ids) != 1:
