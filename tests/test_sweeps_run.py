@@ -167,7 +167,7 @@ def test_a_failed_run_says_so_in_the_manifest_and_a_rerun_resumes(single, tmp_pa
 
 
 def test_a_run_that_fails_before_storing_anything_leaves_no_directory(tmp_path, monkeypatch):
-    def no_model(config, model=None):
+    def no_model(config, model=None, pairs=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(execute.SweepWorker, "load", no_model)

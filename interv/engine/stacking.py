@@ -373,10 +373,15 @@ def _shortcut_hidden(
     run = intervention.base_run
     before = base.captured[(run, Site("z", layer))]  # [n, pos, head_index, d_head]
     after = before.clone()
-    for site in intervention.edits():
+    edits = intervention.edits()
+    for site in edits:
         _apply_edit(intervention, site, select_head(after, site, model.cfg), context)
     w_out = model.blocks[layer].attn.W_O  # [head_index, d_head, d_model]
-    change = torch.einsum("bphd,hdm->bpm", after - before, w_out.to(after))
+    heads = {site.head for site in edits}
+    if None not in heads:  # only the edited heads' outputs changed
+        heads = sorted(heads)
+        after, before, w_out = after[:, :, heads], before[:, :, heads], w_out[heads]
+    change = (after - before).flatten(2) @ w_out.flatten(0, 1).to(after)
     return base.prefixes[run].residuals[layer + 1] + change.to(before.dtype)
 
 

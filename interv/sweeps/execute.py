@@ -117,11 +117,15 @@ class SweepWorker:
     cache: BaseRunCache = field(default_factory=BaseRunCache)
 
     @classmethod
-    def load(cls, config: SweepConfig, model: Any = None) -> SweepWorker:
-        """Load the model (unless ``model`` is given) and the task of ``config``; plan its units."""
+    def load(
+        cls, config: SweepConfig, model: Any = None, pairs: PromptPairs | None = None
+    ) -> SweepWorker:
+        """Load the model (unless ``model`` is given) and the task of ``config`` (unless its
+        ``pairs`` are given, from :func:`task_pairs`); plan its units."""
         from interv.models.loading import load_model
 
-        pairs = task_pairs(config)
+        if pairs is None:
+            pairs = task_pairs(config)
         model_spec, task_spec = config.model, config.task
         if model is None:
             model = load_model(
@@ -256,7 +260,7 @@ def run_sweep(
 
             with stages(("loading the model and the task",), enabled=progress) as bar:
                 bar.start("loading the model and the task")
-                worker = SweepWorker.load(config, model)
+                worker = SweepWorker.load(config, model, pairs)
             store.record_plan(len(worker.units), worker.n_interventions)
             done = store.completed()
             mine = [u for u in worker.units if shard is None or shard.owns(u.index)]
