@@ -17,11 +17,12 @@ abs difference of the per-cell metric):
   Incumbent: ``get_act_patch_attn_head_out_by_pos``.
 - ``C``: zero ablation of every head, one at a time, on the zoo induction model and
   the GPT-2-small-shaped model. Incumbent: one ``run_with_hooks`` forward per head
-  (the transformer-lens idiom). Reported: heads x prompts per second, for one
-  ``interv.run`` call and, on the zoo model, for a sweep (``interv.run_sweep`` with the
-  loaded model, units of 2 heads stored to disk one by one, sharing their base runs).
-  The zoo jobs take a fraction of a second, so each side's time there is the best of
-  ``ZOO_REPEATS`` calls.
+  (the transformer-lens idiom). On the zoo model (see :func:`zoo_zero_ablation`): a
+  table of a fresh ``interv.run`` call, repeated calls sharing their base runs, and a
+  sweep from its config, against the loop alone, the loop with the two baseline forwards
+  interv also returns, and the whole job from the prompts; each line is the best of
+  ``ZOO_REPEATS`` calls (the jobs take a fraction of a second). On the GPT-2-small-shaped
+  model: heads x prompts per second for one ``interv.run`` call.
 
 FLOPs (A) count the forwards interv actually ran: per block and token
 ``2 * (matmul parameters of the block) + 4 * n_heads * d_head * pos`` (QK and AV over the
@@ -82,6 +83,20 @@ def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float]:
         value = fn()
         best = min(best, time.perf_counter() - start)
     return value, best
+
+
+def interleaved_best(
+    jobs: dict[str, Callable[[], Any]], repeats: int
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Each job's last value and best wall time over ``repeats`` rounds, the jobs called in
+    turns within a round, so that a slow spell of the machine hits every job alike."""
+    values: dict[str, Any] = {}
+    best = dict.fromkeys(jobs, math.inf)
+    for _ in range(repeats):
+        for name, job in jobs.items():
+            values[name], seconds = timed(job)
+            best[name] = min(best[name], seconds)
+    return values, best
 
 
 def matmul_gflops(size: int = 1024, repeats: int = 40) -> float:
@@ -379,17 +394,13 @@ def zero_ablation_loop(model, task: TokenizedPairs) -> torch.Tensor:
     return torch.stack(values)
 
 
-def zero_ablation_rates(
-    model, label: str, n_prompts: int, max_batch_size: int, repeats: int = 1
-) -> None:
+def zero_ablation_rates(model, label: str, n_prompts: int, max_batch_size: int) -> None:
     task = random_task(model, n_prompts, 15, seed=1)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    theirs, t_incumbent = timed(
-        lambda: zero_ablation_loop(model, task).reshape(n_layers, n_heads), repeats
-    )
+    theirs, t_incumbent = timed(lambda: zero_ablation_loop(model, task).reshape(n_layers, n_heads))
     grid = [ZeroAblation(layer, head) for layer in range(n_layers) for head in range(n_heads)]
     result, seconds = timed(
-        lambda: run(model, task, grid, "logit_diff", max_batch_size=max_batch_size), repeats
+        lambda: run(model, task, grid, "logit_diff", max_batch_size=max_batch_size)
     )
     ours = result.mean().reshape(n_layers, n_heads)
     cells = n_layers * n_heads * task.n_pairs
@@ -402,54 +413,125 @@ def zero_ablation_rates(
     )
 
 
-def zoo_sweep_rate(model, n_prompts: int, repeats: int = 1) -> None:
-    """Zero ablation of every zoo head as a stored sweep, against the same hook loop."""
+def baseline_forwards(model, task: TokenizedPairs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clean and corrupted prompt-mean logit differences: the two forwards an ablation's
+    effect (and its normalized recovery) is measured against."""
+    metric = mean_logit_diff_fn(task)
+    padded = not bool(task.attention_mask.all())
+    mask = {"attention_mask": task.attention_mask} if padded else {}
+    with torch.no_grad():
+        return (
+            metric(model(task.clean_tokens, **mask)),
+            metric(model(task.corrupted_tokens, **mask)),
+        )
+
+
+ZOO_PROMPTS = 256
+ZOO_BATCH_ROWS = 512  # fastest of 256..2048 rows on 2 cores: larger stacks outgrow the caches
+ZOO_REPEATS = 7
+"""Calls per line on the zoo model, whose jobs take a fraction of a second; the best counts."""
+
+
+def zoo_zero_ablation(model) -> None:
+    """Zero ablation of every zoo head on the induction task, as a table of ways to run it.
+
+    Incumbents: the transformer-lens hook loop alone (the metric under each ablation) and
+    with the two baseline forwards interv also returns; for the sweep, the whole job from
+    the prompts (batched ``to_tokens``, baselines, loop). interv: ``run`` on a fresh call
+    (pays its base runs), ``run`` repeated with a shared ``BaseRunCache`` (base runs
+    reused across calls), and ``run_sweep`` from its config with the loaded model (builds
+    and tokenizes the task, stores each unit of 2 heads as it is computed).
+    """
     import tempfile
 
+    from interv.engine.stacking import BaseRunCache
     from interv.sweeps import run_sweep
     from interv.tasks.builtin import load_task
 
     config = {
         "model": {"spec": "induction-2l"},
-        "task": {"name": "induction", "n_pairs": n_prompts, "seed": 0},
+        "task": {"name": "induction", "n_pairs": ZOO_PROMPTS, "seed": 0},
         "sweep": {
-            "batch_size": 2048,
+            "batch_size": ZOO_BATCH_ROWS,
             "unit_size": 2,
             "interventions": [{"kind": "zero_ablation"}],
         },
     }
-    task = load_task("induction", n_pairs=n_prompts, seed=0).tokenize(model)
+    pairs = load_task("induction", n_pairs=ZOO_PROMPTS, seed=0)
+    task = pairs.tokenize(model)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    grid = [ZeroAblation(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    repeats = ZOO_REPEATS
 
-    theirs, t_incumbent = timed(lambda: zero_ablation_loop(model, task), repeats)
+    def tl_job():
+        model.to_tokens(list(pairs.clean))
+        model.to_tokens(list(pairs.corrupted))
+        return baseline_forwards(model, task), zero_ablation_loop(model, task)
+
+    cache = BaseRunCache()  # the first call fills it; every later call reuses it
     with tempfile.TemporaryDirectory() as directory:
         fresh = (f"{directory}/sweep-{i}" for i in range(repeats))
-        result, seconds = timed(
-            lambda: run_sweep(config, next(fresh), progress=False, model=model), repeats
-        )
-    cells = n_layers * n_heads * task.n_pairs
+        jobs = {
+            "loop": lambda: zero_ablation_loop(model, task),
+            "loop_baselines": lambda: (
+                baseline_forwards(model, task),
+                zero_ablation_loop(model, task),
+            ),
+            "job": tl_job,
+            "cold": lambda: run(model, task, grid, "logit_diff", max_batch_size=ZOO_BATCH_ROWS),
+            "warm": lambda: run(
+                model, task, grid, "logit_diff", max_batch_size=ZOO_BATCH_ROWS, cache=cache
+            ),
+            "sweep": lambda: run_sweep(config, next(fresh), progress=False, model=model),
+        }
+        values, best = interleaved_best(jobs, repeats)
+    theirs = values["loop"]
+    cold, warm, swept = values["cold"], values["warm"], values["sweep"]
+    t_loop, t_loop_baselines, t_job = best["loop"], best["loop_baselines"], best["job"]
+    t_cold, t_warm, t_sweep = best["cold"], best["warm"], best["sweep"]
+    difference = max(float((result.mean() - theirs).abs().max()) for result in (cold, warm, swept))
     print(
-        f"zoo induction-2l as a sweep (units of 2 heads, stored one by one, loaded model "
-        f"passed in): {n_layers * n_heads} heads x {task.n_pairs} induction prompts; "
-        f"incumbent {t_incumbent:.2f} s = {cells / t_incumbent:.0f} head x prompt/s; interv "
-        f"{seconds:.2f} s = {cells / seconds:.0f} head x prompt/s; "
-        f"{t_incumbent / seconds:.2f}x; max |difference| "
-        f"{float((result.mean() - theirs).abs().max()):.2e} logits"
+        f"zoo induction-2l: zero ablation of {len(grid)} heads x {task.n_pairs} induction "
+        f"prompts (up to {task.n_positions} tokens), metric: prompt-mean logit difference; "
+        f"interv stacks up to {ZOO_BATCH_ROWS} rows; best of {repeats} calls per line, the "
+        "lines' calls taken in turns"
     )
-
-
-ZOO_REPEATS = 7
-"""Calls per side on the zoo model, whose jobs take a fraction of a second; the best counts."""
+    rows = [
+        ("transformer-lens: one run_with_hooks per head (ablated metric only)", t_loop, ""),
+        (
+            "transformer-lens: the same + clean and corrupted forwards (interv's outputs)",
+            t_loop_baselines,
+            "",
+        ),
+        (
+            "interv.run, a fresh call (pays its clean and corrupted base runs)",
+            t_cold,
+            f"{t_loop / t_cold:.2f}x the loop, {t_loop_baselines / t_cold:.2f}x with baselines",
+        ),
+        (
+            "interv.run, repeated calls sharing a BaseRunCache (base runs reused)",
+            t_warm,
+            f"{t_loop / t_warm:.2f}x the loop, {t_loop_baselines / t_warm:.2f}x with baselines",
+        ),
+        ("transformer-lens job from the prompts: to_tokens, baselines, loop", t_job, ""),
+        (
+            "interv.run_sweep from its config (tokenizes, stores 4 units of 2 heads)",
+            t_sweep,
+            f"{t_loop / t_sweep:.2f}x the loop, {t_job / t_sweep:.2f}x the job",
+        ),
+    ]
+    for label, seconds, ratio in rows:
+        print(f"  {label:<80} {seconds * 1000:7.1f} ms  {ratio}")
+    print(
+        f"  max |difference| of the per-head mean logit diff vs the loop: {difference:.2e} logits"
+    )
 
 
 def bench_c() -> None:
     from interv import zoo
 
     print(f"== C: zero-ablation sweep over every head; {load_average()} ==")
-    zoo_model = zoo.load("induction-2l").eval()
-    # sub-second jobs: each side's best of ZOO_REPEATS calls
-    zero_ablation_rates(zoo_model, "zoo induction-2l", 256, 2048, repeats=ZOO_REPEATS)
-    zoo_sweep_rate(zoo_model, 256, repeats=ZOO_REPEATS)
+    zoo_zero_ablation(zoo.load("induction-2l").eval())
     zero_ablation_rates(gpt2_small_shaped(), "GPT-2-small-shaped random model", C_PROMPTS, 96)
 
 
