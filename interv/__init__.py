@@ -27,7 +27,7 @@ from __future__ import annotations
 from interv._lazy import lazy_exports
 from interv.errors import IntervError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {

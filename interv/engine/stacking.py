@@ -12,7 +12,8 @@ The engine measures many interventions on the same prompts. It runs
    own rows. With prefix reuse, interventions are grouped by their earliest block and each
    group's forward starts there (:class:`~interv.engine.forward.Suffix`).
 
-Used by :func:`interv.run` and the pruning evaluations. Internal: no stability promise.
+Used by :func:`interv.run` and the pruning evaluations. Internal (no stability promise)
+except :class:`BaseRunCache`, which :func:`interv.run` takes as ``cache=``.
 """
 
 from __future__ import annotations
