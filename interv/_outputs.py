@@ -127,9 +127,7 @@ def _make_dirs(path: Path, what: str) -> list[Path]:
         try:
             directory.mkdir()
         except OSError as error:
-            for made in reversed(created):
-                with contextlib.suppress(OSError):
-                    made.rmdir()
+            _remove_empty(created)
             raise IntervError(
                 f"cannot create {what} {str(path)!r}: {error.strerror or error}; choose a "
                 "place you can write to"
@@ -138,15 +136,20 @@ def _make_dirs(path: Path, what: str) -> list[Path]:
     return created
 
 
+def _remove_empty(created: list[Path]) -> None:
+    """Remove the directories ``created`` (still empty), deepest first."""
+    for made in reversed(created):
+        with contextlib.suppress(OSError):
+            made.rmdir()
+
+
 def _probe(directory: Path, what: str, created: list[Path]) -> None:
     try:
         handle, name = tempfile.mkstemp(prefix=".interv-probe-", dir=directory)
         os.close(handle)
         os.unlink(name)
     except OSError as error:
-        for made in reversed(created):
-            with contextlib.suppress(OSError):
-                made.rmdir()
+        _remove_empty(created)
         raise IntervError(
             f"cannot write into {what} {str(directory)!r}: {error.strerror or error}; choose "
             "a place you can write to"
