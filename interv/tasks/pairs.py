@@ -23,8 +23,9 @@ optional, but then on every line or on none); ``answer_position`` (int, optional
 see :class:`PromptPairs`). Other keys are rejected, so a typo does not go unnoticed.
 
 BOS convention of :meth:`PromptPairs.tokenize`: given a ``TransformerBridge``, each
-prompt is tokenized with the bridge's own ``to_tokens(prompt, prepend_bos=...)``, so
-the tokens are exactly what the bridge would run. Given a bare Hugging Face tokenizer,
+prompt's tokens are the bridge's own ``to_tokens(prompt, prepend_bos=...)``, so they are
+exactly what the bridge would run (all prompts go through one batched call; a row whose
+end the padded batch leaves in doubt is tokenized alone). Given a bare Hugging Face tokenizer,
 interv tokenizes with ``add_special_tokens=False`` and, when ``prepend_bos=True``,
 prepends ``tokenizer.bos_token_id`` itself (the SmolLM2 tokenizer adds no BOS of its
 own, the bridge does). Targets and foils are always tokenized without BOS.
