@@ -133,11 +133,27 @@ def similarity_frame(similarity: HeadSimilarity) -> pandas.DataFrame:
     return frame
 
 
-def pruning_frame(curves: PruningCurves) -> pandas.DataFrame:
-    """One row per order and heads removed (see :meth:`PruningCurves.to_records`)."""
+def pruning_frame(curves: PruningCurves, *, level: float = 0.95) -> pandas.DataFrame:
+    """One row per order and heads removed (see :meth:`PruningCurves.to_records`).
+
+    Curves that carry every item's value also get ``ci_low`` and ``ci_high``: the
+    percentile bootstrap interval over items of each point (:meth:`PruningCurves.intervals`
+    at ``level``, 1000 resamples, seed 0), described in ``frame.attrs["interval"]``.
+    """
     pd = require_pandas()
     frame = pd.DataFrame.from_records(curves.to_records())
     frame["heads_removed"] = frame["heads_removed"].map(" ".join)
+    if curves.item_values:
+        intervals = curves.intervals(level=level)
+        bounds = [
+            intervals[name][i].tolist() for name in curves.orders for i in range(len(curves.ks))
+        ]
+        frame["ci_low"] = [low for low, _ in bounds]
+        frame["ci_high"] = [high for _, high in bounds]
+        frame.attrs["interval"] = (
+            f"{level:.0%} percentile bootstrap interval over the {curves.n_items} "
+            f"{curves.items}, 1000 resamples, seed 0, in {curves.unit}"
+        )
     return frame
 
 

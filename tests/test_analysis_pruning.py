@@ -329,6 +329,21 @@ def test_cli_prints_each_curve_with_its_unit_and_semantics_and_saves_the_plot(ca
     assert plot.stat().st_size > 0
 
 
+def test_cli_evaluates_chosen_ks_and_random_seeds_with_intervals(capsys):
+    from interv.cli import main
+
+    argv = ["pruning", "induction-2l", "--ks", "0", "3", "--random-seeds", "0", "1"]
+    assert main([*argv, "--rankings", "random", "--n-pairs", "6"]) == 0
+    out = capsys.readouterr().out
+    for seed in (0, 1):
+        assert (
+            f"random (seed {seed}): answer-position loss on task 'induction' (nats) at k = [0, 3]"
+            in out
+        )
+    intervals = [line for line in out.splitlines() if "95% interval over the 6 prompts" in line]
+    assert len(intervals) == 2 and all(line.count("[") == 2 for line in intervals)
+
+
 def test_cli_rejects_an_unknown_ranking_with_the_choices(capsys):
     from interv.cli import main
 

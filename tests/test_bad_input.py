@@ -269,6 +269,18 @@ CLI_CASES = [
     (["pruning", "induction-2l", "--metric", "acc"], r"unknown --metric 'acc'; choose", True),
     (["pruning", "induction-2l", "--rankings", "size"], r"unknown rankings \['size'\]", True),
     (["pruning", "induction-2l", "--n-pairs", "0"], r"--n-pairs must be >= 1; got 0", True),
+    (
+        ["pruning", "induction-2l", "--ks", "4", "2"],
+        r"--ks must be ascending and distinct; got \[4, 2\]",
+        True,
+    ),
+    (["pruning", "induction-2l", "--ks", "-1"], r"--ks must be >= 0; got -1", True),
+    (["pruning", "induction-2l", "--random-seeds", "1", "1"], r"distinct ints; got \[1, 1\]", True),
+    (
+        ["pruning", "induction-2l", "--ks", "0", "99"],
+        r"ks must be ascending distinct ints in \[0, 8\] \(max_heads\); got \[0, 99\]",
+        False,
+    ),
     (["pruning", "induction-2l", "--plot", "pruning.png"], r"did not write it", True),
     (["pruning", "induction-2l", "--plot", "afile/p.png"], r"'afile' is a file", True),
     (["entropy-change", "--zoo", "nosuch", "--from", "0"], r"unknown zoo model 'nosuch'", True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import sys
@@ -118,6 +119,14 @@ def test_pruning_and_similarity_frames_carry_units_and_scope():
     assert list(frame["k"]) == [0, 1, 2] and list(frame["value"]) == [1.0, 1.5, 2.5]
     assert set(frame["unit"]) == {"nats per token"}
     assert list(frame["heads_removed"]) == ["", "L0H1", "L0H1 L1H0"]
+    assert "ci_low" not in frame  # no per-item values, no interval
+    items = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.5, 2.0], [2.0, 2.5, 3.0]], dtype=torch.float64)
+    with_items = dataclasses.replace(curves, item_values={"entropy": items}, items="chunks")
+    frame = with_items.to_pandas()
+    interval = with_items.intervals()["entropy"]
+    assert frame[["ci_low", "ci_high"]].to_numpy().tolist() == interval.tolist()
+    assert (frame["ci_low"] <= frame["ci_high"]).all() and frame.loc[0, "ci_low"] == 1.0
+    assert "over the 3 chunks" in frame.attrs["interval"]
     flip = FlipRate("cosine", 0.25, 0.1, 0.4, 0.95, 10, 1, 0, 4, 4, False, 0)
     similarity = HeadSimilarity(
         per_prompt=torch.rand(1, 2, 2, 3, 3, dtype=torch.float64),

@@ -10,7 +10,8 @@ status). Handlers import torch and the models lazily, so ``interv --help`` stays
 - ``interv entropy-change --zoo NAME --from STEP [--to STEP]``: per-head and overall
   split of the entropy change between two training checkpoints into sink and content
   parts.
-- ``interv pruning MODEL [--task NAME | --text] [--max-heads K] [--plot FILE]``: pruning
+- ``interv pruning MODEL [--task NAME | --text] [--max-heads K] [--ks K ...]
+  [--random-seeds S ...] [--plot FILE]``: pruning
   curves (heads mean-ablated cumulatively in the order of each ranking), each printed
   with its unit and the ablation's semantics.
 """
@@ -198,6 +199,7 @@ def _run_pruning(args: argparse.Namespace) -> int:
     from interv._outputs import claim_file
     from interv._progress import stages
     from interv.analysis.pruning import RANKINGS, check_rankings
+    from interv.analysis.pruning.rankings import check_seeds
     from interv.engine.targets import METRICS
     from interv.models.loading import check_model_spec
     from interv.tasks.builtin import load_task
@@ -209,6 +211,12 @@ def _run_pruning(args: argparse.Namespace) -> int:
     _check_counts(args, "n_pairs", "n_tokens")
     if args.max_heads is not None:
         as_int(args.max_heads, "--max-heads", minimum=0)
+    if args.ks is not None:
+        for k in args.ks:
+            as_int(k, "--ks", minimum=0)
+        if list(args.ks) != sorted(set(args.ks)):
+            raise IntervError(f"--ks must be ascending and distinct; got {args.ks}")
+    check_seeds(args.random_seeds)
     layers = as_positions(args.layers, "--layers", allow_empty=False)
     pairs = None
     if not args.text:
@@ -260,14 +268,22 @@ def _run_pruning(args: argparse.Namespace) -> int:
                 evaluation,
                 orders=rankings,
                 max_heads=args.max_heads,
+                ks=args.ks,
                 heads=heads,
                 seed=args.seed,
+                random_seeds=args.random_seeds,
             )
         print(f"scope: {curves.scope}")
         print(f"semantics: {curves.ablation}")
         print(f"lower is better: {curves.lower_is_better}")
+        intervals = curves.intervals() if curves.item_values else {}
         for name in curves.orders:
             print(f"  {curves.describe(name)}")
+            if name in intervals:
+                bounds = ", ".join(
+                    f"[{low:.4g}, {high:.4g}]" for low, high in intervals[name].tolist()
+                )
+                print(f"    95% interval over the {curves.n_items} {curves.items}: {bounds}")
             removed = ", ".join(head_label(*head) for head in curves.orders[name])
             print(f"    removed in order: {removed}")
             print(f"    rule: {curves.rules[name]}")
@@ -352,6 +368,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="task metric: loss (-log_prob of the target, nats; default) or a target metric",
     )
     pruning.add_argument("--max-heads", type=int, default=None, help="most heads removed")
+    pruning.add_argument(
+        "--ks",
+        type=int,
+        nargs="+",
+        default=None,
+        help="numbers of heads removed at which to evaluate, ascending (default: every k up "
+        "to --max-heads)",
+    )
+    pruning.add_argument(
+        "--random-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="one random order per seed, named 'random (seed s)' (default: one 'random' "
+        "order of --seed)",
+    )
     pruning.add_argument(
         "--layers", type=int, nargs="+", default=None, help="candidate layers (default: all)"
     )
