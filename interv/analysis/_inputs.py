@@ -82,10 +82,13 @@ def prompt_batch(
 def _tokenize(model: TransformerBridge, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokenize each prompt alone (BOS prepended) and right-pad to the longest; a prompt
     the tokenizer cannot encode is a clear error naming its unknown words."""
-    from interv.tasks.pairs import check_tokenizable
+    try:
+        rows = [model.to_tokens(prompt, prepend_bos=True)[0] for prompt in prompts]
+    except Exception:  # tokenizers raise bare Exceptions: name the prompt and its words
+        from interv.tasks.pairs import check_tokenizable
 
-    check_tokenizable(model, prompts)
-    rows = [model.to_tokens(prompt, prepend_bos=True)[0] for prompt in prompts]
+        check_tokenizable(model, prompts)
+        raise
     longest = max(len(row) for row in rows)
     tokens = torch.zeros(len(rows), longest, dtype=torch.int64)
     mask = torch.zeros(len(rows), longest, dtype=torch.bool)
