@@ -21,13 +21,14 @@ from typing import Any
 import torch
 
 from interv._checks import as_finite, as_int
+from interv.audit import Screen
 from interv.engine.protocol import RUNS, Intervention, semantics
-from interv.engine.results import InterventionResult, Scope, intervention_fields
+from interv.engine.results import InterventionResult, Scope, ScreenOutcome, intervention_fields
+from interv.engine.screening import check_screen, exact_values, pool_label, screened_values
 from interv.engine.stacking import (
     BaseRunCache,
     BaseRuns,
     capture_base_runs,
-    intervened_readouts,
     planned_reads,
     task_runs,
 )
@@ -121,8 +122,16 @@ def run(
     recovery_atol: float = 1e-6,
     reuse_prefix: bool = True,
     cache: BaseRunCache | None = None,
+    screen: Screen | None = None,
 ) -> InterventionResult:
     """Measure ``metric`` on ``task`` under each intervention, with both baselines.
+
+    With ``screen``, the interventions are candidates of one screen
+    (:mod:`interv.engine.screening`): every one is estimated to first order from one
+    forward and one backward per base run, and only the screen's verified top and its
+    audit sample are run exactly; the others' values are estimates, marked so in
+    :attr:`~interv.engine.results.InterventionResult.status`, and the audit travels in
+    :attr:`~interv.engine.results.InterventionResult.screens`.
 
     Args:
         model: a transformer-lens ``TransformerBridge`` (in eval mode for
@@ -144,6 +153,10 @@ def run(
         cache: a :class:`~interv.engine.stacking.BaseRunCache` shared by several calls on
             the same model and task: their clean and corrupted forwards (and captured
             activations) are computed once.
+        screen: an :class:`~interv.audit.Screen` (how many to verify, audit, the miss-rate
+            target) to screen the interventions instead of running all of them; None
+            (default) runs every one exactly. Screenable kinds:
+            :data:`~interv.engine.screening.SCREENABLE_KINDS`.
 
     Returns:
         An :class:`~interv.engine.results.InterventionResult` with ``values``
@@ -152,7 +165,9 @@ def run(
     Raises:
         IntervError: a task that is not tokenized, an unknown metric, a metric needing a
             foil on a task without one, an intervention without a semantics sentence or
-            that does not fit the model or the task, or a bad ``max_batch_size``.
+            that does not fit the model or the task, a bad ``max_batch_size``, or a
+            ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
+            ``top_k`` beyond the interventions.
     """
     task = check_task(task)
     target_metric = get_metric(metric)
@@ -162,6 +177,8 @@ def run(
     if not isinstance(reuse_prefix, bool):
         raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
     checked = _checked_interventions(interventions, model.cfg, task)
+    if screen is not None:
+        check_screen(screen, checked, target_metric)
 
     base = _base_runs(model, task, checked, reuse_prefix, cache)
     clean_logits = base.readouts["clean"].cpu()
@@ -178,18 +195,35 @@ def run(
 
     clean = score(clean_logits)[0]
     corrupted = score(base.readouts["corrupted"].cpu())[0]
-    values = torch.empty(len(checked), task.n_pairs, dtype=clean.dtype)
-    for indices, logits in intervened_readouts(
-        model,
-        checked,
-        base,
-        readout="position_logits",
-        positions=task.answer_positions,
-        max_batch_size=max_batch_size,
-        reuse_prefix=reuse_prefix,
-        task=task,
-    ):
-        values[indices] = score(logits.cpu())
+    status: tuple[str, ...] = ()
+    screens: tuple[ScreenOutcome, ...] = ()
+    if screen is None:
+        values = exact_values(
+            model,
+            task,
+            checked,
+            base,
+            score,
+            max_batch_size=max_batch_size,
+            reuse_prefix=reuse_prefix,
+        )
+    else:
+        screened = screened_values(
+            model,
+            task,
+            checked,
+            base,
+            target_metric,
+            screen,
+            {"clean": clean, "corrupted": corrupted},
+            score,
+            max_batch_size=max_batch_size,
+            reuse_prefix=reuse_prefix,
+        )
+        values = screened.values.to(clean.dtype)
+        status = screened.status
+        indices = tuple(range(len(checked)))
+        screens = (ScreenOutcome(indices, screened.audit, pool_label(checked)),)
     return InterventionResult.build(
         values,
         clean,
@@ -198,4 +232,6 @@ def run(
         metric=target_metric,
         scope=Scope.of(model, task),
         recovery_atol=recovery_atol,
+        status=status,
+        screens=screens,
     )
