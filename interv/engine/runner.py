@@ -15,7 +15,7 @@ reference path). The runner never prints; hooks never outlive a call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,7 +36,7 @@ from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["check_task", "run", "warm_cache"]
+__all__ = ["check_task", "run", "run_screened", "warm_cache"]
 
 
 def _checked_interventions(
@@ -179,7 +179,81 @@ def run(
     checked = _checked_interventions(interventions, model.cfg, task)
     if screen is not None:
         check_screen(screen, checked, target_metric)
+    return _measure(
+        model,
+        task,
+        checked,
+        target_metric,
+        max_batch_size=max_batch_size,
+        recovery_atol=recovery_atol,
+        reuse_prefix=reuse_prefix,
+        cache=cache,
+        screen=screen,
+    )
 
+
+def run_screened(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    metric: str | TargetMetric,
+    screen: Screen,
+    *,
+    max_batch_size: int = 32,
+    recovery_atol: float = 1e-6,
+    cache: BaseRunCache | None = None,
+    known: torch.Tensor | None = None,
+    estimates: torch.Tensor | None = None,
+    on_estimates: Callable[[torch.Tensor], None] | None = None,
+    on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
+    chunk: int | None = None,
+) -> InterventionResult:
+    """:func:`run` with ``screen=``, resumable: what a screened sweep calls.
+
+    ``estimates`` (``[n, n_prompts]``, from an earlier call's ``on_estimates``) and
+    ``known`` exact values (``[n, n_prompts]``, NaN rows where not computed, from its
+    ``on_exact``) make an interrupted screen continue exactly where it stopped: same
+    ranking, same audit sample, no exact work repeated (see
+    :func:`interv.engine.screening.screened_values`).
+    """
+    task = check_task(task)
+    target_metric = get_metric(metric)
+    target_metric.check_foil(task.foil_ids)
+    checked = _checked_interventions(interventions, model.cfg, task)
+    check_screen(screen, checked, target_metric)
+    return _measure(
+        model,
+        task,
+        checked,
+        target_metric,
+        max_batch_size=max_batch_size,
+        recovery_atol=recovery_atol,
+        reuse_prefix=True,
+        cache=cache,
+        screen=screen,
+        resume={
+            "known": known,
+            "estimates": estimates,
+            "on_estimates": on_estimates,
+            "on_exact": on_exact,
+            "chunk": chunk,
+        },
+    )
+
+
+def _measure(
+    model: Any,
+    task: TokenizedPairs,
+    checked: Sequence[Intervention],
+    target_metric: TargetMetric,
+    *,
+    max_batch_size: int,
+    recovery_atol: float,
+    reuse_prefix: bool,
+    cache: BaseRunCache | None,
+    screen: Screen | None,
+    resume: dict[str, Any] | None = None,
+) -> InterventionResult:
     base = _base_runs(model, task, checked, reuse_prefix, cache)
     clean_logits = base.readouts["clean"].cpu()
 
@@ -219,6 +293,7 @@ def run(
             score,
             max_batch_size=max_batch_size,
             reuse_prefix=reuse_prefix,
+            **(resume or {}),
         )
         values = screened.values.to(clean.dtype)
         status = screened.status

@@ -331,6 +331,7 @@ def screened_values(
     reuse_prefix: bool,
     known: torch.Tensor | None = None,
     estimates: torch.Tensor | None = None,
+    on_estimates: Callable[[torch.Tensor], None] | None = None,
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
     chunk: int | None = None,
 ) -> Screened:
@@ -351,6 +352,8 @@ def screened_values(
         estimates: the estimates of an earlier call (``Screened.estimates``), so that a
             resumed screen ranks and audits exactly as the interrupted one did; None
             computes them.
+        on_estimates: called with the ``[n_interventions, n_prompts]`` estimates once they
+            are computed (not when ``estimates`` were given), before any exact work.
         on_exact: called with ``(indices, values [k, n_prompts])`` after each piece of
             exact work.
         chunk: most interventions per piece (None: a whole look at once).
@@ -362,7 +365,14 @@ def screened_values(
     check_screen(screen, interventions, metric)
     if estimates is None:
         estimates = first_order_estimates(model, task, interventions, metric, base)
+        if on_estimates is not None:
+            on_estimates(estimates)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
+    if estimates.shape != (n, task.n_pairs):
+        raise IntervError(
+            f"estimates must have shape {(n, task.n_pairs)} (interventions x prompts); got "
+            f"{tuple(estimates.shape)}"
+        )
     base_values = torch.stack(
         [baselines[iv.base_run].double() for iv in interventions]
     )  # [n, n_prompts]
