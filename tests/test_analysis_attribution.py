@@ -118,7 +118,7 @@ def test_different_prompt_lengths_use_condition_means_and_still_sum_exactly():
 
 
 def test_overall_share_interval_recomputes_the_share_on_resampled_prompts():
-    from interv.report.stats import bootstrap_indices, percentile_interval
+    from interv.stats import bootstrap_indices, percentile_interval
 
     result = entropy_change_attribution(
         rows_from_pattern(_causal_pattern(7)), rows_from_pattern(_causal_pattern(8))

@@ -44,6 +44,7 @@ from interv.analysis._patterns import (
 from interv.errors import IntervError
 from interv.metrics._rows import check_unit
 from interv.metrics.sink import entropy_change, mean_entropy_change, sink_split
+from interv.stats import bootstrap_indices, percentile_interval
 
 __all__ = [
     "PAIRED",
@@ -144,8 +145,6 @@ class EntropyAttribution:
         means, NaN where ``|mean(total)| < share_atol``). Paired mode only: in
         condition-means mode, or with one prompt, the interval is ``(nan, nan)``.
         """
-        from interv.report.stats import bootstrap_indices, percentile_interval
-
         if self.per_prompt_total is None or self.per_prompt_total.shape[0] < 2:
             return (float("nan"), float("nan"))
         n_prompts = self.per_prompt_total.shape[0]

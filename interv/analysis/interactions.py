@@ -34,8 +34,8 @@ from interv.engine.interventions import BASELINES, PairAblation, head_ablation
 from interv.engine.results import intervention_params
 from interv.engine.sites import head_label
 from interv.errors import IntervError
-from interv.report.flags import FlagRules
-from interv.report.stats import bootstrap_indices, percentile_interval
+from interv.flags import FlagRules
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from interv.engine.protocol import Intervention

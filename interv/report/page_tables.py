@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
 from interv.engine.sites import COMPONENTS
-from interv.report.flags import FLAGS
+from interv.flags import FLAGS
 from interv.report.table import reports_recovery
 from interv.report.views import SHORT, fmt, head_groups
 

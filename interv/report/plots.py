@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.errors import IntervError
-from interv.report.flags import FLAGS, is_ablation
+from interv.flags import FLAGS
+from interv.report.flags import is_ablation
 from interv.report.labels import Box, place_labels
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ import torch
 from interv.engine.interventions import head_ablation
 from interv.engine.results import intervention_params
 from interv.engine.sites import head_label
-from interv.report.flags import FlagRules
-from interv.report.stats import bootstrap_mean_ci
+from interv.flags import FlagRules
+from interv.stats import bootstrap_mean_ci
 
 __all__ = [
     "CONCENTRATED_INDIRECT",

@@ -32,8 +32,9 @@ from interv import __version__
 from interv.analysis.concentration import METRICS
 from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.flags import FlagRules
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
-from interv.report.flags import FlagRules, assign_flags
+from interv.report.flags import assign_flags
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
     DIRECT_OPPOSED,
@@ -47,7 +48,7 @@ from interv.report.sections import (
     path_rows,
     section_tables,
 )
-from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
+from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
     from interv.analysis.concentration import HeadConcentration

@@ -19,6 +19,7 @@ from interv.analysis.pruning.rankings import (
 )
 from interv.engine.sites import head_label
 from interv.errors import IntervError
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -98,8 +99,6 @@ class PruningCurves:
         return f"{name}: {self.evaluation} ({self.unit}) at k = {ks}: {points}"
 
     def _bootstrap(self, n_bootstrap: int, seed: int) -> torch.Tensor:
-        from interv.report.stats import bootstrap_indices
-
         if not self.item_values:
             raise IntervError(
                 "these curves carry no per-item values (item_values); intervals need them"
@@ -121,8 +120,6 @@ class PruningCurves:
         Returns:
             order name -> ``[len(ks), 2]`` float64 (low, high) in :attr:`unit`.
         """
-        from interv.report.stats import percentile_interval
-
         indices = self._bootstrap(n_bootstrap, seed)
         out = {}
         for name, items in self.item_values.items():
@@ -152,8 +149,6 @@ class PruningCurves:
             ``[len(ks), 3]`` float64: difference of the means, interval low, interval high,
             in :attr:`unit`.
         """
-        from interv.report.stats import percentile_interval
-
         self._check_order(first)
         self._check_order(second)
         indices = self._bootstrap(n_bootstrap, seed)
