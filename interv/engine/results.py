@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._pandas import positions_text, require_pandas
 from interv.engine.sites import Site
 
 if TYPE_CHECKING:
+    import pandas
+
     from interv.engine.protocol import Intervention
     from interv.engine.targets import TargetMetric
     from interv.tasks.tokenized import TokenizedPairs
@@ -282,10 +285,19 @@ class InterventionResult:
                 )
         return records
 
-    def to_pandas(self) -> Any:
-        """A long ``pandas.DataFrame``, one row per intervention x prompt, with the effect,
-        unit and semantics sentence as columns (:func:`interv.frames.result_frame`; needs
-        pandas)."""
-        from interv.frames import result_frame
+    def to_pandas(self) -> pandas.DataFrame:
+        """A long ``pandas.DataFrame``, one row per intervention x prompt (the keys of
+        :meth:`to_records`), plus ``effect`` = ``value`` minus the value of the run the
+        intervention modified (``clean`` or ``corrupted``, per ``base_run``), in ``unit``
+        (needs pandas).
 
-        return result_frame(self)
+        >>> frame = result.to_pandas()
+        >>> frame.pivot_table(index=["layer", "head"], columns="kind", values="effect")
+        """
+        frame = require_pandas().DataFrame.from_records(self.to_records())
+        if frame.empty:
+            return frame
+        base = frame["clean"].where(frame["base_run"] == "clean", frame["corrupted"])
+        frame.insert(frame.columns.get_loc("value") + 1, "effect", frame["value"] - base)
+        frame["positions"] = frame["positions"].map(positions_text)
+        return frame

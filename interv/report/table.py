@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv import __version__
+from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS
+from interv.engine.protocol import kind_of
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.flags import FlagRules
@@ -51,6 +53,8 @@ from interv.report.sections import (
 from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
+    import pandas
+
     from interv.analysis.concentration import HeadConcentration
     from interv.engine.interventions import Intervention
     from interv.engine.results import InterventionResult
@@ -61,8 +65,6 @@ __all__ = ["Report", "ReportHeader", "ReportRow", "build_report", "reports_recov
 def reports_recovery(kind: str) -> bool:
     """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
     between the two runs of a task, as the kind's class declares)."""
-    from interv.engine.protocol import kind_of
-
     registered = kind_of(kind)
     return registered is not None and registered.cls.reports_recovery
 
@@ -382,13 +384,65 @@ class Report:
 
         return page_fragment(self)
 
-    def to_pandas(self) -> Any:
-        """A ``pandas.DataFrame``, one row per report row, with semantics, effect unit and the
-        head's concentration; ``attrs["units"]`` names each column's unit
-        (:func:`interv.frames.report_frame`; needs pandas)."""
-        from interv.frames import report_frame
-
-        return report_frame(self)
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per report row: the site, the intervention and its semantics sentence, the
+        effect statistics (``effect_unit``), the recovery and flags, and the head's
+        concentration: ``<metric>`` (mean over prompts) and ``<metric>_sd`` for every metric
+        of :data:`~interv.analysis.concentration.METRICS` (NaN for rows that are not one head).
+        ``frame.attrs["units"]`` maps every numeric column to its unit (needs pandas).
+        """
+        pd = require_pandas()
+        h = self.header
+        units = h.concentration_units
+        records = []
+        for row in self.rows:
+            site = row.site
+            kind = kind_of(row.kind)
+            record: dict[str, Any] = {
+                "index": row.index,
+                "label": row.label,
+                "component": None if site is None else site.component,
+                "layer": None if site is None else site.layer,
+                "head": None if site is None else site.head,
+                "positions": positions_text(None if site is None else site.positions),
+                "kind": row.kind,
+                "family": None if kind is None else kind.cls.family,
+                "semantics": row.semantics,
+                "base_run": row.base_run,
+                "effect_mean": row.effect_mean,
+                "effect_ci_low": row.effect_ci_low,
+                "effect_ci_high": row.effect_ci_high,
+                "effect_std": row.effect_std,
+                "effect_min": row.effect_min,
+                "effect_max": row.effect_max,
+                "effect_unit": h.metric_unit,
+                "ci_level": h.ci_level,
+                "recovery": row.recovery,
+                "flags": "; ".join(row.flags),
+            }
+            for name in units:
+                record[name] = None if row.concentration is None else row.concentration[name]
+                record[f"{name}_sd"] = (
+                    None if row.concentration_std is None else row.concentration_std[name]
+                )
+            record.update(model=h.model, task=h.task, n_prompts=h.n_prompts, metric=h.metric_name)
+            records.append(record)
+        frame = pd.DataFrame.from_records(records)
+        for name in units:
+            frame[[name, f"{name}_sd"]] = frame[[name, f"{name}_sd"]].astype(float)
+        frame["recovery"] = frame["recovery"].astype(float)
+        frame[["layer", "head"]] = frame[["layer", "head"]].astype("Int64")
+        frame.attrs["units"] = {
+            **dict.fromkeys(
+                ("effect_mean", "effect_ci_low", "effect_ci_high", "effect_std", "effect_min"),
+                h.metric_unit,
+            ),
+            "effect_max": h.metric_unit,
+            "recovery": "dimensionless (1 = clean, 0 = corrupted)",
+            **{name: unit for name, unit in units.items()},
+            **{f"{name}_sd": unit for name, unit in units.items()},
+        }
+        return frame
 
 
 def _estimate(data: dict[str, Any]) -> Estimate:
