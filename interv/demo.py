@@ -13,8 +13,8 @@ The demo runs, on a built-in task and the same prompts throughout:
    attention row of the most instructive head, saved with
    :func:`interv.report.render.save_report`.
 
-This module (with :func:`report_from_sweep`) is the only part of the report layer
-that runs a model, and it does so through the public API.
+This module and :func:`interv.report.sweep.report_from_sweep` are the only parts of the
+report layer that run a model, and they do so through the public API.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import torch
 
 from interv._checks import as_positions, check_index
 from interv.errors import IntervError
@@ -38,10 +36,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_OUT",
     "DemoResult",
-    "answer_query_positions",
     "check_demo_options",
     "demo_interventions",
-    "report_from_sweep",
     "run_demo",
 ]
 
@@ -88,33 +84,6 @@ class DemoResult:
     paths: dict[str, Path]
     seconds: float
     out_dir: Path
-
-
-def answer_query_positions(task: TokenizedPairs) -> tuple[int, ...]:
-    """Query positions (for :func:`interv.concentration`) that are the task's answer positions.
-
-    Concentration counts query positions from each prompt's first real token, the
-    engine counts answer positions in the padded tensor. ``(-1,)`` (the last real
-    token) is returned when every answer position is its prompt's last real token;
-    ``(p,)`` when every prompt is right-padded and answered at the same position ``p``.
-
-    Raises:
-        IntervError: neither holds (then pass explicit query positions).
-    """
-    rows = torch.arange(task.n_pairs)
-    real = task.attention_mask
-    last_real = real.shape[1] - 1 - real.flip(-1).int().argmax(-1)
-    if bool((task.answer_positions == last_real).all()) and task.padding_side == "right":
-        return (-1,)
-    first_real = real.int().argmax(-1)
-    relative = task.answer_positions - first_real
-    if bool((relative == relative[0]).all()) and bool(real[rows, task.answer_positions].all()):
-        return (int(relative[0]),)
-    raise IntervError(
-        "the task's answer positions are neither every prompt's last real token nor one "
-        f"common position (answer positions {task.answer_positions.tolist()}); pass "
-        "query_positions explicitly"
-    )
 
 
 def demo_interventions(
@@ -287,7 +256,7 @@ def _compute(
     bar.start("tokenizing the task")
     task = load_task(task_name, n_pairs=n_prompts, seed=seed).tokenize(bridge)
     bar.start("concentration")
-    heads_conc = concentration(bridge, task, sink=0, query_positions=answer_query_positions(task))
+    heads_conc = concentration(bridge, task, sink=0, query_positions=task.answer_query_positions())
     bar.start("interventions")
     interventions = demo_interventions(n_layers, bridge.cfg.n_heads, task.n_positions, layers)
     # One engine run per batch of interventions, so the bar moves as they are computed;
@@ -306,35 +275,3 @@ def _compute(
     bar.start("report statistics")
     report = build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)
     return report, _attention_row_figure(bridge, task, report)
-
-
-def report_from_sweep(directory: str | Path, *, n_bootstrap: int = 1000, seed: int = 0) -> Report:
-    """A report of a saved sweep: its stored effects beside freshly computed concentration.
-
-    Loads the sweep's result with :func:`interv.sweeps.load_sweep`, then the sweep's
-    model and task (from its manifest) to compute concentration at the answer positions
-    of the same prompts; sites come from the sweep's own intervention list.
-    """
-    from interv.analysis.concentration import concentration
-    from interv.report.table import build_report
-    from interv.sweeps.collect import load_sweep
-    from interv.sweeps.execute import SweepWorker, as_config
-    from interv.sweeps.plan import Shard
-    from interv.sweeps.store import read_manifest
-
-    effects = load_sweep(directory)
-    manifest = read_manifest(directory)
-    worker = SweepWorker.load(as_config(manifest["config"]))
-    shard = None if manifest["shard"] is None else Shard.parse(manifest["shard"])
-    interventions = [
-        iv
-        for unit in worker.units
-        if shard is None or shard.owns(unit.index)
-        for iv in unit.interventions
-    ]
-    heads_conc = concentration(
-        worker.model, worker.task, sink=0, query_positions=answer_query_positions(worker.task)
-    )
-    return build_report(
-        effects, heads_conc, interventions=interventions, n_bootstrap=n_bootstrap, seed=seed
-    )

@@ -12,15 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interv.analysis._patterns import rows_from_pattern
-from interv.analysis.attribution import (
-    PAIRED,
-    UNPAIRED,
-    checkpoint_entropy_change,
-    entropy_change_attribution,
-)
+from interv.analysis.attribution import PAIRED, UNPAIRED, entropy_change_attribution
 from interv.cli.analysis import register
 from interv.errors import IntervError
 from interv.metrics import entropy
+from interv.zoo import checkpoint_entropy_change
 
 N_KEYS = 6
 

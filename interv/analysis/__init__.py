@@ -35,7 +35,6 @@ _EXPORTS: dict[str, str] = {
     "ClusteringAgreement": "interv.analysis.clustering",
     "entropy_change_attribution": "interv.analysis.attribution",
     "EntropyAttribution": "interv.analysis.attribution",
-    "checkpoint_entropy_change": "interv.analysis.attribution",
     "pruning_curves": "interv.analysis.pruning",
     "rank_heads": "interv.analysis.pruning",
     "PruningCurves": "interv.analysis.pruning",

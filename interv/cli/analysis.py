@@ -165,7 +165,7 @@ def _run_entropy_change(args: argparse.Namespace) -> int:
             )
     _check_counts(args, "n_sequences")
 
-    from interv.analysis.attribution import checkpoint_entropy_change
+    from interv.zoo import checkpoint_entropy_change
 
     with stages(("loading both checkpoints and splitting the change",)) as bar:
         bar.start("loading both checkpoints and splitting the change")

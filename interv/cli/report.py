@@ -90,7 +90,7 @@ def _run_report(args: argparse.Namespace) -> int:
         raise IntervError(f"{error}; to render the report elsewhere pass --out DIR") from None
     with output:
         if not is_report:
-            from interv.demo import report_from_sweep
+            from interv.report.sweep import report_from_sweep
 
             report = report_from_sweep(directory)
         with output.staging() as folder:

@@ -47,6 +47,7 @@ __all__ = [
     "available",
     "backcopy_batch",
     "card",
+    "checkpoint_entropy_change",
     "checkpoints",
     "eval_batch",
     "held_out_batch",
@@ -83,6 +84,7 @@ _EXPORTS: dict[str, str] = {
     "measure_roles": "interv.zoo._roles",
     "task_accuracy": "interv.zoo._roles",
     "held_out_batch": "interv.zoo._tasks",
+    "checkpoint_entropy_change": "interv.zoo._entropy",
     "load": "interv.zoo._load",
     "train": "interv.zoo._train",
 }
@@ -95,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.zoo._backcopy import BackcopyBatch, BackcopyLanguage, backcopy_batch
     from interv.zoo._backcopy_roles import next_token_accuracy
     from interv.zoo._data import InductionBatch, induction_batch
+    from interv.zoo._entropy import checkpoint_entropy_change
     from interv.zoo._load import load
     from interv.zoo._probes import RoleScores
     from interv.zoo._registry import (
