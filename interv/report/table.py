@@ -31,12 +31,16 @@ import torch
 from interv import __version__
 from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS
+from interv.analysis.interactions import COMPENSATION, head_interactions
 from interv.engine.protocol import kind_of
+from interv.engine.results import InterventionResult
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.flags import FlagRules
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
 from interv.report.flags import assign_flags
+from interv.report.page import page_fragment
+from interv.report.render import to_markdown
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
     DIRECT_OPPOSED,
@@ -50,6 +54,7 @@ from interv.report.sections import (
     path_rows,
     section_tables,
 )
+from interv.report.views import reports_recovery
 from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
@@ -57,16 +62,8 @@ if TYPE_CHECKING:
 
     from interv.analysis.concentration import HeadConcentration
     from interv.engine.interventions import Intervention
-    from interv.engine.results import InterventionResult
 
-__all__ = ["Report", "ReportHeader", "ReportRow", "build_report", "reports_recovery"]
-
-
-def reports_recovery(kind: str) -> bool:
-    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
-    between the two runs of a task, as the kind's class declares)."""
-    registered = kind_of(kind)
-    return registered is not None and registered.cls.reports_recovery
+__all__ = ["Report", "ReportHeader", "ReportRow", "build_report"]
 
 
 EFFECT_DEFINITION = (
@@ -375,13 +372,9 @@ class Report:
         )
 
     def _repr_markdown_(self) -> str:
-        from interv.report.render import to_markdown
-
         return to_markdown(self)
 
     def _repr_html_(self) -> str:
-        from interv.report.page import page_fragment
-
         return page_fragment(self)
 
     def to_pandas(self) -> pandas.DataFrame:
@@ -674,8 +667,6 @@ def build_report(
     interactions: tuple[InteractionRow, ...] = ()
     interaction_semantics = ""
     if any(p.get("kind") == "PairAblation" for p in params):
-        from interv.analysis.interactions import COMPENSATION, head_interactions
-
         found = head_interactions(
             _merged(results), rules=rules, n_bootstrap=n_bootstrap, level=level, seed=seed
         )
@@ -749,10 +740,8 @@ def _merged(results: Sequence[InterventionResult]) -> InterventionResult:
     """One result holding the rows of several of the same scope and metric, in order."""
     if len(results) == 1:
         return results[0]
-    from interv.engine.results import InterventionResult as Result
-
     first = results[0]
-    return Result.build(
+    return InterventionResult.build(
         torch.cat([result.values for result in results]),
         first.clean,
         first.corrupted,
