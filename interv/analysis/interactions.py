@@ -192,7 +192,7 @@ def head_interactions(
             for head in ((pair.layer, pair.head), (pair.other_layer, pair.other_head))
         )
     )
-    effect = result.values.to(torch.float64) - result.clean.to(torch.float64)
+    effect = result.effect  # every row used here is an ablation of the clean run
     n = len(heads)
     single = torch.full((n, effect.shape[1]), torch.nan, dtype=torch.float64)
     pair_effect = torch.full((n, n, effect.shape[1]), torch.nan, dtype=torch.float64)
@@ -219,7 +219,7 @@ def head_interactions(
             if a != b and not bool(mean[a, b].isnan()):
                 low[a, b], high[a, b] = percentile_interval(resampled[a, b], level)
     rules = FlagRules() if rules is None else rules
-    scale = abs(float(result.clean.mean() - result.corrupted.mean()))
+    scale = result.effect_scale
     near = rules.near_zero_fraction * scale
     compensation = tuple(
         (heads[a], heads[b])

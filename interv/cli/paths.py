@@ -67,7 +67,7 @@ def _run_paths(args: argparse.Namespace) -> int:
         DirectEffect(layer, head),
     ]
     result = run(model, task, [*references, *cells], args.metric, max_batch_size=256)
-    effects = result.mean() - result.clean.mean()
+    effects = result.effect.mean(-1)
     unit = result.metric.unit
     print(
         f"scope: {result.scope.model_name} on {result.scope.n_prompts} prompts of "

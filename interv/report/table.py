@@ -548,7 +548,6 @@ def build_report(
         sites = [iv.site for iv in interventions]
     clean = results[0].clean.to(torch.float64)
     corrupted = results[0].corrupted.to(torch.float64)
-    baselines = {"clean": clean, "corrupted": corrupted}
     indices = bootstrap_indices(scope.n_prompts, n_bootstrap, seed)
     per_prompt = {name: concentration.per_prompt(name) for name in METRICS}
     spread = {name: concentration.per_head_spread(name) for name in METRICS}
@@ -556,13 +555,12 @@ def build_report(
 
     partial = []
     for result in results:
-        mean_recovery = result.mean_recovery()
+        mean_recovery, effects = result.mean_recovery(), result.effect
         for j in range(result.n_interventions):
-            partial.append((result, j, float(mean_recovery[j])))
+            partial.append((result, j, float(mean_recovery[j]), effects[j]))
     drafts = []
     effect_rows = []
-    for (result, j, recovery), site in zip(partial, sites, strict=True):
-        effect = result.values[j].to(torch.float64) - baselines[result.base_runs[j]]
+    for (result, j, recovery, effect), site in zip(partial, sites, strict=True):
         effect_rows.append(effect)
         is_head = site is not None and site.head is not None
         low, high = bootstrap_mean_ci(effect, indices, level)
@@ -595,7 +593,7 @@ def build_report(
                 "per_prompt_effect": tuple(float(x) for x in effect),
             }
         )
-    effect_scale = abs(float(clean.mean() - corrupted.mean()))
+    effect_scale = results[0].effect_scale
     flags = assign_flags(
         kinds=[d["kind"] for d in drafts],
         heads=[
