@@ -5,7 +5,8 @@
 - :mod:`interv.engine.forward`: :func:`~interv.engine.forward.forward`, the one way interv
   runs a model (device, masks, hooks, captures, readouts, early stop, prefix reuse).
 - :mod:`interv.engine.protocol`: what an intervention declares (sites it edits, what it
-  reads, how it writes, its semantics sentence) and the registry of kinds.
+  reads, how it writes, its semantics sentence) and how a kind registers;
+  :mod:`interv.engine.registry`: the lookups of registered kinds, built-ins included.
 - :mod:`interv.engine.interventions`: the built-in kinds (ablations, patches, value and
   routing edits, pair ablations, combinations); :mod:`interv.engine.directions`: kinds
   built only on the public protocol (steering vectors, projections, subspace patches);

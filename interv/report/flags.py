@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from interv.engine.protocol import kind_of
+from interv.engine.registry import kind_of
 from interv.errors import IntervError
 from interv.flags import (
     BASELINE_SENSITIVE,

@@ -32,7 +32,7 @@ from interv import __version__
 from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS
 from interv.analysis.interactions import COMPENSATION, head_interactions
-from interv.engine.protocol import kind_of
+from interv.engine.registry import kind_of
 from interv.engine.results import InterventionResult
 from interv.engine.sites import Site
 from interv.errors import IntervError

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
-from interv.engine.protocol import kind_of
+from interv.engine.registry import kind_of
 from interv.report.flags import is_ablation
 
 if TYPE_CHECKING:
