@@ -84,7 +84,7 @@ def _run_paths(args: argparse.Namespace) -> int:
 
 
 def _run_interactions(args: argparse.Namespace) -> int:
-    from interv.analysis.interactions import interactions
+    from interv.analysis.pairwise import interactions
 
     heads = [parse_head(text) for text in args.heads]
     model, task = _load(args)

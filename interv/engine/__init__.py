@@ -19,3 +19,10 @@
   of head patching (one forward and one backward), for screening only.
 - :mod:`interv.engine.results`: the typed result of a run.
 """
+
+from __future__ import annotations
+
+from interv._lazy import lazy_exports
+
+# no re-exports: a submodule resolves on attribute access (interv.engine.stacking)
+__getattr__, __dir__ = lazy_exports("interv.engine", {}, globals())

@@ -31,7 +31,7 @@ import torch
 from interv import __version__
 from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS
-from interv.analysis.interactions import COMPENSATION, head_interactions
+from interv.analysis.pairwise import COMPENSATION, head_interactions
 from interv.engine.registry import kind_of
 from interv.engine.results import InterventionResult
 from interv.engine.sites import Site
@@ -443,15 +443,8 @@ def _estimate(data: dict[str, Any]) -> Estimate:
 
 
 def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
-    """A saved row's site. Reports of interv 0.1 stored no component: their head rows were
-    all about ``z``; their other rows get no site."""
-    if data is None:
-        return None
-    if "component" not in data:
-        if data.get("head") is None:
-            return None
-        data = {**data, "component": "z"}
-    return Site.from_dict(data)
+    """A saved row's site (None: the row is not filed under one site)."""
+    return None if data is None else Site.from_dict(data)
 
 
 def _nan_for_none(values: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -30,35 +30,6 @@ from typing import TYPE_CHECKING
 
 from interv._lazy import lazy_exports
 
-__all__ = [
-    "BackcopyAccuracy",
-    "BackcopyBatch",
-    "BackcopyLanguage",
-    "EntropyChangeRecord",
-    "EntropySplit",
-    "HeadRole",
-    "HeadSplit",
-    "InductionBatch",
-    "RoleScores",
-    "RoleThresholds",
-    "TaskAccuracy",
-    "TrainingRecipe",
-    "ZooCard",
-    "available",
-    "backcopy_batch",
-    "card",
-    "checkpoint_entropy_change",
-    "checkpoints",
-    "eval_batch",
-    "held_out_batch",
-    "induction_batch",
-    "load",
-    "measure_roles",
-    "next_token_accuracy",
-    "task_accuracy",
-    "train",
-]
-
 # public name -> private module that owns it
 _EXPORTS: dict[str, str] = {
     "BackcopyAccuracy": "interv.zoo._registry",
@@ -89,6 +60,35 @@ _EXPORTS: dict[str, str] = {
     "train": "interv.zoo._train",
 }
 
+
+__all__ = [
+    "BackcopyAccuracy",
+    "BackcopyBatch",
+    "BackcopyLanguage",
+    "EntropyChangeRecord",
+    "EntropySplit",
+    "HeadRole",
+    "HeadSplit",
+    "InductionBatch",
+    "RoleScores",
+    "RoleThresholds",
+    "TaskAccuracy",
+    "TrainingRecipe",
+    "ZooCard",
+    "available",
+    "backcopy_batch",
+    "card",
+    "checkpoint_entropy_change",
+    "checkpoints",
+    "eval_batch",
+    "held_out_batch",
+    "induction_batch",
+    "load",
+    "measure_roles",
+    "next_token_accuracy",
+    "task_accuracy",
+    "train",
+]
 
 __getattr__, __dir__ = lazy_exports("interv.zoo", _EXPORTS, globals())
 

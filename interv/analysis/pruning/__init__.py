@@ -42,39 +42,27 @@ Modules: :mod:`~interv.analysis.pruning.evaluations` (what a curve measures),
 :func:`interv.report.plots.plot_pruning_curves`.
 """
 
-from interv.analysis.pruning.curves import PruningCurves, pruning_curves
-from interv.analysis.pruning.evaluations import (
-    EmbeddingEvaluation,
-    Evaluation,
-    Head,
-    TaskEvaluation,
-    TextEvaluation,
-    text_sample,
-)
-from interv.analysis.pruning.rankings import (
-    RANKINGS,
-    check_rankings,
-    random_order_name,
-    rank_heads,
-)
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def __getattr__(name: str):
-    """``plot_pruning_curves`` moved to :mod:`interv.report.plots` (kept here for one release)."""
-    if name == "plot_pruning_curves":
-        import warnings
+from interv._lazy import lazy_exports
 
-        from interv.report.plots import plot_pruning_curves
-
-        warnings.warn(
-            "interv.analysis.pruning.plot_pruning_curves moved to "
-            "interv.report.plots.plot_pruning_curves",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return plot_pruning_curves
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "PruningCurves": "interv.analysis.pruning.curves",
+    "pruning_curves": "interv.analysis.pruning.curves",
+    "EmbeddingEvaluation": "interv.analysis.pruning.evaluations",
+    "Evaluation": "interv.analysis.pruning.evaluations",
+    "Head": "interv.analysis.pruning.evaluations",
+    "TaskEvaluation": "interv.analysis.pruning.evaluations",
+    "TextEvaluation": "interv.analysis.pruning.evaluations",
+    "text_sample": "interv.analysis.pruning.evaluations",
+    "RANKINGS": "interv.analysis.pruning.rankings",
+    "check_rankings": "interv.analysis.pruning.rankings",
+    "random_order_name": "interv.analysis.pruning.rankings",
+    "rank_heads": "interv.analysis.pruning.rankings",
+}
 
 __all__ = [
     "RANKINGS",
@@ -90,3 +78,23 @@ __all__ = [
     "rank_heads",
     "text_sample",
 ]
+
+__getattr__, __dir__ = lazy_exports("interv.analysis.pruning", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.analysis.pruning.curves import PruningCurves, pruning_curves
+    from interv.analysis.pruning.evaluations import (
+        EmbeddingEvaluation,
+        Evaluation,
+        Head,
+        TaskEvaluation,
+        TextEvaluation,
+        text_sample,
+    )
+    from interv.analysis.pruning.rankings import (
+        RANKINGS,
+        check_rankings,
+        random_order_name,
+        rank_heads,
+    )
