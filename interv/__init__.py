@@ -76,46 +76,8 @@ _EXPORTS: dict[str, str] = {
     "load_sweep": "interv.sweeps.collect",
 }
 
-__all__ = [
-    "ActivationPatch",
-    "AddVector",
-    "AttentionKnockout",
-    "Combined",
-    "DirectEffect",
-    "EditContext",
-    "HeadConcentration",
-    "IntervError",
-    "Intervention",
-    "InterventionResult",
-    "MeanAblation",
-    "PairAblation",
-    "PathPatch",
-    "PatternPatch",
-    "ProjectOut",
-    "PromptPairs",
-    "Read",
-    "ReferenceSet",
-    "Report",
-    "ResampleAblation",
-    "Site",
-    "SubspacePatch",
-    "TokenizedPairs",
-    "ValuePatch",
-    "ValueReplace",
-    "ValueScale",
-    "ZeroAblation",
-    "__version__",
-    "build_report",
-    "concentration",
-    "load_model",
-    "load_sweep",
-    "load_task",
-    "register",
-    "run",
-    "run_sweep",
-    "save_report",
-]
 
+__all__ = ["IntervError", "__version__", *sorted(_EXPORTS)]
 
 __getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())
 

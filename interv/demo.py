@@ -19,13 +19,33 @@ report layer that run a model, and they do so through the public API.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interv._checks import as_positions, check_index
+from interv._checks import as_int, as_positions, check_index
+from interv._outputs import claim_dir, fresh_dir
+from interv._progress import stages
+from interv.analysis.concentration import concentration
+from interv.engine.forward import Prompts, forward
+from interv.engine.interventions import (
+    ActivationPatch,
+    MeanAblation,
+    ResampleAblation,
+    ValueScale,
+    ZeroAblation,
+)
+from interv.engine.runner import run, warm_cache
+from interv.engine.sites import Site
+from interv.engine.stacking import BaseRunCache
 from interv.errors import IntervError
+from interv.models.loading import load_model
+from interv.report.plots import attention_row
+from interv.report.render import save_report
+from interv.report.table import build_report
+from interv.tasks.builtin import load_task
 
 if TYPE_CHECKING:
     from interv.engine.interventions import Intervention
@@ -90,14 +110,6 @@ def demo_interventions(
     n_layers: int, n_heads: int, n_positions: int, layers: Sequence[int] | None = None
 ) -> list[Intervention]:
     """The demo's interventions: five per head, then one residual patch per layer x position."""
-    from interv.engine.interventions import (
-        ActivationPatch,
-        MeanAblation,
-        ResampleAblation,
-        ValueScale,
-        ZeroAblation,
-    )
-
     chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
     for layer in chosen:
         check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
@@ -121,10 +133,6 @@ def demo_interventions(
 
 def _attention_row_figure(model: Any, task: TokenizedPairs, report: Report) -> Any:
     """Bars of the most instructive head's attention row on the first prompt."""
-    from interv.engine.forward import Prompts, forward
-    from interv.engine.sites import Site
-    from interv.report.plots import attention_row
-
     instructive = report.instructive(1)
     if not instructive:
         return None
@@ -153,8 +161,6 @@ def check_demo_options(
         IntervError: an unknown demo model, ``n_prompts`` below 1, or layers that are
             empty, repeated, negative or beyond the model's layers.
     """
-    from interv._checks import as_int, as_positions
-
     if model not in _DEMO_MODELS:
         raise IntervError(f"unknown demo model {model!r}; choose one of {tuple(_DEMO_MODELS)}")
     task_name, n_layers, default_prompts = _DEMO_MODELS[model]
@@ -203,12 +209,6 @@ def run_demo(
     Raises:
         IntervError: a bad option or output directory (before any model is loaded).
     """
-    import time
-
-    from interv._checks import as_int
-    from interv._outputs import claim_dir, fresh_dir
-    from interv._progress import stages
-
     task_name, pairs_count, chosen = check_demo_options(model, n_prompts, layers)
     as_int(n_bootstrap, "n_bootstrap", minimum=1)
     start = time.perf_counter()
@@ -219,8 +219,6 @@ def run_demo(
     with output, stages(_STAGES, enabled=progress) as bar:
         report, figure = _compute(model, task_name, pairs_count, chosen, seed, n_bootstrap, bar)
         bar.start("plots and files")
-        from interv.report.render import save_report
-
         with output.staging() as folder:
             written = save_report(
                 report, folder, figures=None if figure is None else {"attention_row": figure}
@@ -239,13 +237,6 @@ def _compute(
     bar: Any,
 ) -> tuple[Report, Any]:
     """The demo's report and attention-row figure (stages 1-5 of the progress bar)."""
-    from interv.analysis.concentration import concentration
-    from interv.engine.runner import run, warm_cache
-    from interv.engine.stacking import BaseRunCache
-    from interv.models.loading import load_model
-    from interv.report.table import build_report
-    from interv.tasks.builtin import load_task
-
     bar.start("loading the model")
     bridge = load_model(model)
     n_layers = int(bridge.cfg.n_layers)

@@ -50,29 +50,8 @@ _EXPORTS: dict[str, str] = {
     "pair_design": "interv.analysis.pairwise",
 }
 
-__all__ = [
-    "AttentionRows",
-    "ClusteringAgreement",
-    "EmbeddingEvaluation",
-    "EntropyAttribution",
-    "HeadClustering",
-    "HeadInteractions",
-    "HeadSimilarity",
-    "PruningCurves",
-    "TaskEvaluation",
-    "TextEvaluation",
-    "approximate_head_patching_scores",
-    "attention_rows",
-    "cluster_heads",
-    "clustering_agreement",
-    "entropy_change_attribution",
-    "head_interactions",
-    "head_similarity",
-    "interactions",
-    "pair_design",
-    "pruning_curves",
-    "rank_heads",
-]
+
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.analysis", _EXPORTS, globals())
 

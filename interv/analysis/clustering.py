@@ -369,7 +369,7 @@ def plot_clustering(clustering: HeadClustering, *, axes: tuple[Axes, Axes] | Non
         The matplotlib Figure (nothing is shown or saved). Cluster boundaries of the
         keep-sink cut are drawn on both panels, so a drop-sink regrouping is visible.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib on use
 
     if axes is None:
         figure, axes = plt.subplots(1, 2, figsize=(11, 5), layout="constrained")

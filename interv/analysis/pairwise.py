@@ -32,6 +32,7 @@ import torch
 
 from interv.engine.interventions import BASELINES, PairAblation, head_ablation
 from interv.engine.results import intervention_params
+from interv.engine.runner import run
 from interv.engine.sites import head_label
 from interv.errors import IntervError
 from interv.flags import FlagRules
@@ -290,8 +291,6 @@ def interactions(
     ``H`` single ablations and ``H (H - 1) / 2`` pair ablations, stacked in
     :func:`interv.run` (each forward starts at the earliest ablated block).
     """
-    from interv.engine.runner import run
-
     design = pair_design(heads, baseline, seed)
     result = run(model, task, design, metric, max_batch_size=max_batch_size)
     return head_interactions(result, n_bootstrap=n_bootstrap, level=level, seed=seed)

@@ -41,24 +41,8 @@ _EXPORTS: dict[str, str] = {
     "sink_split": "interv.metrics.sink",
 }
 
-__all__ = [
-    "AitchisonSplit",
-    "EntropyChange",
-    "SinkSplit",
-    "aitchison_distance",
-    "aitchison_split",
-    "available_keys",
-    "clr",
-    "compare_rows",
-    "effective_support",
-    "entropy",
-    "entropy_change",
-    "max_weight",
-    "mean_entropy_change",
-    "normalized_entropy",
-    "sink_split",
-    "top_k_mass",
-]
+
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.metrics", _EXPORTS, globals())
 

@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "sentence_embedding": "interv.models.minilm",
 }
 
-__all__ = ["BUILTIN_SPECS", "DTYPES", "load_model", "output_head_is_trained", "sentence_embedding"]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.models", _EXPORTS, globals())
 

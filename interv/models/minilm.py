@@ -49,7 +49,7 @@ def model_dir() -> Path:
 
 def load_minilm(*, device: str | torch.device, dtype: torch.dtype) -> TransformerBridge:
     """all-MiniLM-L6-v2 as a TransformerBridge in eval mode; its logits are meaningless."""
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
     bridge = TransformerBridge.boot_transformers(str(model_dir()), device=device, dtype=dtype)
     bridge.output_head_is_trained = False

@@ -44,16 +44,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-__all__ = [
-    "Shard",
-    "SweepConfig",
-    "load_config",
-    "load_sweep",
-    "merge_sweeps",
-    "parse_config",
-    "run_sweep",
-    "run_sweep_ray",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.sweeps", _EXPORTS, globals())
 

@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "TokenizedPairs": "interv.tasks.tokenized",
 }
 
-__all__ = ["PromptPairs", "TokenizedPairs", "available_tasks", "load_task"]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.tasks", _EXPORTS, globals())
 

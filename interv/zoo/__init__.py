@@ -61,34 +61,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-__all__ = [
-    "BackcopyAccuracy",
-    "BackcopyBatch",
-    "BackcopyLanguage",
-    "EntropyChangeRecord",
-    "EntropySplit",
-    "HeadRole",
-    "HeadSplit",
-    "InductionBatch",
-    "RoleScores",
-    "RoleThresholds",
-    "TaskAccuracy",
-    "TrainingRecipe",
-    "ZooCard",
-    "available",
-    "backcopy_batch",
-    "card",
-    "checkpoint_entropy_change",
-    "checkpoints",
-    "eval_batch",
-    "held_out_batch",
-    "induction_batch",
-    "load",
-    "measure_roles",
-    "next_token_accuracy",
-    "task_accuracy",
-    "train",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.zoo", _EXPORTS, globals())
 

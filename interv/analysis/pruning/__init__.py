@@ -64,20 +64,7 @@ _EXPORTS: dict[str, str] = {
     "rank_heads": "interv.analysis.pruning.rankings",
 }
 
-__all__ = [
-    "RANKINGS",
-    "EmbeddingEvaluation",
-    "Evaluation",
-    "Head",
-    "PruningCurves",
-    "TaskEvaluation",
-    "TextEvaluation",
-    "check_rankings",
-    "pruning_curves",
-    "random_order_name",
-    "rank_heads",
-    "text_sample",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.analysis.pruning", _EXPORTS, globals())
 
