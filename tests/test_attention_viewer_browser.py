@@ -187,6 +187,14 @@ def test_zoo_viewer_draws_hovers_switches_and_exports(browser, zoo_page, tmp_pat
         ".filter(s => s.style.background).length"
     )
     assert coloured > 1
+    # the other colour scales and text modes draw without errors
+    for value in ("log", "content", "weight"):
+        Select(browser.find_element(By.CSS_SELECTOR, "[data-control=colour]")).select_by_value(
+            value
+        )
+    Select(browser.find_element(By.CSS_SELECTOR, "[data-control=text]")).select_by_value("column")
+    browser.execute_async_script("setTimeout(arguments[arguments.length - 1], 50)")
+    assert _severe(browser) == []
     # exports
     png = base64.b64decode(_export(browser, "png").split(",", 1)[1])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
