@@ -74,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "save_report": "interv.report.render",
     "run_sweep": "interv.sweeps.execute",
     "load_sweep": "interv.sweeps.collect",
+    "view_attention": "interv.report.viewer",
 }
 
 
@@ -106,6 +107,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.models.loading import load_model
     from interv.report.render import save_report
     from interv.report.table import Report, build_report
+    from interv.report.viewer import view_attention
     from interv.sweeps.collect import load_sweep
     from interv.sweeps.execute import run_sweep
     from interv.tasks.builtin import load_task

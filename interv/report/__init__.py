@@ -1,6 +1,7 @@
 """Consumers of results: text, tables and plots. Nothing here touches a model, except
-:func:`~interv.report.sweep.report_from_sweep`, which loads a sweep's model through the
-sweep's own worker to compute concentration beside the stored effects."""
+:func:`~interv.report.sweep.report_from_sweep` (the sweep's own worker computes
+concentration beside the stored effects) and :func:`~interv.report.viewer.view_attention`
+(one forward for the patterns it draws)."""
 
 from __future__ import annotations
 
