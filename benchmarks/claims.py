@@ -559,7 +559,7 @@ def collapse_part(name: str, out: Path) -> dict[str, Any]:
     import interv
 
     cfg = CONFIG["collapse"]
-    change = interv.analysis.checkpoint_entropy_change(
+    change = interv.zoo.checkpoint_entropy_change(
         name, before=cfg["before"], n_sequences=cfg["n_sequences"]
     )
     low, high = change.overall_share_interval(

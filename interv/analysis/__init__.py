@@ -11,7 +11,7 @@
 - :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
   effect and by attribution, mean-ablated cumulatively: loss against heads removed.
 
-- :mod:`interv.analysis.interactions`: pairwise ablations of heads and their interaction
+- :mod:`interv.analysis.pairwise`: pairwise ablations of heads and their interaction
   terms (do two heads back each other up?).
 - :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
   attribution patching, a first-order approximation of head patching, for screening.
@@ -20,6 +20,8 @@ The public names below are resolved lazily; importing this package imports nothi
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from interv._lazy import lazy_exports
 
@@ -35,7 +37,6 @@ _EXPORTS: dict[str, str] = {
     "ClusteringAgreement": "interv.analysis.clustering",
     "entropy_change_attribution": "interv.analysis.attribution",
     "EntropyAttribution": "interv.analysis.attribution",
-    "checkpoint_entropy_change": "interv.analysis.attribution",
     "pruning_curves": "interv.analysis.pruning",
     "rank_heads": "interv.analysis.pruning",
     "PruningCurves": "interv.analysis.pruning",
@@ -43,12 +44,40 @@ _EXPORTS: dict[str, str] = {
     "TextEvaluation": "interv.analysis.pruning",
     "EmbeddingEvaluation": "interv.analysis.pruning",
     "approximate_head_patching_scores": "interv.engine.attribution",
-    "interactions": "interv.analysis.interactions",
-    "head_interactions": "interv.analysis.interactions",
-    "HeadInteractions": "interv.analysis.interactions",
-    "pair_design": "interv.analysis.interactions",
+    "interactions": "interv.analysis.pairwise",
+    "head_interactions": "interv.analysis.pairwise",
+    "HeadInteractions": "interv.analysis.pairwise",
+    "pair_design": "interv.analysis.pairwise",
 }
+
 
 __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.analysis", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.analysis._patterns import AttentionRows, attention_rows
+    from interv.analysis.attribution import EntropyAttribution, entropy_change_attribution
+    from interv.analysis.clustering import (
+        ClusteringAgreement,
+        HeadClustering,
+        cluster_heads,
+        clustering_agreement,
+    )
+    from interv.analysis.pairwise import (
+        HeadInteractions,
+        head_interactions,
+        interactions,
+        pair_design,
+    )
+    from interv.analysis.pruning import (
+        EmbeddingEvaluation,
+        PruningCurves,
+        TaskEvaluation,
+        TextEvaluation,
+        pruning_curves,
+        rank_heads,
+    )
+    from interv.analysis.similarity import HeadSimilarity, head_similarity
+    from interv.engine.attribution import approximate_head_patching_scores

@@ -48,7 +48,8 @@ from interv.engine.interventions import (
     ResampleAblation,
     ZeroAblation,
 )
-from interv.engine.protocol import EditContext, Intervention, kind_of
+from interv.engine.protocol import EditContext, Intervention
+from interv.engine.registry import kind_of
 from interv.engine.sites import Site, select_head
 from interv.engine.stacking import BaseRuns, intervened_readouts
 from interv.engine.targets import TargetMetric

@@ -15,39 +15,58 @@ float64 whatever the input dtype.
   under the keep-sink and drop-sink conventions.
 """
 
-from interv.metrics.compare import compare_rows
-from interv.metrics.compositional import AitchisonSplit, aitchison_distance, aitchison_split, clr
-from interv.metrics.concentration import (
-    available_keys,
-    effective_support,
-    entropy,
-    max_weight,
-    normalized_entropy,
-    top_k_mass,
-)
-from interv.metrics.sink import (
-    EntropyChange,
-    SinkSplit,
-    entropy_change,
-    mean_entropy_change,
-    sink_split,
-)
+from __future__ import annotations
 
-__all__ = [
-    "AitchisonSplit",
-    "EntropyChange",
-    "SinkSplit",
-    "aitchison_distance",
-    "aitchison_split",
-    "available_keys",
-    "clr",
-    "compare_rows",
-    "effective_support",
-    "entropy",
-    "entropy_change",
-    "max_weight",
-    "mean_entropy_change",
-    "normalized_entropy",
-    "sink_split",
-    "top_k_mass",
-]
+from typing import TYPE_CHECKING
+
+from interv._lazy import lazy_exports
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "compare_rows": "interv.metrics.compare",
+    "AitchisonSplit": "interv.metrics.compositional",
+    "aitchison_distance": "interv.metrics.compositional",
+    "aitchison_split": "interv.metrics.compositional",
+    "clr": "interv.metrics.compositional",
+    "available_keys": "interv.metrics.concentration",
+    "effective_support": "interv.metrics.concentration",
+    "entropy": "interv.metrics.concentration",
+    "max_weight": "interv.metrics.concentration",
+    "normalized_entropy": "interv.metrics.concentration",
+    "top_k_mass": "interv.metrics.concentration",
+    "EntropyChange": "interv.metrics.sink",
+    "SinkSplit": "interv.metrics.sink",
+    "entropy_change": "interv.metrics.sink",
+    "mean_entropy_change": "interv.metrics.sink",
+    "sink_split": "interv.metrics.sink",
+}
+
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("interv.metrics", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.metrics.compare import compare_rows
+    from interv.metrics.compositional import (
+        AitchisonSplit,
+        aitchison_distance,
+        aitchison_split,
+        clr,
+    )
+    from interv.metrics.concentration import (
+        available_keys,
+        effective_support,
+        entropy,
+        max_weight,
+        normalized_entropy,
+        top_k_mass,
+    )
+    from interv.metrics.sink import (
+        EntropyChange,
+        SinkSplit,
+        entropy_change,
+        mean_entropy_change,
+        sink_split,
+    )
