@@ -28,8 +28,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.audit import Screen
-from interv.engine.results import InterventionResult, MetricInfo, Scope, ScreenOutcome
-from interv.engine.runner import run_screened
+from interv.engine.results import (
+    InterventionResult,
+    MetricInfo,
+    Scope,
+    ScreenOutcome,
+    intervention_fields,
+)
+from interv.engine.runner import run_screened, warm_cache
 from interv.engine.sites import Site
 from interv.errors import IntervError
 
@@ -73,8 +79,6 @@ def run_screened_entries(
         entries: the sweep indices of each entry's interventions, in entry order.
         progress: show a line per entry on stderr (None: when stderr is a terminal).
     """
-    sweep = worker.config.sweep
-    hash_ = worker.config.config_hash
     interventions = [iv for unit in worker.units for iv in unit.interventions]
     done = store.completed()
     show = sys.stderr.isatty() if progress is None else progress
@@ -82,85 +86,92 @@ def run_screened_entries(
     for entry, indices in enumerate(entries):
         if outcome_id(entry) in done:
             continue
-        members = [interventions[i] for i in indices]
-        stored = done.get(estimates_id(entry))
-        estimates = None if stored is None else torch.tensor(stored["estimates"])
-        known = torch.full((len(members), worker.task.n_pairs), torch.nan, dtype=torch.float64)
-        for record in done.values():
-            if record.get("entry") == entry and "indices" in record:
-                for index, row in zip(record["indices"], record["values"], strict=True):
-                    known[index - indices.start] = torch.tensor(row, dtype=torch.float64)
-
-        def keep_estimates(values: torch.Tensor, entry: int = entry, first: int = indices.start):
-            fields = _fields(members)
-            store.append(
-                {
-                    "unit": estimates_id(entry),
-                    "config_hash": hash_,
-                    "entry": entry,
-                    "start": first,
-                    **fields,
-                    "estimates": values.tolist(),
-                }
-            )
-
-        def keep_exact(
-            local: list[int], values: torch.Tensor, entry: int = entry, first: int = indices.start
-        ) -> None:
-            nonlocal computed
-            global_indices = [first + i for i in local]
-            store.append(
-                {
-                    "unit": exact_id(min(global_indices)),
-                    "config_hash": hash_,
-                    "entry": entry,
-                    "indices": global_indices,
-                    "values": values.tolist(),
-                }
-            )
-            computed += len(local)
-
         if show:
-            print(f"screening entry {entry} ({len(members)} interventions) ...", file=sys.stderr)
+            print(f"screening entry {entry} ({len(indices)} interventions) ...", file=sys.stderr)
         if worker.cache.get(worker.model, worker.task) is None:
-            from interv.engine.runner import warm_cache
-
             warm_cache(worker.model, worker.task, interventions, worker.cache)
-        result = run_screened(
-            worker.model,
-            worker.task,
-            members,
-            sweep["metric"],
-            screen,
-            max_batch_size=sweep["batch_size"],
-            recovery_atol=sweep["recovery_atol"],
-            cache=worker.cache,
-            known=known,
-            estimates=estimates,
-            on_estimates=keep_estimates,
-            on_exact=keep_exact,
-            chunk=sweep["unit_size"],
-        )
-        store.write_baselines(_baselines(result, hash_))
-        outcome = result.screens[0]
-        shifted = ScreenOutcome(
-            tuple(indices.start + i for i in outcome.indices), outcome.audit, outcome.label
-        )
+        computed += _screen_entry(worker, store, screen, entry, indices, interventions, done)
+    return computed
+
+
+def _screen_entry(
+    worker: Any,
+    store: SweepStore,
+    screen: Screen,
+    entry: int,
+    indices: range,
+    interventions: Sequence[Intervention],
+    done: Mapping[str, Mapping[str, Any]],
+) -> int:
+    """Screen one entry, resuming from its stored records; returns the exact work run."""
+    sweep, config_hash = worker.config.sweep, worker.config.config_hash
+    members = [interventions[i] for i in indices]
+    first = indices.start
+    stored = done.get(estimates_id(entry))
+    estimates = None if stored is None else torch.tensor(stored["estimates"])
+    known = torch.full((len(members), worker.task.n_pairs), torch.nan, dtype=torch.float64)
+    for record in done.values():
+        if record.get("entry") == entry and "indices" in record:
+            for index, row in zip(record["indices"], record["values"], strict=True):
+                known[index - first] = torch.tensor(row, dtype=torch.float64)
+    computed = 0
+
+    def keep_estimates(values: torch.Tensor) -> None:
         store.append(
             {
-                "unit": outcome_id(entry),
-                "config_hash": hash_,
+                "unit": estimates_id(entry),
+                "config_hash": config_hash,
                 "entry": entry,
-                "outcome": shifted.to_dict(),
+                "start": first,
+                **_fields(members),
+                "estimates": values.tolist(),
             }
         )
-        done[outcome_id(entry)] = {}
+
+    def keep_exact(local: list[int], values: torch.Tensor) -> None:
+        nonlocal computed
+        global_indices = [first + i for i in local]
+        store.append(
+            {
+                "unit": exact_id(min(global_indices)),
+                "config_hash": config_hash,
+                "entry": entry,
+                "indices": global_indices,
+                "values": values.tolist(),
+            }
+        )
+        computed += len(local)
+
+    result = run_screened(
+        worker.model,
+        worker.task,
+        members,
+        sweep["metric"],
+        screen,
+        max_batch_size=sweep["batch_size"],
+        recovery_atol=sweep["recovery_atol"],
+        cache=worker.cache,
+        known=known,
+        estimates=estimates,
+        on_estimates=keep_estimates,
+        on_exact=keep_exact,
+        chunk=sweep["unit_size"],
+    )
+    store.write_baselines(_baselines(result, config_hash))
+    outcome = result.screens[0]
+    shifted = ScreenOutcome(tuple(first + i for i in outcome.indices), outcome.audit, outcome.label)
+    store.append(
+        {
+            "unit": outcome_id(entry),
+            "config_hash": config_hash,
+            "entry": entry,
+            "outcome": shifted.to_dict(),
+        }
+    )
     return computed
 
 
 def _fields(members: Sequence[Intervention]) -> dict[str, Any]:
-    from interv.engine.results import intervention_fields
-
     fields = intervention_fields(members, None)
     return {
         "kinds": list(fields["kinds"]),
