@@ -172,3 +172,23 @@ def test_a_screened_sweep_refuses_shards_and_merging(whole_dir, tmp_path):
         merge_sweeps([whole_dir], tmp_path / "merged")
     with pytest.raises(IntervError, match="runs in one process"):
         run_sweep_ray(config(), tmp_path / "ray")
+
+
+def test_the_cli_screens_a_sweep_and_a_rerun_with_the_same_flags_resumes(tmp_path, capsys):
+    from interv.cli import main
+
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        '[model]\nspec = "induction-2l"\n[task]\nname = "induction"\nn_pairs = 8\n'
+        '[sweep]\nbatch_size = 64\n[[sweep.interventions]]\nkind = "mean_ablation"\n'
+    )
+    argv = ["sweep", str(path), "--out", str(tmp_path / "out"), "--top-k", "2", "--audit", "5"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "screened sweep complete: 8 interventions" in printed
+    assert "estimated (first-order, not intervened)" in printed
+    assert "8 mean_ablation interventions: attribution (first-order)" in printed
+    assert main(argv) == 0
+    assert "0 exact evaluations by this run" in capsys.readouterr().out
+    stored = load_sweep(tmp_path / "out").screens[0].audit.screen
+    assert (stored.top_k, stored.audit, stored.alpha) == (2, 5, 0.05)

@@ -2,7 +2,10 @@
 
 - ``interv sweep CONFIG.toml --out DIR [--shard i/n] [--executor local|ray]
   [--workers N] [--quiet]`` runs or resumes a sweep (see :mod:`interv.sweeps`);
-  rerunning the same command after an interruption resumes it.
+  rerunning the same command after an interruption resumes it. ``--screen`` (or any of
+  ``--top-k``, ``--audit``, ``--alpha``, ``--budget``) screens every entry instead
+  (the config's ``[sweep.screen]`` with these keys set; see
+  :mod:`interv.sweeps.screened`).
 - ``interv sweep-merge DIR... --out DIR`` merges the shard directories of one sweep.
 
 Both end with a one-line summary on stdout (unless ``--quiet``); the progress bar is
@@ -31,12 +34,53 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
         fresh = ", none computed by this run (every unit was stored already)"
     else:
         fresh = f", {computed} computed by this run"
+    if result.screened:
+        fresh = "" if computed is None else f"; {computed} exact evaluations by this run"
+        n_exact = int(result.exact.sum())
+        audits = "\n".join(f"  {outcome.describe()}" for outcome in result.screens)
+        return (
+            f"screened sweep complete: {result.n_interventions} interventions x "
+            f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
+            f"{result.scope.model_name!r}, metric {result.metric.name} in "
+            f"{result.metric.unit}; {n_exact} intervened on exactly, "
+            f"{result.n_interventions - n_exact} estimated (first-order, not intervened)"
+            f"{fresh}; results in {directory}\n{audits}"
+        )
     return (
         f"sweep complete ({share}): {result.n_interventions} interventions x "
         f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
         f"{result.scope.model_name!r}, metric {result.metric.name} in {result.metric.unit}; "
         f"{manifest['n_units']} units in the whole sweep{fresh}; results in {directory}"
     )
+
+
+_SCREEN_FLAGS = ("top_k", "audit", "alpha", "budget")
+
+
+_ONE_LOOK = "none"
+
+
+def _alpha(text: str) -> float | str:
+    if text.lower() == _ONE_LOOK:
+        return _ONE_LOOK
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
+        ) from None
+
+
+def _config(args: argparse.Namespace) -> object:
+    """The config file, with ``[sweep.screen]`` set when a screen flag is given."""
+    from interv.sweeps.config import load_config, with_screen  # torch: on use (CLI start-up)
+
+    given = {key: getattr(args, key) for key in _SCREEN_FLAGS if getattr(args, key) is not None}
+    if given.get("alpha") == _ONE_LOOK:
+        given["alpha"] = None
+    if not args.screen and not given:
+        return args.config
+    return with_screen(load_config(args.config), **given)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -47,12 +91,12 @@ def _run(args: argparse.Namespace) -> int:
         from interv.sweeps.ray_executor import run_sweep_ray  # torch: on use (CLI start-up)
 
         result = run_sweep_ray(
-            args.config, args.out, n_workers=args.workers, shard=args.shard, progress=progress
+            _config(args), args.out, n_workers=args.workers, shard=args.shard, progress=progress
         )
     else:
         from interv.sweeps.execute import run_sweep  # torch: on use (CLI start-up)
 
-        result = run_sweep(args.config, args.out, shard=args.shard, progress=progress)
+        result = run_sweep(_config(args), args.out, shard=args.shard, progress=progress)
     if not args.quiet:
         print(_summary(result, args.out, read_manifest(args.out)))
     return 0
@@ -96,6 +140,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="compute units in this process (default) or on Ray workers (needs interv[ray])",
     )
     sweep.add_argument("--workers", type=int, default=2, help="number of Ray workers (default: 2)")
+    screen = sweep.add_argument_group(
+        "screening",
+        "estimate every site to first order and intervene exactly only on the top by "
+        "|estimate| and a random audit sample (sets the config's [sweep.screen]; rerun with "
+        "the same flags to resume)",
+    )
+    screen.add_argument("--screen", action="store_true", help="screen every entry")
+    screen.add_argument(
+        "--top-k", type=int, default=None, metavar="K", help="verified top (default 20)"
+    )
+    screen.add_argument(
+        "--audit", type=int, default=None, metavar="N", help="audit sample size (default 60)"
+    )
+    screen.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=None,
+        metavar="A",
+        help="stop once the 95%% bound on the miss rate is below A (default 0.05; none: once)",
+    )
+    screen.add_argument(
+        "--budget", type=int, default=None, metavar="N", help="most exact evaluations"
+    )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
     sweep.set_defaults(handler=_run)
 

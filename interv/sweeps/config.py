@@ -85,7 +85,7 @@ from interv.engine.screening import check_screenable
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
 
-__all__ = ["SweepConfig", "config_diff", "load_config", "parse_config"]
+__all__ = ["SweepConfig", "config_diff", "load_config", "parse_config", "with_screen"]
 
 _TOP_KEYS = ("model", "task", "sweep")
 _MODEL_DEFAULTS: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
@@ -190,6 +190,25 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: str | Path | None = None) 
         },
         base_dir=None if base_dir is None else str(base_dir),
     )
+
+
+def with_screen(config: SweepConfig, **overrides: Any) -> SweepConfig:
+    """``config`` with its ``[sweep.screen]`` set: the stored keys (none if it had no
+    screen), then ``overrides`` (``top_k``, ``audit``, ``alpha`` (None: one look),
+    ``budget``, ``step``, ``level``, ``seed``; a None ``budget`` or ``step`` is dropped).
+    Validated like a config file's table."""
+    sweep = dict(config.normalized["sweep"])
+    table = dict(sweep.get("screen", {}))
+    for key, value in overrides.items():
+        if key == "alpha":
+            table[key] = False if value is None else value
+        elif value is None and key in ("budget", "step"):
+            table.pop(key, None)
+        else:
+            table[key] = value
+    sweep["screen"] = table
+    raw = {**config.normalized, "sweep": sweep}
+    return parse_config(raw, base_dir=config.base_dir)
 
 
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
