@@ -65,6 +65,9 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
     for table in report.section_tables():
         parts += ["", f"## {table.title}", "", table.intro, ""]
         parts += [_md_table(list(table.columns), [list(row) for row in table.rows])]
+    if report.screens:
+        parts += ["", "## Screens and their audits", ""]
+        parts += [f"- {summary.sentence}" for summary in report.screens]
     for note in report.notes:
         parts += ["", f"> {note}"]
     if images:
@@ -119,6 +122,7 @@ def to_csv(report: Report) -> str:
         "positions",
         "kind",
         "semantics",
+        "status",
         "base_run",
         f"effect_mean_{h.metric_unit}",
         "effect_ci_low",
@@ -148,6 +152,7 @@ def to_csv(report: Report) -> str:
                 else " ".join(map(str, r.site.positions)),
                 r.kind,
                 r.semantics,
+                r.status,
                 r.base_run,
                 r.effect_mean,
                 r.effect_ci_low,
