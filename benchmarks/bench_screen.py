@@ -119,7 +119,7 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
         f"screened: {t_screen:.1f} s ({audit.n_checked} exact: {audit.n_verified} verified, "
         f"{audit.audited.numel()} audited; load average {load_screen:.2f})"
     )
-    exact_effect = (full.values.double() - _base(full)).mean(-1)
+    exact_effect = full.effect.mean(-1)
     true_top = torch.sort(-exact_effect.abs(), stable=True).indices[:TOP]
     screened_top = audit.top(TOP)
     same_set = set(true_top.tolist()) == set(screened_top.tolist())
@@ -187,12 +187,6 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
         "needed": needed,
         "load": (load_full + load_screen) / 2,
     }
-
-
-def _base(result) -> torch.Tensor:
-    """``[n, n_prompts]`` the metric of each intervention's base run."""
-    runs = {"clean": result.clean.double(), "corrupted": result.corrupted.double()}
-    return torch.stack([runs[run] for run in result.base_runs])
 
 
 def main() -> None:
