@@ -222,7 +222,7 @@ def test_a_resumed_screen_runs_no_exact_work_twice(model, task):
         ).reshape(copies, task.n_pairs)
 
     screen = Screen(top_k=3, audit=6, alpha=0.05, step=3, seed=0)
-    kwargs = {"max_batch_size": 64, "reuse_prefix": True, "chunk": 4}
+    kwargs = {"max_batch_size": 64, "reuse_prefix": True}  # 4 interventions per forward
     baselines = {"clean": clean, "corrupted": corrupted}
     whole = screened_values(
         model, task, ablations, base, target, screen, baselines, score, **kwargs

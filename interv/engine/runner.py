@@ -206,7 +206,6 @@ def run_screened(
     estimates: torch.Tensor | None = None,
     on_estimates: Callable[[torch.Tensor], None] | None = None,
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
-    chunk: int | None = None,
 ) -> InterventionResult:
     """:func:`run` with ``screen=``, resumable: what a screened sweep calls.
 
@@ -236,7 +235,6 @@ def run_screened(
             "estimates": estimates,
             "on_estimates": on_estimates,
             "on_exact": on_exact,
-            "chunk": chunk,
         },
     )
 

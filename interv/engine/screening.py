@@ -270,10 +270,12 @@ def exact_values(
     *,
     max_batch_size: int,
     reuse_prefix: bool,
+    on_forward: Callable[[list[int], torch.Tensor], None] | None = None,
 ) -> torch.Tensor:
     """``[n_interventions, n_prompts]`` metric under each intervention, by exact forwards
     (stacked, with prefix reuse), scored by ``score`` (answer logits -> ``[k, n_prompts]``),
-    in ``score``'s dtype."""
+    in ``score``'s dtype. ``on_forward(indices, values)`` sees each forward's interventions
+    (indices into ``interventions``) and values as soon as it is done."""
     values: torch.Tensor | None = None
     for indices, logits in intervened_readouts(
         model,
@@ -289,6 +291,8 @@ def exact_values(
         if values is None:
             values = torch.empty(len(interventions), task.n_pairs, dtype=scored.dtype)
         values[indices] = scored
+        if on_forward is not None:
+            on_forward(list(indices), scored)
     if values is None:
         return torch.empty(0, task.n_pairs)
     return values
@@ -334,13 +338,12 @@ def screened_values(
     estimates: torch.Tensor | None = None,
     on_estimates: Callable[[torch.Tensor], None] | None = None,
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
-    chunk: int | None = None,
 ) -> Screened:
     """Estimate every intervention, verify and audit exactly (:func:`verify_screen`).
 
-    Each look of the verification asks for all its candidates at once; they run as
-    stacked exact forwards with prefix reuse (in pieces of ``chunk`` interventions when
-    given, so that ``on_exact`` can store each piece as it is done).
+    Each look of the verification asks for all its candidates at once; they run in one
+    call of stacked exact forwards with prefix reuse, and ``on_exact`` sees each forward's
+    values as soon as it is done (a sweep stores them then).
 
     Args:
         model, task, interventions, base, metric: as for :func:`first_order_estimates`.
@@ -355,9 +358,8 @@ def screened_values(
             computes them.
         on_estimates: called with the ``[n_interventions, n_prompts]`` estimates once they
             are computed (not when ``estimates`` were given), before any exact work.
-        on_exact: called with ``(indices, values [k, n_prompts])`` after each piece of
-            exact work.
-        chunk: most interventions per piece (None: a whole look at once).
+        on_exact: called with ``(indices, values [k, n_prompts])`` after each exact
+            forward.
 
     Returns:
         A :class:`Screened`.
@@ -391,24 +393,26 @@ def screened_values(
     computed = 0
 
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
-        nonlocal computed
         todo = indices.tolist()
-        step = len(todo) if chunk is None else chunk
-        for start in range(0, len(todo), step):
-            piece = todo[start : start + step]
-            exact = exact_values(
-                model,
-                task,
-                [interventions[j] for j in piece],
-                base,
-                score,
-                max_batch_size=max_batch_size,
-                reuse_prefix=reuse_prefix,
-            )
-            values[piece] = exact.double()
-            computed += len(piece)
+
+        def done(local: list[int], exact: torch.Tensor) -> None:
+            nonlocal computed
+            picked = [todo[i] for i in local]
+            values[picked] = exact.double()
+            computed += len(picked)
             if on_exact is not None:
-                on_exact(piece, exact)
+                on_exact(picked, exact)
+
+        exact_values(
+            model,
+            task,
+            [interventions[j] for j in todo],
+            base,
+            score,
+            max_batch_size=max_batch_size,
+            reuse_prefix=reuse_prefix,
+            on_forward=done,
+        )
         return (values[indices] - base_values[indices]).mean(-1)
 
     audit = verify_screen(screen, estimates.mean(-1), evaluate, method=METHOD, known=known_effects)

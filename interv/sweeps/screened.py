@@ -8,8 +8,9 @@ gets, in order:
 1. ``e{e:03d}``: the entry's interventions (kinds, sentences, base runs, sites, params)
    and the first-order estimate of each on each prompt, written before any exact work, so
    that a resumed screen ranks and audits exactly as the interrupted one did;
-2. ``x{i:06d}``: a piece of exact work (at most ``unit_size`` interventions, ``i`` the
-   sweep index of its first), the metric of each on each prompt, as soon as it is done;
+2. ``x{i:06d}``: the exact work of one forward (at most ``batch_size`` rows, ``i`` the
+   smallest sweep index in it), the metric of each intervention on each prompt, as soon as
+   the forward is done;
 3. ``a{e:03d}``: the screen's outcome (the audit, with sweep indices), once it stopped.
 
 Rerunning the same command after a kill reads these back: finished entries are skipped,
@@ -155,7 +156,6 @@ def _screen_entry(
         estimates=estimates,
         on_estimates=keep_estimates,
         on_exact=keep_exact,
-        chunk=sweep["unit_size"],
     )
     store.write_baselines(_baselines(result, config_hash))
     outcome = result.screens[0]
