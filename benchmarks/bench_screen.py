@@ -24,8 +24,9 @@ many sites a verification in estimate order would have needed to contain the exa
 top-20. ``torch.matmul`` GFLOP/s is measured before and after.
 
 Run: ``python benchmarks/bench_screen.py [--jobs zero mean resample denoise denoise-pos]
-[--threads 2] [--batch-rows 72]``. About 15 minutes on 2 idle cores (the per-position full
-sweep is most of it); the machine is shared, so read the ratios beside the load average.
+[--threads 2] [--batch-rows 72]``. 70 minutes at load average 5-9 on 2 cores (idle: about
+15, not measured); the per-position full sweep is most of it. The machine is shared, so
+read the wall ratios beside the load average and the blocks ratio.
 """
 
 from __future__ import annotations

@@ -299,3 +299,23 @@ def test_bad_screens_are_refused_before_any_forward(model32, task32, screen, met
     ablations = [ZeroAblation(layer, head) for layer, head in HEADS]
     with pytest.raises(IntervError, match=message):
         interv.run(model32, task32, ablations, metric=metric, screen=screen)
+
+
+@pytest.mark.real_model
+def test_smollm2_screen_matches_attribution_patching_and_the_exact_runner(smollm2_bridge):
+    model = smollm2_bridge
+    task = interv.load_task("ioi", n_pairs=8).tokenize(model)  # padded: 18 positions
+    heads = [(layer, head) for layer in (28, 29) for head in range(model.cfg.n_heads)]
+    patches = [ActivationPatch("z", layer, head) for layer, head in heads]
+    estimates = estimates_of(model, task, patches).mean(-1)
+    scores = approximate_head_patching_scores(model, task, "logit_diff")
+    expected = torch.stack([scores[layer, head] for layer, head in heads]).double()
+    torch.testing.assert_close(estimates, expected, atol=1e-5, rtol=1e-4)
+    ablations = [
+        MeanAblation(layer, head, positions=(p,)) for layer, head in heads for p in (14, 17)
+    ]
+    screened = interv.run(model, task, ablations, screen=Screen(top_k=3, audit=6, alpha=None))
+    full = interv.run(model, task, ablations)
+    exact = screened.exact
+    assert int(exact.sum()) == 9
+    torch.testing.assert_close(screened.values[exact], full.values[exact], atol=1e-4, rtol=1e-4)
