@@ -154,6 +154,12 @@ def _publish(source: Path, path: Path, *, replace: bool) -> None:
     os.unlink(source)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -189,9 +195,7 @@ def write_file(
         raise failure(error, path) from None
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             if durable:
                 os.fsync(fd)
             _publish(temporary, path, replace=replace)

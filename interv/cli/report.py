@@ -130,7 +130,9 @@ def _table_files(report: Report, directory: Path, csv: bool, parquet: bool) -> d
     files = {}
     for name, frame in frames.items():
         if csv:
-            files[f"{name}.csv"] = inert_frame(frame).to_csv(index=False).encode("utf-8")
+            # RFC 4180 line ends, so a cell holding a line break (\r included) is quoted
+            text = inert_frame(frame).to_csv(index=False, lineterminator="\r\n")
+            files[f"{name}.csv"] = text.encode("utf-8")
         if parquet:
             buffer = io.BytesIO()
             try:

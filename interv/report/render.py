@@ -200,6 +200,17 @@ _REPORT_FILES = {
 _FIGURE_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
+def _extra_figures(figures: dict[str, Figure] | None) -> dict[str, Figure]:
+    extra = dict(figures or {})
+    for stem in extra:
+        if not isinstance(stem, str) or not _FIGURE_STEM.match(stem) or stem.startswith("report"):
+            raise IntervError(
+                f"figure name {stem!r} must be a plain file stem (letters, digits, '_', '.', "
+                "'-'; not a path, not starting with 'report')"
+            )
+    return extra
+
+
 def report_files(
     report: Report, figures: dict[str, Figure] | None = None
 ) -> dict[str, tuple[str, bytes]]:
@@ -209,13 +220,7 @@ def report_files(
     ``figures``: extra figures (file stem -> Figure) beside the standard ones; a stem is
     a plain name (letters, digits, ``_``, ``.``, ``-``), never a path.
     """
-    extra = dict(figures or {})
-    for stem in extra:
-        if not isinstance(stem, str) or not _FIGURE_STEM.match(stem) or stem.startswith("report"):
-            raise IntervError(
-                f"figure name {stem!r} must be a plain file stem (letters, digits, '_', '.', "
-                "'-'; not a path, not starting with 'report')"
-            )
+    extra = _extra_figures(figures)
     all_figures = {**standard_figures(report), **extra}
     files: dict[str, tuple[str, bytes]] = {}
     for stem, figure in all_figures.items():
@@ -254,7 +259,8 @@ def save_report(
 
     interv's no-overwrite rule holds here as on the command line: each file must be new,
     or one interv wrote there and nobody changed since (listed with its hash in the
-    directory's ``.interv-files.json``); anything else is refused before a file is
+    directory's ``.interv-files.json``); anything else is refused (the report's own names
+    before anything is rendered), and a refused or failed save removes the files it had
     written. Other files in the directory are left alone. Every file is written through
     :func:`interv._outputs.write_file` (never through a link).
 
@@ -273,13 +279,10 @@ def save_report(
         IntervError: a file of someone else's at one of the report's names, a directory
             that cannot be created or written, or a full disk (nothing half-written kept).
     """
-    files = report_files(report, figures)
+    names = [*_REPORT_FILES.values(), *[f"{stem}.png" for stem in _extra_figures(figures)]]
     output = claim_files(
-        directory,
-        [name for name, _ in files.values()],
-        what="report file",
-        by="interv save_report",
-        overwrite=overwrite,
+        directory, names, what="report file", by="interv save_report", overwrite=overwrite
     )
-    with output:
+    with output:  # the standard figures' names are checked as they are written
+        files = report_files(report, figures)
         return {key: output.write_bytes(name, data) for key, (name, data) in files.items()}
