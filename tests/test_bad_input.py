@@ -179,10 +179,13 @@ def model_loads(monkeypatch):
 
         return load
 
+    # resolve the lazy face first: read after the patch below, it would resolve to (and be
+    # "restored" to) the counting wrapper, leaking it into later tests
+    face_load = interv.models.load_model
     monkeypatch.setattr(
         interv.models.loading, "load_model", counting(interv.models.loading.load_model)
     )
-    monkeypatch.setattr(interv.models, "load_model", counting(interv.models.load_model))
+    monkeypatch.setattr(interv.models, "load_model", counting(face_load))
     monkeypatch.setattr(interv.zoo, "load", counting(interv.zoo.load))
     return loads
 

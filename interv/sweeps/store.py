@@ -19,14 +19,20 @@ A sweep directory holds three files:
   ``"failed"`` / ``"interrupted"`` with the ``error`` that stopped the run (a rerun
   resumes any of these; a SIGKILL leaves ``"running"``).
 
-``baselines.json`` and ``manifest.json`` are written atomically (temporary file,
-``fsync``, rename). A directory belongs to one config and one shard: opening it with
+``baselines.json`` and ``manifest.json`` are written atomically and durably with
+:func:`interv._outputs.write_file` (an exclusive temporary, ``fsync``, rename); the unit
+log is opened with ``O_APPEND | O_NOFOLLOW``. No file of a sweep directory is read or
+written through a link (one there is refused), and every file read is checked against what
+interv writes (a damaged field is named, with what to do). A manifest that says complete
+while a unit line or the baselines are gone is completed by rerunning the sweep's command
+(:func:`rerun_advice` names it). A directory belongs to one config and one shard: opening it with
 another is refused with the differing keys, unless no unit was computed in it yet
 (say the model failed to load): then it starts afresh. A run that fails before storing
 anything in a directory it created removes that directory again. One process at a time
 may write a directory (an advisory lock, released by the kernel when the process dies).
-The directory's ``.interv-files.json`` lists these files as interv's (see
-:mod:`interv._outputs`), so ``interv report DIR`` may write its report beside them.
+The directory's ``.interv-files.json`` lists these files with the hashes of their content
+when the store closes (see :mod:`interv._outputs`), so ``interv report DIR`` may write its
+report beside them.
 """
 
 from __future__ import annotations
