@@ -553,6 +553,16 @@ def test_a_sweep_store_refuses_links_at_its_file_names(tmp_path):
         with pytest.raises(IntervError, match="symbolic link"):
             _sweep(out)
         assert victim.read_text() == "kept\n" and (out / name).is_symlink()
+    hard = tmp_path / "hard"  # the unit log is changed in place: a hard link is refused too
+    _sweep(hard)
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes((hard / "units.jsonl").read_bytes() + b'{"torn')
+    (hard / "units.jsonl").unlink()
+    os.link(elsewhere, hard / "units.jsonl")
+    kept = elsewhere.read_bytes()
+    with pytest.raises(IntervError, match="has other hard links"):
+        _sweep(hard)  # reopening would cut the torn tail, then append
+    assert elsewhere.read_bytes() == kept
 
 
 # ---- inert outputs: CSV cells never start a formula, Markdown carries no markup ----

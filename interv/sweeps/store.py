@@ -388,6 +388,7 @@ class SweepStore:
             ) from error
         try:
             manifest = cls._reopen_or_create(directory, config, shard, task_fingerprint)
+            _truncate_torn_tail(directory / UNITS)
             output.record(_FILES)
         except BaseException:
             os.close(lock_fd)
@@ -395,7 +396,6 @@ class SweepStore:
                 (directory / _LOCK).unlink(missing_ok=True)
             output.abandon()
             raise
-        _truncate_torn_tail(directory / UNITS)
         return cls(directory, manifest, lock_fd, output)
 
     @staticmethod
@@ -519,6 +519,7 @@ class SweepStore:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
             try:
+                _only_name(fd, path)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
@@ -589,6 +590,16 @@ def _refuse_other_sweep(
     )
 
 
+def _only_name(fd: int, path: Path) -> None:
+    """The unit log is changed in place, so it must have no other name: a hard link
+    planted there (to a file elsewhere) would be written through as a symbolic link would."""
+    if os.fstat(fd).st_nlink > 1:
+        raise IntervError(
+            f"sweep units {str(path)!r} has other hard links; interv changes it in place and "
+            "writes only a file that is nowhere else (copy the directory without hard links)"
+        )
+
+
 def _truncate_torn_tail(path: Path) -> None:
     """Cut a torn last line (no trailing newline) off ``path``, so appends start clean."""
     try:
@@ -598,6 +609,7 @@ def _truncate_torn_tail(path: Path) -> None:
     except OSError as error:
         raise failure(error, path) from None
     with os.fdopen(fd, "rb+") as handle:
+        _only_name(handle.fileno(), path)
         data = handle.read()
         keep = data.rfind(b"\n") + 1
         if keep != len(data):
