@@ -57,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     "AddVector": "interv.engine.directions",
     "ProjectOut": "interv.engine.directions",
     "SubspacePatch": "interv.engine.directions",
+    "WindowAttention": "interv.engine.masks",
+    "KeyKnockout": "interv.engine.masks",
     "DirectEffect": "interv.engine.paths",
     "PathPatch": "interv.engine.paths",
     # the protocol for your own kinds

@@ -407,6 +407,7 @@ _KINDS: dict[str, Kind] = {}
 _BUILTIN_MODULES = (
     "interv.engine.interventions",
     "interv.engine.directions",
+    "interv.engine.masks",
     "interv.engine.paths",
 )
 

@@ -9,6 +9,10 @@ float64 whatever the input dtype.
   max weight, top-k mass, number of available keys;
 - :mod:`~interv.metrics.sink`: the exact grouping split of a row's entropy into sink
   and content parts, and of an entropy change between two conditions;
+- :mod:`~interv.metrics.sink_rate`: Gu et al.'s sink score of a key and the share of heads
+  above a threshold (``Sink_k^eps``), over ``[..., query, key]`` rows;
+- :mod:`~interv.metrics.rollout`: attention rollout through the layers (a summary of the
+  weights, not a causal effect);
 - :mod:`~interv.metrics.compositional`: clr, Aitchison distance and its orthogonal
   sink/content split;
 - :mod:`~interv.metrics.compare`: row comparison (cosine, Jensen-Shannon, Aitchison)
@@ -25,6 +29,7 @@ from interv.metrics.concentration import (
     normalized_entropy,
     top_k_mass,
 )
+from interv.metrics.rollout import attention_rollout
 from interv.metrics.sink import (
     EntropyChange,
     SinkSplit,
@@ -32,13 +37,17 @@ from interv.metrics.sink import (
     mean_entropy_change,
     sink_split,
 )
+from interv.metrics.sink_rate import GU_EPS, SinkRate, sink_rate, sink_scores
 
 __all__ = [
+    "GU_EPS",
     "AitchisonSplit",
     "EntropyChange",
+    "SinkRate",
     "SinkSplit",
     "aitchison_distance",
     "aitchison_split",
+    "attention_rollout",
     "available_keys",
     "clr",
     "compare_rows",
@@ -48,6 +57,8 @@ __all__ = [
     "max_weight",
     "mean_entropy_change",
     "normalized_entropy",
+    "sink_rate",
+    "sink_scores",
     "sink_split",
     "top_k_mass",
 ]
