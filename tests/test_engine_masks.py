@@ -109,8 +109,12 @@ def test_the_sentences_state_the_mask_and_the_renormalization():
         WindowAttention(1, sink_tokens=1).describe()
     )
     assert WindowAttention(8, layers=[3, 1]).describe().startswith("every head of layers [1, 3]")
-    assert KeyKnockout([0]).describe().startswith(
-        "key position 0 hidden from every query but its own in every head of every layer"
+    assert (
+        KeyKnockout([0])
+        .describe()
+        .startswith(
+            "key position 0 hidden from every query but its own in every head of every layer"
+        )
     )
     assert get_kind("window_attention").cls is WindowAttention
     assert get_kind("key_knockout").cls is KeyKnockout
@@ -149,7 +153,9 @@ def test_values_that_do_not_fit_the_model_or_prompts_are_refused_before_any_forw
 @pytest.mark.real_model
 def test_on_smollm2_the_window_equals_hugging_face_s_4d_mask(smollm2_bridge):
     model = smollm2_bridge
-    tokens = model.to_tokens("The river bends twice before it reaches the old stone bridge by the mill.")
+    tokens = model.to_tokens(
+        "The river bends twice before it reaches the old stone bridge by the mill."
+    )
     n = tokens.shape[1]
     edit = WindowAttention(5, sink_tokens=1)
     allowed = allowed_keys(edit, n)

@@ -37,7 +37,7 @@ def test_sink_score_of_a_hand_built_head_is_the_mean_over_the_queries_that_see_t
 
 def test_uniform_causal_attention_gives_the_harmonic_mean_and_gu_et_al_s_divisor():
     n = 64
-    # alpha_k = 1/(n - k) * sum_{t=k}^{n-1} 1/(t + 1), Gu et al.'s 1/(T - k + 1) sum in 1-based terms
+    # alpha_k = 1/(n - k) sum_{t=k}^{n-1} 1/(t + 1): Gu et al.'s 1/(T - k + 1) sum, 1-based
     for key in (0, 1, 10, 63):
         expected = sum(1 / (t + 1) for t in range(key, n)) / (n - key)
         assert sink_scores(causal_uniform(n), key).item() == pytest.approx(expected, rel=1e-12)
