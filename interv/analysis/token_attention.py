@@ -122,6 +122,11 @@ class TokenAttention:
         return (weight * queries).sum(dim=-1) / count, (norm * queries).sum(dim=-1) / count
 
     @property
+    def rollout_caveat(self) -> str:
+        """What :meth:`rollout` is and is not, in one sentence (:data:`ROLLOUT_CAVEAT`)."""
+        return ROLLOUT_CAVEAT
+
+    @property
     def scope(self) -> str:
         """Model, prompts, mask rule and units."""
         lengths = sorted(int(n) for n in self.real.sum(dim=1))
