@@ -10,8 +10,8 @@ outputs (and, when it executes the notebooks, in fresh outputs too).
     python docs/notebooks/render.py --markdown-only       # prose edited, code unchanged
 
 ``--markdown-only`` copies the notebooks' Markdown cells into the copies without executing
-(refused when a code cell changed). An output larger than 256 KiB (the report page that
-notebook 06 displays) is replaced by a note saying so.
+(refused when a code cell changed). An HTML output larger than 256 KiB (the report page that
+notebook 06 displays) is replaced by a note saying so; figures are kept.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ LARGEST_OUTPUT = 256 * 1024
 
 
 def _trimmed(notebook: nbformat.NotebookNode) -> None:
-    """Replace outputs larger than :data:`LARGEST_OUTPUT` by a short note, in place."""
+    """Replace HTML outputs larger than :data:`LARGEST_OUTPUT` by a short note, in place."""
     for cell in notebook.cells:
         for index, output in enumerate(cell.get("outputs", [])):
-            size = sum(len(str(value)) for value in output.get("data", {}).values())
+            html = output.get("data", {}).get("text/html", "")
+            size = len(html)
             if size > LARGEST_OUTPUT:
                 cell.outputs[index] = nbformat.v4.new_output(
                     "stream",
