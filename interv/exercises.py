@@ -17,8 +17,8 @@ from typing import Any
 __all__ = ["check"]
 
 
-def check(name: str, answer: Any, expected: Any, *, tolerance: float = 0.0, hint: str = "") -> bool:
-    """Print whether ``answer`` to exercise ``name`` matches ``expected``; return it.
+def check(name: str, answer: Any, expected: Any, *, tolerance: float = 0.0, hint: str = "") -> None:
+    """Print whether ``answer`` to exercise ``name`` matches ``expected``.
 
     Args:
         name: the exercise's label, e.g. ``"1"``.
@@ -29,9 +29,11 @@ def check(name: str, answer: Any, expected: Any, *, tolerance: float = 0.0, hint
     """
     if answer is None:
         print(f"exercise {name}: no answer yet" + (f" (hint: {hint})" if hint else ""))
-        return False
+        return
     is_number = isinstance(answer, int | float) and not isinstance(answer, bool)
-    if is_number and isinstance(expected, int | float) and not isinstance(expected, bool):
+    if isinstance(answer, bool) != isinstance(expected, bool):
+        right = False  # True is not the number 1 here
+    elif is_number and isinstance(expected, int | float) and not isinstance(expected, bool):
         right = math.isfinite(answer) and abs(float(answer) - float(expected)) <= tolerance
     else:
         right = answer == expected
@@ -39,4 +41,3 @@ def check(name: str, answer: Any, expected: Any, *, tolerance: float = 0.0, hint
         print(f"exercise {name}: correct ({answer})")
     else:
         print(f"exercise {name}: not yet ({answer!r})" + (f"; hint: {hint}" if hint else ""))
-    return right
