@@ -74,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "save_report": "interv.report.render",
     "run_sweep": "interv.sweeps.execute",
     "load_sweep": "interv.sweeps.collect",
+    "view_attention": "interv.report.viewer",
 }
 
 # names of interv 0.1 that moved: old top-level name -> its public home now

@@ -8,9 +8,11 @@ from pathlib import Path
 README = Path(__file__).parent.parent / "README.md"
 
 
-def test_readme_python_examples_run_and_show_what_the_prose_says(capsys):
+def test_readme_python_examples_run_and_show_what_the_prose_says(capsys, tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 2, "README holds the one-screen example and 'Your own intervention'"
+    assert len(blocks) == 3, (
+        "README holds the one-screen example, 'Your own intervention' and the attention viewer"
+    )
     namespace: dict = {}
     exec(compile(blocks[0], str(README), "exec"), namespace)
     out = capsys.readouterr().out
@@ -31,3 +33,9 @@ def test_readme_python_examples_run_and_show_what_the_prose_says(capsys):
         protocol._KINDS.pop("interpolate", None)
     result = namespace["result"]
     assert result.n_interventions == 4 and "moved 0.5 of the way" in result.descriptions[0]
+    # the attention viewer, on the same model and task, writes its files where it is run
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[2], str(README), "exec"), namespace)
+    assert namespace["viewer"].view.head_labels == ("L0H2", "L1H0")
+    assert (tmp_path / "attention.html").stat().st_size > 10_000
+    assert (tmp_path / "attention.png").read_bytes()[:4] == b"\x89PNG"

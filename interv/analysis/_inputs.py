@@ -80,10 +80,11 @@ def prompt_batch(
 
 
 def _tokenize(model: TransformerBridge, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokenize each prompt alone (BOS prepended) and right-pad to the longest; a prompt
+    """Tokenize each prompt alone (BOS prepended, never silently truncated to the model's
+    context) and right-pad to the longest; a prompt
     the tokenizer cannot encode is a clear error naming its unknown words."""
     try:
-        rows = [model.to_tokens(prompt, prepend_bos=True)[0] for prompt in prompts]
+        rows = [model.to_tokens(prompt, prepend_bos=True, truncate=False)[0] for prompt in prompts]
     except Exception:  # tokenizers raise bare Exceptions: name the prompt and its words
         from interv.tasks.pairs import check_tokenizable
 

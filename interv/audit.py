@@ -1,0 +1,451 @@
+"""Screen, verify, audit: a first-order screen checked by exact interventions.
+
+>>> import torch
+>>> from interv.audit import Screen, verify_screen
+>>> exact = torch.tensor([5.0, -4.0, 0.1, 3.0, 0.2, 0.0])
+>>> estimate = exact + torch.tensor([0.5, -0.5, 0.0, -2.0, 0.0, 0.0])
+>>> audit = verify_screen(Screen(top_k=2, audit=3, alpha=None), estimate, exact.__getitem__)
+>>> audit.top().tolist()
+[0, 1]
+
+A screen (attribution patching, EAP, EAP-IG) estimates every candidate's effect at
+once; it is wrong where the metric saturates or effects cancel. :func:`verify_screen`
+turns the estimates into checked numbers:
+
+1. **verify**: the candidates with the largest ``|estimate|`` are intervened on exactly,
+   in estimate order, ``top_k`` of them at first;
+2. **audit**: a uniform random sample (seeded) of the candidates that were *not*
+   verified is intervened on exactly too;
+3. **miss rate**: with ``t`` the ``top_k``-th largest ``|exact|`` among the verified
+   candidates (the smallest effect in the reported exact top-k), a *miss* is an audited
+   candidate with ``|exact| > t``: one that belongs in the top-k but was ranked out of
+   the verified set by the screen. The miss rate is ``misses / audited``, with a
+   one-sided Clopper-Pearson upper bound at ``level`` (default 95%) for the rate over
+   all unverified candidates;
+4. **adaptive stopping** (``alpha`` set): while the bound is ``>= alpha``, ``step``
+   more candidates are verified in estimate order (audited ones among them count as
+   verified; the audit is topped up from the same seeded permutation, so it stays a
+   uniform sample of what is still unverified), until the bound falls below ``alpha``,
+   the ``budget`` of exact evaluations is spent, or every candidate is checked. The
+   outcome says which stopped it.
+
+The bound is computed at each look; stopping on it after several looks makes it
+slightly optimistic, so the outcome also carries a Bonferroni-corrected bound over the
+looks taken (:attr:`Audit.miss_bound_corrected`).
+
+Every candidate keeps one status: ``"exact (verified)"``, ``"exact (audit)"`` or
+``"estimated"`` (a first-order estimate, not intervened). Ranking uses exact values only.
+Pure tensors; no model. The caller's ``evaluate`` does the interventions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from interv._checks import as_finite, as_int
+from interv.errors import IntervError
+from interv.report.stats import percentile_interval, spearman
+
+__all__ = [
+    "ESTIMATED",
+    "ESTIMATE_SENTENCE",
+    "EXACT_AUDIT",
+    "EXACT_VERIFIED",
+    "MIN_RANK_ITEMS",
+    "STOPPED_BY",
+    "Audit",
+    "Screen",
+    "clopper_pearson_upper",
+    "verify_screen",
+]
+
+EXACT_VERIFIED = "exact (verified)"
+EXACT_AUDIT = "exact (audit)"
+ESTIMATED = "estimated"
+STOPPED_BY = ("bound", "budget", "all checked", "one look")
+ESTIMATE_SENTENCE = "estimated by attribution (first-order), not intervened"
+
+# Fewer checked candidates than this: no rank correlation (n/a), as for prompts.
+MIN_RANK_ITEMS = 5
+
+
+def clopper_pearson_upper(successes: int, trials: int, level: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper confidence bound of a binomial proportion.
+
+    The ``p`` with ``P[X <= successes | trials, p] = 1 - level``: the rate is below it
+    with probability at least ``level``. ``0 / n`` gives ``1 - (1 - level) ** (1 / n)``
+    (about ``3 / n`` at 95%); ``n / n`` gives 1; no trials give 1 (nothing is known).
+
+    Args:
+        successes: observed count, ``0 <= successes <= trials``.
+        trials: number of draws.
+        level: confidence level in (0, 1).
+
+    Returns:
+        The bound, a fraction in [0, 1].
+    """
+    successes = as_int(successes, "successes", minimum=0)
+    trials = as_int(trials, "trials", minimum=0)
+    if successes > trials:
+        raise IntervError(f"successes ({successes}) must not exceed trials ({trials})")
+    if not 0 < level < 1:
+        raise IntervError(f"level must lie in (0, 1); got {level}")
+    if trials == 0 or successes == trials:
+        return 1.0
+    tail = 1.0 - level
+    if successes == 0:
+        return 1.0 - tail ** (1.0 / trials)
+
+    def cdf(p: float) -> float:  # P[X <= successes], summed in log space
+        log_p, log_q = math.log(p), math.log1p(-p)
+        terms = [
+            math.lgamma(trials + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(trials - i + 1)
+            + i * log_p
+            + (trials - i) * log_q
+            for i in range(successes + 1)
+        ]
+        top = max(terms)
+        return math.exp(top) * sum(math.exp(term - top) for term in terms)
+
+    low, high = successes / trials, 1.0  # cdf falls from >= 1 - level to 0 on this range
+    for _ in range(100):
+        middle = (low + high) / 2
+        if cdf(middle) > tail:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+@dataclass(frozen=True)
+class Screen:
+    """How a screen's estimates are checked: a frozen, printable value.
+
+    Attributes:
+        top_k: the number of candidates reported as the exact top-k; the first
+            ``top_k`` by ``|estimate|`` are verified exactly.
+        audit: the size of the uniform random sample of unverified candidates checked
+            exactly (0: no audit, and then no miss-rate bound).
+        alpha: stop verifying once the upper bound on the miss rate is below it; None
+            verifies ``top_k`` once and stops.
+        budget: the most exact evaluations (verified plus audited); None: no limit.
+        step: how many more candidates each extra look verifies; None: ``top_k``.
+        level: confidence level of the miss-rate bound and the rank-correlation
+            interval.
+        seed: seed of the audit's permutation and of the bootstrap.
+    """
+
+    top_k: int = 20
+    audit: int = 60
+    alpha: float | None = 0.05
+    budget: int | None = None
+    step: int | None = None
+    level: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        as_int(self.top_k, "Screen top_k", minimum=1)
+        as_int(self.audit, "Screen audit", minimum=0)
+        as_int(self.seed, "Screen seed")
+        if self.alpha is not None:
+            alpha = as_finite(self.alpha, "Screen alpha")
+            if not 0 < alpha < 1:
+                raise IntervError(f"Screen alpha must lie in (0, 1) or be None; got {alpha}")
+        if self.budget is not None:
+            as_int(self.budget, "Screen budget", minimum=1)
+            if self.budget < self.top_k:
+                raise IntervError(
+                    f"Screen budget ({self.budget} exact evaluations) must be at least "
+                    f"top_k ({self.top_k})"
+                )
+        if self.step is not None:
+            as_int(self.step, "Screen step", minimum=1)
+        level = as_finite(self.level, "Screen level")
+        if not 0 < level < 1:
+            raise IntervError(f"Screen level must lie in (0, 1); got {level}")
+
+    def describe(self) -> str:
+        """The checking rule in one sentence."""
+        stop = (
+            "once"
+            if self.alpha is None
+            else f"until the {self.level:.0%} upper bound on the miss rate is below {self.alpha:g}"
+        )
+        budget = "" if self.budget is None else f" (at most {self.budget} exact evaluations)"
+        return (
+            f"the top {self.top_k} by |estimate| verified by exact intervention, "
+            f"{self.audit} of the rest audited uniformly at random (seed {self.seed}), "
+            f"verification extended {stop}{budget}"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Audit:
+    """The outcome of :func:`verify_screen`: estimates, exact values where checked, the audit.
+
+    Per-candidate fields are ``[n_candidates]`` in the caller's candidate order and in
+    the metric's unit.
+
+    Attributes:
+        screen: the checking rule.
+        estimates: float64 screen estimates (signed).
+        exact: float64 exact effects where checked, NaN elsewhere.
+        status: each candidate's status (:data:`EXACT_VERIFIED`, :data:`EXACT_AUDIT`,
+            :data:`ESTIMATED`).
+        order: candidate indices by descending ``|estimate|`` (ties by index).
+        n_verified: how many candidates of ``order`` were verified.
+        audited: indices of the audited candidates (unverified, uniformly drawn).
+        threshold: the ``top_k``-th largest ``|exact|`` among verified candidates.
+        misses: audited candidates with ``|exact| > threshold``.
+        miss_bound: one-sided Clopper-Pearson upper bound of the miss rate at
+            ``screen.level`` (0 when nothing is left unverified, 1 with no audit).
+        looks: how many times the bound was computed.
+        stopped_by: ``"bound"``, ``"budget"``, ``"all checked"`` or ``"one look"``.
+        rank_agreement: Spearman's rho of estimate and exact over every checked
+            candidate (NaN below :data:`MIN_RANK_ITEMS`).
+        rank_interval: its percentile bootstrap interval over checked candidates.
+        method: the screen's name, in words (e.g. "attribution patching").
+    """
+
+    screen: Screen
+    estimates: torch.Tensor
+    exact: torch.Tensor
+    status: tuple[str, ...]
+    order: torch.Tensor
+    n_verified: int
+    audited: torch.Tensor
+    threshold: float
+    misses: int
+    miss_bound: float
+    looks: int
+    stopped_by: str
+    rank_agreement: float
+    rank_interval: tuple[float, float]
+    method: str = field(default="a first-order screen")
+
+    @property
+    def n_candidates(self) -> int:
+        """Number of candidates screened."""
+        return int(self.estimates.numel())
+
+    @property
+    def checked(self) -> torch.Tensor:
+        """``[n_candidates]`` bool: True where the value is exact."""
+        return ~self.exact.isnan()
+
+    @property
+    def n_checked(self) -> int:
+        """Exact evaluations spent (verified plus audited)."""
+        return int(self.checked.sum())
+
+    @property
+    def n_unverified(self) -> int:
+        """Candidates outside the verified set (audited ones included)."""
+        return self.n_candidates - self.n_verified
+
+    @property
+    def miss_rate(self) -> float:
+        """``misses / audited`` (NaN with no audit)."""
+        n = int(self.audited.numel())
+        return self.misses / n if n else float("nan")
+
+    @property
+    def miss_bound_corrected(self) -> float:
+        """The miss-rate bound at level ``1 - (1 - level) / looks`` (Bonferroni over looks)."""
+        if self.n_unverified == 0:
+            return 0.0
+        level = 1 - (1 - self.screen.level) / max(self.looks, 1)
+        return clopper_pearson_upper(self.misses, int(self.audited.numel()), level)
+
+    @property
+    def value(self) -> torch.Tensor:
+        """``[n_candidates]`` the exact value where checked, the estimate elsewhere.
+
+        Mixed on purpose for plotting only: read :attr:`status` beside it.
+        """
+        return torch.where(self.checked, self.exact, self.estimates)
+
+    def top(self, k: int | None = None) -> torch.Tensor:
+        """Indices of the ``k`` (default ``top_k``) largest ``|exact|`` among checked ones.
+
+        Only exact values are ranked; an estimate never enters the ranking.
+        """
+        k = self.screen.top_k if k is None else as_int(k, "k", minimum=1)
+        checked = self.checked.nonzero().flatten()
+        if k > checked.numel():
+            raise IntervError(
+                f"k must be at most the {checked.numel()} checked candidates; got {k}"
+            )
+        ranked = torch.sort(-self.exact[checked].abs(), stable=True).indices
+        return checked[ranked[:k]]
+
+    def miss_rate_against(self, exact_all: torch.Tensor) -> float:
+        """The true miss rate given every candidate's exact effect (a full sweep).
+
+        The fraction of unverified candidates whose ``|exact|`` exceeds
+        :attr:`threshold`; what the audit estimates.
+        """
+        exact_all = torch.as_tensor(exact_all, dtype=torch.float64).flatten()
+        if exact_all.numel() != self.n_candidates:
+            raise IntervError(
+                f"exact_all must have one value per candidate ({self.n_candidates}); "
+                f"got {exact_all.numel()}"
+            )
+        unverified = torch.ones(self.n_candidates, dtype=torch.bool)
+        unverified[self.order[: self.n_verified]] = False
+        if not unverified.any():
+            return 0.0
+        return float((exact_all[unverified].abs() > self.threshold).double().mean())
+
+    def describe(self) -> str:
+        """What was checked and what the audit says, in one sentence."""
+        audited = int(self.audited.numel())
+        bound = (
+            "nothing left unverified"
+            if self.n_unverified == 0
+            else f"miss rate <= {self.miss_bound:.3g} ({self.screen.level:.0%} one-sided "
+            f"Clopper-Pearson, {self.misses} of {audited} audited above the top-"
+            f"{self.screen.top_k} threshold {self.threshold:.3g})"
+        )
+        return (
+            f"{self.method}: {self.n_candidates} candidates screened; the {self.n_verified} "
+            f"largest by |estimate| verified exactly and {audited} audited at random; "
+            f"{bound}; stopped by {self.stopped_by}"
+        )
+
+
+def _rank_interval(
+    estimates: torch.Tensor, exact: torch.Tensor, level: float, seed: int, n_bootstrap: int
+) -> tuple[float, float]:
+    n = estimates.numel()
+    generator = torch.Generator().manual_seed(seed)
+    draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
+    return percentile_interval(spearman(estimates[draws], exact[draws]), level)
+
+
+def verify_screen(
+    screen: Screen,
+    estimates: torch.Tensor | Sequence[float],
+    evaluate: Callable[[torch.Tensor], torch.Tensor | Sequence[float]],
+    *,
+    method: str = "a first-order screen",
+    known: torch.Tensor | None = None,
+    n_bootstrap: int = 1000,
+) -> Audit:
+    """Verify a screen's top candidates and audit the rest, by exact evaluation.
+
+    Args:
+        screen: the checking rule (:class:`Screen`).
+        estimates: ``[n_candidates]`` screen estimates, in the metric's unit.
+        evaluate: ``evaluate(indices)`` -> the exact effects of those candidates
+            (``[len(indices)]``); called once per look with only candidates not yet
+            evaluated, so a caller can batch them into one stacked forward.
+        method: the screen's name for the sentence.
+        known: optional ``[n_candidates]`` exact values already computed (NaN where
+            not), e.g. from an interrupted run; they are reused, never recomputed.
+        n_bootstrap: resamples of the rank-correlation interval.
+
+    Returns:
+        An :class:`Audit`.
+    """
+    estimates = torch.as_tensor(estimates, dtype=torch.float64).flatten()
+    n = estimates.numel()
+    if n == 0:
+        raise IntervError("verify_screen needs at least one candidate; got none")
+    if not bool(estimates.isfinite().all()):
+        bad = (~estimates.isfinite()).nonzero().flatten()[:5].tolist()
+        raise IntervError(f"screen estimates must be finite; candidates {bad} are not")
+    if screen.top_k > n:
+        raise IntervError(f"Screen top_k must be at most the {n} candidates; got {screen.top_k}")
+    exact = torch.full((n,), torch.nan, dtype=torch.float64)
+    if known is not None:
+        known = torch.as_tensor(known, dtype=torch.float64).flatten()
+        if known.numel() != n:
+            raise IntervError(f"known must have one value per candidate ({n}); got {known.numel()}")
+        exact = known.clone()
+
+    order = torch.sort(-estimates.abs(), stable=True).indices  # ties keep candidate order
+    rest = order[screen.top_k :]
+    generator = torch.Generator().manual_seed(screen.seed)
+    permutation = rest[torch.randperm(rest.numel(), generator=generator)]
+    budget = n if screen.budget is None else min(screen.budget, n)
+    step = screen.top_k if screen.step is None else screen.step
+
+    def fill(indices: torch.Tensor) -> None:
+        missing = indices[exact[indices].isnan()]
+        if missing.numel():
+            values = torch.as_tensor(evaluate(missing), dtype=torch.float64).flatten()
+            if values.numel() != missing.numel():
+                raise IntervError(
+                    f"evaluate returned {values.numel()} values for {missing.numel()} candidates"
+                )
+            if not bool(values.isfinite().all()):
+                raise IntervError("evaluate returned a non-finite exact effect")
+            exact[missing] = values
+
+    n_verified = screen.top_k
+    looks = 0
+    while True:
+        verified = order[:n_verified]
+        in_verified = torch.zeros(n, dtype=torch.bool)
+        in_verified[verified] = True
+        room = max(budget - n_verified, 0)
+        audited = permutation[~in_verified[permutation]][: min(screen.audit, room)]
+        fill(torch.cat([verified, audited]))
+        looks += 1
+        threshold = float(exact[verified].abs().topk(screen.top_k).values.min())
+        misses = int((exact[audited].abs() > threshold).sum())
+        unverified = n - n_verified
+        if unverified == 0:
+            bound, stopped = 0.0, "all checked"
+            break
+        bound = clopper_pearson_upper(misses, int(audited.numel()), screen.level)
+        if screen.alpha is None:
+            stopped = "one look"
+            break
+        if bound < screen.alpha:
+            stopped = "bound"
+            break
+        if n_verified + int(audited.numel()) >= budget:
+            stopped = "budget"
+            break
+        n_verified = min(n_verified + step, n, budget)
+
+    # Only this run's verified and audited candidates count as checked: a known value
+    # outside them (a full sweep passed in) is not part of the audit's design.
+    in_audit = torch.zeros(n, dtype=torch.bool)
+    in_audit[audited] = True
+    exact[~(in_verified | in_audit)] = torch.nan
+    checked = in_verified | in_audit
+    names = (ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED)
+    codes = in_verified.long() * 2 + in_audit.long()
+    status = tuple(names[code] for code in codes.tolist())
+    if int(checked.sum()) >= MIN_RANK_ITEMS:
+        x, y = estimates[checked], exact[checked]
+        rho = float(spearman(x, y))
+        interval = _rank_interval(x, y, screen.level, screen.seed, n_bootstrap)
+    else:
+        rho, interval = float("nan"), (float("nan"), float("nan"))
+    return Audit(
+        screen=screen,
+        estimates=estimates,
+        exact=exact,
+        status=status,
+        order=order,
+        n_verified=n_verified,
+        audited=audited,
+        threshold=threshold,
+        misses=misses,
+        miss_bound=bound,
+        looks=looks,
+        stopped_by=stopped,
+        rank_agreement=rho,
+        rank_interval=interval,
+        method=method,
+    )
