@@ -13,6 +13,12 @@
 
 - :mod:`interv.analysis.interactions`: pairwise ablations of heads and their interaction
   terms (do two heads back each other up?).
+- :mod:`interv.analysis.sinks`: Gu et al.'s sink rate of every head for one key, with that
+  key's key and value norms, and the special inputs (random tokens, one repeated token).
+- :mod:`interv.analysis.token_attention`: per layer, each token's attention by weight and by
+  norm (Kobayashi et al.), and attention rollout (a summary of weights, not causal).
+- :mod:`interv.analysis.text_loss`: next-token loss of a text under interventions (e.g. the
+  attention masks of :mod:`interv.engine.masks`), with intervals over chunks.
 - :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
   attribution patching, a first-order approximation of head patching, for screening.
 

@@ -59,7 +59,10 @@ def _layers_phrase(layers: tuple[int, ...] | None) -> str:
 class _MaskEdit(Intervention):
     """A changed key mask for every head of ``layers`` (None = all), written at the z level.
 
-    Subclasses define :meth:`allowed`, the ``[n, query, key]`` bool keys that stay.
+    Subclasses define :meth:`allowed`, the ``[n, query, key]`` bool keys that stay. With
+    ``layers=None`` the sites are known only once :meth:`check` has seen the model (the
+    runner checks every intervention before it asks for its sites); ``edits()`` before that
+    raises a clear error.
     """
 
     family = "routing"
