@@ -290,7 +290,7 @@ def bench_a(layers: list[int] | None) -> None:
             f"(best of before the sweeps and right after this one: {best:.1f} GFLOP/s; "
             f"right after: {matmul_now:.1f})"
         )
-        effect = result.mean() - result.corrupted.mean()
+        effect = result.effect.mean(-1)  # denoising: minus the corrupted run's
         print(
             f"  per-head denoising effects range {float(effect.min()):+.3f} .. "
             f"{float(effect.max()):+.3f} logits (change of the prompt-mean logit diff)"
@@ -306,12 +306,12 @@ def attribution_check(model, task, grid, exact: InterventionResult) -> None:
     """Attribution patching against the exact sweep; its top heads verified exactly."""
     scores, t_attr = timed(lambda: approximate_head_patching_scores(model, task, "logit_diff"))
     scores = scores[sorted({iv.layer for iv in grid})].flatten()  # swept layers, grid order
-    effect = exact.mean() - exact.corrupted.mean()
+    effect = exact.effect.mean(-1)
     rho = spearman(scores, effect)
     top = scores.argsort(descending=True)[:TOP_K].tolist()
     exact_top = set(effect.argsort(descending=True)[:TOP_K].tolist())
     verify = run(model, task, [grid[i] for i in top], "logit_diff", max_batch_size=A_BATCH_ROWS)
-    verified = verify.mean() - verify.corrupted.mean()
+    verified = verify.effect.mean(-1)
     print(
         f"attribution patching (approximate, 1 forward + 1 backward): {t_attr:.1f} s; "
         f"Spearman rank correlation with the exact sweep over {scores.numel()} heads: "

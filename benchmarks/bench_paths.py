@@ -125,7 +125,7 @@ def main(argv: list[str]) -> None:
         f"max |difference| of the per-cell metric {float((ours - theirs).abs().max()):.2e} "
         "logits"
     )
-    effect = ours - result.clean.mean()
+    effect = result.effect.mean(-1).reshape(theirs.shape)  # noising: minus the clean run's
     top = effect.abs().flatten().argsort(descending=True)[:5].tolist()
     for index in top:
         layer, head = divmod(index, model.cfg.n_heads)

@@ -640,7 +640,7 @@ def collapse_part(name: str, out: Path) -> dict[str, Any]:
     import interv
 
     cfg = CONFIG["collapse"]
-    change = interv.analysis.checkpoint_entropy_change(
+    change = interv.zoo.checkpoint_entropy_change(
         name, before=cfg["before"], n_sequences=cfg["n_sequences"]
     )
     low, high = change.overall_share_interval(
@@ -766,7 +766,7 @@ def norms_part(spec: str, out: Path) -> dict[str, Any]:
     """Raw attention mass against norm-based weighting (Kobayashi et al. 2020) on [CLS] and
     [SEP], per layer, with intervals over sentences."""
     from interv.analysis import token_attention
-    from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
+    from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
     cfg = CONFIG["norms"]
     model = _model(spec)
@@ -823,7 +823,7 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
 
     import interv
     from interv.analysis import token_attention
-    from interv.report.stats import bootstrap_indices, percentile_interval, spearman
+    from interv.stats import bootstrap_indices, percentile_interval, spearman
 
     cfg = CONFIG["rollout"]
     task_cfg = cfg["tasks"][task_name]

@@ -24,6 +24,8 @@ imported until a function that needs them is touched.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from interv._lazy import lazy_exports
 from interv.errors import IntervError
 
@@ -77,56 +79,40 @@ _EXPORTS: dict[str, str] = {
     "view_attention": "interv.report.viewer",
 }
 
-# names of interv 0.1 that moved: old top-level name -> its public home now
-_MOVED: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "entropy",
-            "normalized_entropy",
-            "effective_support",
-            "max_weight",
-            "top_k_mass",
-            "available_keys",
-            "sink_split",
-            "SinkSplit",
-            "entropy_change",
-            "EntropyChange",
-            "mean_entropy_change",
-            "clr",
-            "aitchison_distance",
-            "aitchison_split",
-            "AitchisonSplit",
-            "compare_rows",
-        ),
-        "interv.metrics",
-    ),
-    **dict.fromkeys(
-        (
-            "attention_rows",
-            "head_similarity",
-            "HeadSimilarity",
-            "cluster_heads",
-            "HeadClustering",
-            "entropy_change_attribution",
-            "EntropyAttribution",
-            "checkpoint_entropy_change",
-            "pruning_curves",
-            "rank_heads",
-            "PruningCurves",
-            "TaskEvaluation",
-            "TextEvaluation",
-            "EmbeddingEvaluation",
-            "approximate_head_patching_scores",
-        ),
-        "interv.analysis",
-    ),
-    "plot_pruning_curves": "interv.report.plots",
-    "TargetMetric": "interv.engine.targets",
-    "merge_sweeps": "interv.sweeps",
-    "available_tasks": "interv.tasks",
-}
 
 __all__ = ["IntervError", "__version__", *sorted(_EXPORTS)]
 
+__getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())
 
-__getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals(), _MOVED)
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.analysis.concentration import HeadConcentration, concentration
+    from interv.engine.directions import AddVector, ProjectOut, SubspacePatch
+    from interv.engine.interventions import (
+        ActivationPatch,
+        AttentionKnockout,
+        Combined,
+        MeanAblation,
+        PairAblation,
+        PatternPatch,
+        ResampleAblation,
+        ValuePatch,
+        ValueReplace,
+        ValueScale,
+        ZeroAblation,
+    )
+    from interv.engine.masks import KeyKnockout, WindowAttention
+    from interv.engine.paths import DirectEffect, PathPatch
+    from interv.engine.protocol import EditContext, Intervention, Read, ReferenceSet, register
+    from interv.engine.results import InterventionResult
+    from interv.engine.runner import run
+    from interv.engine.sites import Site
+    from interv.models.loading import load_model
+    from interv.report.render import save_report
+    from interv.report.table import Report, build_report
+    from interv.report.viewer import view_attention
+    from interv.sweeps.collect import load_sweep
+    from interv.sweeps.execute import run_sweep
+    from interv.tasks.builtin import load_task
+    from interv.tasks.pairs import PromptPairs
+    from interv.tasks.tokenized import TokenizedPairs

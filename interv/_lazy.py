@@ -1,4 +1,4 @@
-"""Lazy re-exports: a package names its public attributes without importing their modules.
+"""Lazy package faces: a package names its public attributes without importing their modules.
 
 No stability promise; internal to interv.
 """
@@ -7,44 +7,32 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 
 def lazy_exports(
-    package: str,
-    exports: Mapping[str, str],
-    namespace: dict[str, Any],
-    moved: Mapping[str, str] | None = None,
+    package: str, exports: Mapping[str, str], namespace: dict[str, Any]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Module-level ``__getattr__`` and ``__dir__`` for ``package``.
+
+    Every package face of interv uses it, beside an ``if TYPE_CHECKING:`` block that
+    imports the same names from the same modules, so that editors and type checkers see
+    the real objects (a test checks that the two agree).
 
     Args:
         package: the package's dotted name (for error messages).
         exports: public name -> dotted name of the module that defines it.
         namespace: the package's ``globals()``; a resolved name is cached there, so each
             module is imported once, on first use of one of its names. A name that is not
-            exported but names a submodule (``interv.metrics``) imports that submodule.
-        moved: old public name -> the public module it now lives in; such names still
-            resolve, with a ``DeprecationWarning`` naming the new place (not cached, so
-            every use warns; not listed by ``dir``).
+            exported but names a submodule (``interv.engine.stacking``) imports it.
     """
-    moved = moved or {}
 
     def __getattr__(name: str) -> Any:
-        if name in moved:
-            warnings.warn(
-                f"{package}.{name} moved to {moved[name]}.{name}; the old name will be "
-                "removed in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return getattr(importlib.import_module(moved[name]), name)
         module_name = exports.get(name)
         if module_name is None:
             if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
-                return importlib.import_module(f"{package}.{name}")  # a subpackage, on use
+                return importlib.import_module(f"{package}.{name}")  # a submodule, on use
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module_name), name)
         namespace[name] = value

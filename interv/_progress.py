@@ -84,7 +84,7 @@ def stages(names: Sequence[str], *, enabled: bool | None = None) -> Iterator[Sta
     """A progress bar over ``names`` on stderr (see the module docstring)."""
     bar = None
     if show_progress(enabled):
-        from tqdm import tqdm
+        from tqdm import tqdm  # on use: the CLI imports this module at start-up
 
         # a terminal that reports no width (a bare pseudo-terminal) would get an empty bar
         width = {"dynamic_ncols": True} if _terminal_width() > 0 else {"ncols": 100, "nrows": 20}

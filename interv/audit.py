@@ -48,7 +48,7 @@ import torch
 
 from interv._checks import as_finite, as_int
 from interv.errors import IntervError
-from interv.report.stats import percentile_interval, spearman
+from interv.stats import percentile_interval, spearman
 
 __all__ = [
     "ESTIMATED",

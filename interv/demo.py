@@ -13,21 +13,39 @@ The demo runs, on a built-in task and the same prompts throughout:
    attention row of the most instructive head, saved with
    :func:`interv.report.render.save_report`.
 
-This module (with :func:`report_from_sweep`) is the only part of the report layer
-that runs a model, and it does so through the public API.
+This module and :func:`interv.report.sweep.report_from_sweep` are the only parts of the
+report layer that run a model, and they do so through the public API.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from interv._checks import as_positions, check_index
+from interv._checks import as_int, as_positions, check_index
+from interv._outputs import claim_dir, fresh_dir
+from interv._progress import stages
+from interv.analysis.concentration import concentration
+from interv.engine.forward import Prompts, forward
+from interv.engine.interventions import (
+    ActivationPatch,
+    MeanAblation,
+    ResampleAblation,
+    ValueScale,
+    ZeroAblation,
+)
+from interv.engine.runner import run, warm_cache
+from interv.engine.sites import Site
+from interv.engine.stacking import BaseRunCache
 from interv.errors import IntervError
+from interv.models.loading import load_model
+from interv.report.plots import attention_row
+from interv.report.render import save_report
+from interv.report.table import build_report
+from interv.tasks.builtin import load_task
 
 if TYPE_CHECKING:
     from interv.engine.interventions import Intervention
@@ -38,10 +56,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_OUT",
     "DemoResult",
-    "answer_query_positions",
     "check_demo_options",
     "demo_interventions",
-    "report_from_sweep",
     "run_demo",
 ]
 
@@ -90,45 +106,10 @@ class DemoResult:
     out_dir: Path
 
 
-def answer_query_positions(task: TokenizedPairs) -> tuple[int, ...]:
-    """Query positions (for :func:`interv.concentration`) that are the task's answer positions.
-
-    Concentration counts query positions from each prompt's first real token, the
-    engine counts answer positions in the padded tensor. ``(-1,)`` (the last real
-    token) is returned when every answer position is its prompt's last real token;
-    ``(p,)`` when every prompt is right-padded and answered at the same position ``p``.
-
-    Raises:
-        IntervError: neither holds (then pass explicit query positions).
-    """
-    rows = torch.arange(task.n_pairs)
-    real = task.attention_mask
-    last_real = real.shape[1] - 1 - real.flip(-1).int().argmax(-1)
-    if bool((task.answer_positions == last_real).all()) and task.padding_side == "right":
-        return (-1,)
-    first_real = real.int().argmax(-1)
-    relative = task.answer_positions - first_real
-    if bool((relative == relative[0]).all()) and bool(real[rows, task.answer_positions].all()):
-        return (int(relative[0]),)
-    raise IntervError(
-        "the task's answer positions are neither every prompt's last real token nor one "
-        f"common position (answer positions {task.answer_positions.tolist()}); pass "
-        "query_positions explicitly"
-    )
-
-
 def demo_interventions(
     n_layers: int, n_heads: int, n_positions: int, layers: Sequence[int] | None = None
 ) -> list[Intervention]:
     """The demo's interventions: five per head, then one residual patch per layer x position."""
-    from interv.engine.interventions import (
-        ActivationPatch,
-        MeanAblation,
-        ResampleAblation,
-        ValueScale,
-        ZeroAblation,
-    )
-
     chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
     for layer in chosen:
         check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
@@ -152,10 +133,6 @@ def demo_interventions(
 
 def _attention_row_figure(model: Any, task: TokenizedPairs, report: Report) -> Any:
     """Bars of the most instructive head's attention row on the first prompt."""
-    from interv.engine.forward import Prompts, forward
-    from interv.engine.sites import Site
-    from interv.report.plots import attention_row
-
     instructive = report.instructive(1)
     if not instructive:
         return None
@@ -184,8 +161,6 @@ def check_demo_options(
         IntervError: an unknown demo model, ``n_prompts`` below 1, or layers that are
             empty, repeated, negative or beyond the model's layers.
     """
-    from interv._checks import as_int, as_positions
-
     if model not in _DEMO_MODELS:
         raise IntervError(f"unknown demo model {model!r}; choose one of {tuple(_DEMO_MODELS)}")
     task_name, n_layers, default_prompts = _DEMO_MODELS[model]
@@ -234,12 +209,6 @@ def run_demo(
     Raises:
         IntervError: a bad option or output directory (before any model is loaded).
     """
-    import time
-
-    from interv._checks import as_int
-    from interv._outputs import claim_dir, fresh_dir
-    from interv._progress import stages
-
     task_name, pairs_count, chosen = check_demo_options(model, n_prompts, layers)
     as_int(n_bootstrap, "n_bootstrap", minimum=1)
     start = time.perf_counter()
@@ -250,8 +219,6 @@ def run_demo(
     with output, stages(_STAGES, enabled=progress) as bar:
         report, figure = _compute(model, task_name, pairs_count, chosen, seed, n_bootstrap, bar)
         bar.start("plots and files")
-        from interv.report.render import save_report
-
         with output.staging() as folder:
             written = save_report(
                 report, folder, figures=None if figure is None else {"attention_row": figure}
@@ -270,13 +237,6 @@ def _compute(
     bar: Any,
 ) -> tuple[Report, Any]:
     """The demo's report and attention-row figure (stages 1-5 of the progress bar)."""
-    from interv.analysis.concentration import concentration
-    from interv.engine.runner import run, warm_cache
-    from interv.engine.stacking import BaseRunCache
-    from interv.models.loading import load_model
-    from interv.report.table import build_report
-    from interv.tasks.builtin import load_task
-
     bar.start("loading the model")
     bridge = load_model(model)
     n_layers = int(bridge.cfg.n_layers)
@@ -287,7 +247,7 @@ def _compute(
     bar.start("tokenizing the task")
     task = load_task(task_name, n_pairs=n_prompts, seed=seed).tokenize(bridge)
     bar.start("concentration")
-    heads_conc = concentration(bridge, task, sink=0, query_positions=answer_query_positions(task))
+    heads_conc = concentration(bridge, task, sink=0, query_positions=task.answer_query_positions())
     bar.start("interventions")
     interventions = demo_interventions(n_layers, bridge.cfg.n_heads, task.n_positions, layers)
     # One engine run per batch of interventions, so the bar moves as they are computed;
@@ -306,35 +266,3 @@ def _compute(
     bar.start("report statistics")
     report = build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)
     return report, _attention_row_figure(bridge, task, report)
-
-
-def report_from_sweep(directory: str | Path, *, n_bootstrap: int = 1000, seed: int = 0) -> Report:
-    """A report of a saved sweep: its stored effects beside freshly computed concentration.
-
-    Loads the sweep's result with :func:`interv.sweeps.load_sweep`, then the sweep's
-    model and task (from its manifest) to compute concentration at the answer positions
-    of the same prompts; sites come from the sweep's own intervention list.
-    """
-    from interv.analysis.concentration import concentration
-    from interv.report.table import build_report
-    from interv.sweeps.collect import load_sweep
-    from interv.sweeps.execute import SweepWorker, as_config
-    from interv.sweeps.plan import Shard
-    from interv.sweeps.store import read_manifest
-
-    effects = load_sweep(directory)
-    manifest = read_manifest(directory)
-    worker = SweepWorker.load(as_config(manifest["config"]))
-    shard = None if manifest["shard"] is None else Shard.parse(manifest["shard"])
-    interventions = [
-        iv
-        for unit in worker.units
-        if shard is None or shard.owns(unit.index)
-        for iv in unit.interventions
-    ]
-    heads_conc = concentration(
-        worker.model, worker.task, sink=0, query_positions=answer_query_positions(worker.task)
-    )
-    return build_report(
-        effects, heads_conc, interventions=interventions, n_bootstrap=n_bootstrap, seed=seed
-    )

@@ -12,15 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interv.analysis._patterns import rows_from_pattern
-from interv.analysis.attribution import (
-    PAIRED,
-    UNPAIRED,
-    checkpoint_entropy_change,
-    entropy_change_attribution,
-)
+from interv.analysis.attribution import PAIRED, UNPAIRED, entropy_change_attribution
 from interv.cli.analysis import register
 from interv.errors import IntervError
 from interv.metrics import entropy
+from interv.zoo import checkpoint_entropy_change
 
 N_KEYS = 6
 
@@ -118,7 +114,7 @@ def test_different_prompt_lengths_use_condition_means_and_still_sum_exactly():
 
 
 def test_overall_share_interval_recomputes_the_share_on_resampled_prompts():
-    from interv.report.stats import bootstrap_indices, percentile_interval
+    from interv.stats import bootstrap_indices, percentile_interval
 
     result = entropy_change_attribution(
         rows_from_pattern(_causal_pattern(7)), rows_from_pattern(_causal_pattern(8))

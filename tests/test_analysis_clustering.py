@@ -125,7 +125,7 @@ def _prompt_dependent_heads():
 
 
 def test_clustering_agreement_interval_reclusters_each_resample_of_prompts():
-    from interv.report.stats import bootstrap_indices, percentile_interval
+    from interv.stats import bootstrap_indices, percentile_interval
 
     similarity = _prompt_dependent_heads()
     agreements = clustering_agreement(similarity, measure="js", ks=[2, 3], n_resamples=30, seed=4)

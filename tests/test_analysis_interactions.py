@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import interv
-from interv.analysis.interactions import head_interactions, interactions, pair_design
+from interv.analysis.pairwise import head_interactions, interactions, pair_design
 from interv.engine.results import InterventionResult, MetricInfo, Scope, intervention_fields
 from interv.errors import IntervError
 

@@ -9,7 +9,7 @@ import torch
 
 import interv
 from interv.engine.masks import KeyKnockout, WindowAttention
-from interv.engine.protocol import get_kind
+from interv.engine.registry import get_kind
 from interv.errors import IntervError
 from interv.zoo._load import load_weights, native_model
 from interv.zoo._registry import FINAL_WEIGHTS_FILE, card, data_dir

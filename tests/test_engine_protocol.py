@@ -15,7 +15,7 @@ import torch
 from _plain_hooks import forward_with_hooks, head_columns
 
 import interv
-from interv.engine.protocol import get_kind, kinds
+from interv.engine.registry import get_kind, kinds
 from interv.errors import IntervError
 from interv.sweeps import run_sweep
 

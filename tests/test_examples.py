@@ -29,7 +29,7 @@ def test_own_intervention_example_runs_through_run_sweep_and_report(tmp_path, mo
 
 
 def test_paths_sweep_example_reports_decomposition_paths_and_interactions(tmp_path):
-    from interv.demo import report_from_sweep
+    from interv.report.sweep import report_from_sweep
     from interv.sweeps import run_sweep
 
     run_sweep(EXAMPLES / "sweep_paths.toml", tmp_path / "sweep", progress=False)

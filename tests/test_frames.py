@@ -13,13 +13,13 @@ import pytest
 import torch
 from _report_fixtures import make_concentration, make_result
 
+from interv._pandas import require_pandas
 from interv.analysis.concentration import METRICS
 from interv.analysis.pruning.curves import PruningCurves
 from interv.analysis.similarity import DISTANCE_UNITS, FlipRate, HeadSimilarity
 from interv.cli import main
 from interv.engine.interventions import ActivationPatch, MeanAblation, ZeroAblation
 from interv.errors import IntervError
-from interv.frames import require_pandas
 from interv.report.render import to_json
 from interv.report.table import build_report
 
@@ -160,10 +160,11 @@ def test_without_pandas_to_pandas_says_how_to_install_it(toy, monkeypatch):
         toy[2].to_pandas()
 
 
-def test_importing_interv_frames_does_not_import_pandas():
+def test_importing_the_classes_with_frames_does_not_import_pandas():
     import subprocess
 
-    code = "import sys, interv.frames, interv.report.page; print('pandas' in sys.modules)"
+    modules = "interv._pandas, interv.engine.results, interv.report.table, interv.report.page"
+    code = f"import sys, {modules}; print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -7,7 +7,6 @@ test_models_real.py; here a tiny random BERT saved to a temporary directory stan
 from __future__ import annotations
 
 import importlib.util
-import sys
 import threading
 import types
 from pathlib import Path
@@ -73,7 +72,7 @@ class _FakeZoo(types.ModuleType):
 @pytest.fixture
 def fake_zoo(monkeypatch):
     zoo = _FakeZoo()
-    monkeypatch.setitem(sys.modules, "interv.zoo", zoo)
+    monkeypatch.setattr(loading, "zoo", zoo)  # the zoo that models.loading imports
     return zoo
 
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import pkgutil
 import subprocess
 import sys
+import typing
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +51,94 @@ def test_cli_help_lists_commands(capsys):
 def test_console_script_is_installed():
     out = subprocess.run(["interv", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"interv {interv.__version__}"
+
+
+FACES = (
+    "interv",
+    "interv.analysis",
+    "interv.analysis.pruning",
+    "interv.metrics",
+    "interv.models",
+    "interv.sweeps",
+    "interv.tasks",
+    "interv.zoo",
+)
+
+
+TC = "TYPE_CHECKING"
+
+
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """name -> module of every import inside the package's ``if TYPE_CHECKING:`` block."""
+    tree = ast.parse(Path(importlib.import_module(package).__file__).read_text())
+    blocks = [
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    assert len(blocks) == 1, f"{package} needs one 'if TYPE_CHECKING:' block"
+    return {
+        alias.name: node.module
+        for node in ast.walk(blocks[0])
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_every_face_shows_type_checkers_exactly_its_lazy_exports(package):
+    module = importlib.import_module(package)
+    exports = module._EXPORTS
+    assert _type_checking_imports(package) == exports
+    assert set(module.__all__) - {"IntervError", "__version__"} == set(exports)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    assert not submodules & set(exports), "an export named like a submodule is shadowed by it"
+    for name, owner in exports.items():
+        assert getattr(module, name) is getattr(importlib.import_module(owner), name)
+
+
+def test_subpackages_and_their_modules_resolve_as_attributes():
+    code = "import interv; print(interv.engine.stacking.BaseRunCache.__name__, interv.report.table)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("BaseRunCache <module 'interv.report.table'")
+
+
+def test_run_signature_is_typed():
+    hints = typing.get_type_hints(interv.run)
+    assert hints["task"] is interv.TokenizedPairs
+    assert hints["return"] is interv.InterventionResult
+
+
+def test_a_type_checker_sees_the_public_face(tmp_path):
+    """mypy on a script that uses the lazy face (heavy third-party packages skipped: ~10 s)."""
+    script = tmp_path / "face.py"
+    script.write_text(
+        "import interv\nimport interv.metrics\n\nreveal_type(interv.run)\n"
+        "reveal_type(interv.ZeroAblation(0, 1))\nreveal_type(interv.metrics.entropy)\n"
+        "interv.run(None, 'not a task', [])\n"
+    )
+    skipped = "torch,transformer_lens,transformers,numpy,pandas,matplotlib,einops,tqdm"
+    config = tmp_path / "mypy.ini"
+    config.write_text(
+        "[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n"
+        f"[mypy-{','.join(f'{name}.*' for name in skipped.split(','))}]\nfollow_imports = skip\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--no-incremental",
+            "--config-file",
+            str(config),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(interv.__file__).parent.parent,
+    ).stdout
+    assert "task: interv.tasks.tokenized.TokenizedPairs" in out
+    assert "-> interv.engine.results.InterventionResult" in out
+    assert 'Revealed type is "interv.engine.interventions.ZeroAblation"' in out
+    assert "def (rows: Any, *, key_mask: Any | None =, unit: str =" in out  # torch skipped
+    assert 'Argument 2 to "run" has incompatible type "str"; expected "TokenizedPairs"' in out

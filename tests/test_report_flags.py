@@ -9,17 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interv.errors import IntervError
-from interv.report.agreement import agreement
-from interv.report.flags import (
+from interv.flags import (
     BASELINE_SENSITIVE,
     CONCENTRATED_LITTLE_EFFECT,
     DIFFUSE_LARGE_EFFECT,
     SINK_DOMINATED,
     FlagRules,
-    assign_flags,
 )
-from interv.report.stats import bootstrap_indices, spearman
+from interv.report.agreement import agreement
+from interv.report.flags import assign_flags
 from interv.report.table import build_report
+from interv.stats import bootstrap_indices, spearman
 
 N = 4  # prompts
 

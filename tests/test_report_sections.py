@@ -7,7 +7,7 @@ import json
 import pytest
 
 import interv
-from interv.analysis.interactions import pair_design
+from interv.analysis.pairwise import pair_design
 from interv.report.render import to_json, to_markdown
 from interv.report.table import Report
 

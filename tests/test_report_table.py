@@ -82,6 +82,23 @@ def test_report_numbers_equal_the_engine_numbers():
     )
 
 
+def test_result_effect_is_measured_from_each_interventions_base_run():
+    values = torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.25, 4.0], [9.0, 8.0, 7.0]])
+    clean = torch.tensor([2.0, 2.0, 1.0])
+    corrupted = torch.tensor([-1.0, 0.0, 3.0])
+    runs = ["clean", "corrupted", "clean"]
+    result = make_result(values, clean, corrupted, ["A", "B", "C"], ["a", "b", "c"], runs)
+    expected = [[-1.0, 0.0, 2.0], [1.5, 0.25, 1.0], [7.0, 6.0, 6.0]]  # by hand
+    assert result.effect.dtype == torch.float64
+    assert result.effect.tolist() == expected
+    assert result.effect_scale == pytest.approx(abs(5 / 3 - 2 / 3))
+    report = build_report(result, make_concentration({"entropy": torch.rand(3, 1, 1)}))
+    assert [list(row.per_prompt_effect) for row in report.rows] == expected
+    assert report.header.effect_scale == result.effect_scale
+    frame = result.to_pandas()
+    assert frame["effect"].tolist() == [x for row in expected for x in row]
+
+
 def test_denoising_patch_effect_is_measured_from_the_corrupted_run():
     interventions, result, conc, _ = _toy()
     report = build_report(result, conc, interventions=interventions, n_bootstrap=50)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from interv.engine.registry import get_kind
 from interv.errors import IntervError
 from interv.sweeps import execute
 from interv.sweeps.config import config_diff, load_config, parse_config
@@ -255,3 +256,17 @@ def test_every_public_sweeps_name_resolves():
 
     for name in interv.sweeps.__all__:
         assert getattr(interv.sweeps, name) is not None, name
+
+
+def test_a_kind_reads_from_its_fields_whether_it_is_swept_over_heads():
+    zero, patch, steer, project = (
+        get_kind(name) for name in ("zero_ablation", "denoise", "add_vector", "project_out")
+    )
+    assert zero.takes_head({})  # a required head
+    assert not steer.takes_head({"component": "resid_pre"})  # no head field
+    assert patch.takes_head({"component": "z"})  # an optional head on a head component
+    assert not patch.takes_head({"component": "resid_post"})
+    assert not project.takes_head({"component": "resid_mid"})
+    assert patch.options == ("component", "positions")  # direction is fixed by the kind
+    built = patch.at({"kind": "denoise", "component": "z", "sites": "all_heads"}, layer=1, head=2)
+    assert (built.layer, built.head, built.direction) == (1, 2, "denoise")

@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from interv import IntervError, checkpoint_entropy_change, load_model, zoo
+from interv import IntervError, load_model, zoo
 from interv.cli.zoo import register
+from interv.zoo import checkpoint_entropy_change
 from interv.zoo._backcopy import (
     BOS_ID,
     COPY_TRIGGERS,

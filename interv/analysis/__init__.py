@@ -11,13 +11,13 @@
 - :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
   effect and by attribution, mean-ablated cumulatively: loss against heads removed.
 
-- :mod:`interv.analysis.interactions`: pairwise ablations of heads and their interaction
+- :mod:`interv.analysis.pairwise`: pairwise ablations of heads and their interaction
   terms (do two heads back each other up?).
 - :mod:`interv.analysis.sinks`: Gu et al.'s sink rate of every head for one key, with that
   key's key and value norms, and the special inputs (random tokens, one repeated token).
-- :mod:`interv.analysis.token_attention`: per layer, each token's attention by weight and by
+- :mod:`interv.analysis.token_flow`: per layer, each token's attention by weight and by
   norm (Kobayashi et al.), and attention rollout (a summary of weights, not causal).
-- :mod:`interv.analysis.text_loss`: next-token loss of a text under interventions (e.g. the
+- :mod:`interv.analysis.text_effects`: next-token loss of a text under interventions (e.g. the
   attention masks of :mod:`interv.engine.masks`), with intervals over chunks.
 - :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
   attribution patching, a first-order approximation of head patching, for screening.
@@ -26,6 +26,8 @@ The public names below are resolved lazily; importing this package imports nothi
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from interv._lazy import lazy_exports
 
@@ -41,7 +43,6 @@ _EXPORTS: dict[str, str] = {
     "ClusteringAgreement": "interv.analysis.clustering",
     "entropy_change_attribution": "interv.analysis.attribution",
     "EntropyAttribution": "interv.analysis.attribution",
-    "checkpoint_entropy_change": "interv.analysis.attribution",
     "pruning_curves": "interv.analysis.pruning",
     "rank_heads": "interv.analysis.pruning",
     "PruningCurves": "interv.analysis.pruning",
@@ -49,20 +50,51 @@ _EXPORTS: dict[str, str] = {
     "TextEvaluation": "interv.analysis.pruning",
     "EmbeddingEvaluation": "interv.analysis.pruning",
     "approximate_head_patching_scores": "interv.engine.attribution",
+    "interactions": "interv.analysis.pairwise",
+    "head_interactions": "interv.analysis.pairwise",
+    "HeadInteractions": "interv.analysis.pairwise",
+    "pair_design": "interv.analysis.pairwise",
     "sink_profile": "interv.analysis.sinks",
     "SinkProfile": "interv.analysis.sinks",
     "random_tokens": "interv.analysis.sinks",
     "repeated_tokens": "interv.analysis.sinks",
-    "token_attention": "interv.analysis.token_attention",
-    "TokenAttention": "interv.analysis.token_attention",
-    "text_loss": "interv.analysis.text_loss",
-    "TextLoss": "interv.analysis.text_loss",
-    "interactions": "interv.analysis.interactions",
-    "head_interactions": "interv.analysis.interactions",
-    "HeadInteractions": "interv.analysis.interactions",
-    "pair_design": "interv.analysis.interactions",
+    "token_attention": "interv.analysis.token_flow",
+    "TokenAttention": "interv.analysis.token_flow",
+    "text_loss": "interv.analysis.text_effects",
+    "TextLoss": "interv.analysis.text_effects",
 }
+
 
 __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.analysis", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.analysis._patterns import AttentionRows, attention_rows
+    from interv.analysis.attribution import EntropyAttribution, entropy_change_attribution
+    from interv.analysis.clustering import (
+        ClusteringAgreement,
+        HeadClustering,
+        cluster_heads,
+        clustering_agreement,
+    )
+    from interv.analysis.pairwise import (
+        HeadInteractions,
+        head_interactions,
+        interactions,
+        pair_design,
+    )
+    from interv.analysis.pruning import (
+        EmbeddingEvaluation,
+        PruningCurves,
+        TaskEvaluation,
+        TextEvaluation,
+        pruning_curves,
+        rank_heads,
+    )
+    from interv.analysis.similarity import HeadSimilarity, head_similarity
+    from interv.analysis.sinks import SinkProfile, random_tokens, repeated_tokens, sink_profile
+    from interv.analysis.text_effects import TextLoss, text_loss
+    from interv.analysis.token_flow import TokenAttention, token_attention
+    from interv.engine.attribution import approximate_head_patching_scores

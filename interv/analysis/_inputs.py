@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from interv.errors import IntervError
+from interv.tasks.pairs import check_tokenizable
 from interv.tasks.tokenized import TokenizedPairs
 
 if TYPE_CHECKING:
@@ -86,8 +87,6 @@ def _tokenize(model: TransformerBridge, prompts: list[str]) -> tuple[torch.Tenso
     try:
         rows = [model.to_tokens(prompt, prepend_bos=True, truncate=False)[0] for prompt in prompts]
     except Exception:  # tokenizers raise bare Exceptions: name the prompt and its words
-        from interv.tasks.pairs import check_tokenizable
-
         check_tokenizable(model, prompts)
         raise
     longest = max(len(row) for row in rows)

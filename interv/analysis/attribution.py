@@ -38,18 +38,17 @@ import torch
 from interv.analysis._patterns import (
     QUERY_RULE,
     AttentionRows,
-    attention_rows,
     prompt_mean_weights,
 )
 from interv.errors import IntervError
 from interv.metrics._rows import check_unit
 from interv.metrics.sink import entropy_change, mean_entropy_change, sink_split
+from interv.stats import bootstrap_indices, percentile_interval
 
 __all__ = [
     "PAIRED",
     "UNPAIRED",
     "EntropyAttribution",
-    "checkpoint_entropy_change",
     "entropy_change_attribution",
 ]
 
@@ -144,8 +143,6 @@ class EntropyAttribution:
         means, NaN where ``|mean(total)| < share_atol``). Paired mode only: in
         condition-means mode, or with one prompt, the interval is ``(nan, nan)``.
         """
-        from interv.report.stats import bootstrap_indices, percentile_interval
-
         if self.per_prompt_total is None or self.per_prompt_total.shape[0] < 2:
             return (float("nan"), float("nan"))
         n_prompts = self.per_prompt_total.shape[0]
@@ -350,45 +347,4 @@ def entropy_change_attribution(
         n_prompts=(before.n_prompts, after.n_prompts),
         n_rows=(int(before.included.sum()), int(after.included.sum())),
         sink_positions=before.sink_positions,
-    )
-
-
-def checkpoint_entropy_change(
-    name: str,
-    *,
-    before: int,
-    after: int | None = None,
-    n_sequences: int = 16,
-    unit: str = "nats",
-    share_atol: float = 1e-3,
-) -> EntropyAttribution:
-    """Entropy-change attribution between two training checkpoints of a zoo model.
-
-    Both checkpoints read the same held-out sequences of the model's task:
-    ``interv.zoo.held_out_batch(name, n_sequences=n_sequences)``, drawn with the recipe's
-    ``eval_seed``, so the attribution runs in paired mode.
-
-    Args:
-        name: a zoo model (see ``interv.zoo.available()``).
-        before: training step of the earlier checkpoint (``interv.zoo.checkpoints(name)``).
-        after: training step of the later checkpoint; None = the final weights.
-        n_sequences: held-out sequences (prompts), each ``n_ctx`` tokens long.
-        unit: ``"nats"`` or ``"bits"``.
-        share_atol: ``|total|`` below which the sink share is NaN.
-
-    Returns:
-        The paired :class:`EntropyAttribution` from step ``before`` to ``after``.
-    """
-    from interv import zoo
-
-    batch = zoo.held_out_batch(name, n_sequences=n_sequences)
-    rows = [
-        attention_rows(zoo.load(name, checkpoint=step), batch.tokens) for step in (before, after)
-    ]
-    return entropy_change_attribution(
-        *rows,
-        unit=unit,
-        share_atol=share_atol,
-        before_label=f"{name} step {before}",
-        after_label=f"{name} {'final weights' if after is None else f'step {after}'}",
     )

@@ -33,6 +33,7 @@ import torch
 from interv.analysis.similarity import DISTANCE_UNITS, HeadSimilarity
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -318,8 +319,6 @@ def clustering_agreement(
         One :class:`ClusteringAgreement` per ``k``, in order; the point value is the
         index of :func:`cluster_heads` on all prompts (the interval is NaN with one prompt).
     """
-    from interv.report.stats import bootstrap_indices, percentile_interval
-
     ks = tuple(ks)
     if not ks:
         raise IntervError("ks must name at least one number of clusters; got an empty list")
@@ -370,7 +369,7 @@ def plot_clustering(clustering: HeadClustering, *, axes: tuple[Axes, Axes] | Non
         The matplotlib Figure (nothing is shown or saved). Cluster boundaries of the
         keep-sink cut are drawn on both panels, so a drop-sink regrouping is visible.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib on use
 
     if axes is None:
         figure, axes = plt.subplots(1, 2, figsize=(11, 5), layout="constrained")

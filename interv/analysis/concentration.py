@@ -35,15 +35,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from interv._checks import as_positions
+from interv._pandas import require_pandas
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
+    import pandas
     from transformer_lens.model_bridge import TransformerBridge
 
     from interv.tasks.tokenized import TokenizedPairs
@@ -187,12 +190,51 @@ class HeadConcentration:
             f"entropy unit {self.unit}"
         )
 
-    def to_pandas(self) -> Any:
-        """A long ``pandas.DataFrame``, one row per prompt, layer, head, query and metric,
-        with the metric's unit (:func:`interv.frames.concentration_frame`; needs pandas)."""
-        from interv.frames import concentration_frame
+    def to_pandas(self) -> pandas.DataFrame:
+        """A long ``pandas.DataFrame``, one row per prompt, layer, head, query position and
+        metric, at real queries (needs pandas).
 
-        return concentration_frame(self)
+        Columns: ``model``, ``prompt``, ``layer``, ``head``, ``label`` (``L1H3``),
+        ``query_position`` (as requested: from the first real token, negative from the last),
+        ``query_index`` (the position it resolved to in that prompt), ``n_available_keys``,
+        ``metric``, ``value`` (NaN where undefined, e.g. ``n <= 1``), ``unit``.
+        """
+        pd = require_pandas()
+        n_prompts, n_layers, n_heads, n_queries = self.entropy.shape
+        prompt, layer, head, query = (
+            axis.ravel()
+            for axis in np.meshgrid(
+                np.arange(n_prompts),
+                np.arange(n_layers),
+                np.arange(n_heads),
+                np.arange(n_queries),
+                indexing="ij",
+            )
+        )
+        query_index = self.query_index.numpy()[prompt, query]
+        real = query_index >= 0
+        base = {
+            "model": self.model_name,
+            "prompt": prompt[real],
+            "layer": layer[real],
+            "head": head[real],
+            "label": [f"L{a}H{b}" for a, b in zip(layer[real], head[real], strict=True)],
+            "query_position": np.asarray(self.query_positions)[query[real]],
+            "query_index": query_index[real],
+            "n_available_keys": self.n_available_keys.numpy()[prompt, query][real],
+        }
+        frames = [
+            pd.DataFrame(
+                {
+                    **base,
+                    "metric": name,
+                    "value": self.metric(name).numpy().ravel()[real],
+                    "unit": unit,
+                }
+            )
+            for name, unit in METRICS.items()
+        ]
+        return pd.concat(frames, ignore_index=True)
 
 
 def concentration(

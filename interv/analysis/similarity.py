@@ -39,14 +39,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._pandas import positions_text, require_pandas
 from interv.analysis._patterns import QUERY_RULE, AttentionRows, prompt_mean_weights
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS, MEASURES, compare_rows
 from interv.metrics.compositional import aitchison_split
+
+if TYPE_CHECKING:
+    import pandas
 
 __all__ = ["DISTANCE_UNITS", "FlipRate", "HeadSimilarity", "flip_counts", "head_similarity"]
 
@@ -236,12 +240,13 @@ class HeadSimilarity:
             for flip in self.flips
         ]
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pandas.DataFrame:
         """A long ``pandas.DataFrame`` of :meth:`to_records`, one row per measure, convention
-        and head pair, with the unit (:func:`interv.frames.similarity_frame`; needs pandas)."""
-        from interv.frames import similarity_frame
-
-        return similarity_frame(self)
+        and head pair, with the unit (needs pandas)."""
+        frame = require_pandas().DataFrame.from_records(self.to_records())
+        if "sink_positions" in frame:
+            frame["sink_positions"] = frame["sink_positions"].map(positions_text)
+        return frame
 
 
 def flip_counts(

@@ -29,7 +29,8 @@ from interv.analysis._inputs import prompt_batch
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.errors import IntervError
-from interv.metrics.sink_rate import GU_EPS, _check_eps, sink_scores
+from interv.metrics.sink_heads import GU_EPS, check_eps, sink_scores
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -106,8 +107,6 @@ class SinkProfile:
         self, *, level: float = 0.95, n_bootstrap: int = 1000, seed: int = 0
     ) -> tuple[float, float]:
         """Percentile bootstrap interval of :attr:`rate` over prompts (fraction of heads)."""
-        from interv.report.stats import bootstrap_indices, percentile_interval
-
         values = self.per_prompt
         indices = bootstrap_indices(self.n_prompts, n_bootstrap, seed)
         return percentile_interval(values[indices].nanmean(dim=-1), level)
@@ -125,8 +124,6 @@ class SinkProfile:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``([layer], [layer])`` percentile bootstrap interval over prompts of
         :meth:`norm_ratio`."""
-        from interv.report.stats import bootstrap_indices, percentile_interval
-
         self.norm_ratio(which)  # validates ``which``
         ratios = (self.key_norms if which == "key" else self.value_norms).nanmean(dim=2)
         indices = bootstrap_indices(self.n_prompts, n_bootstrap, seed)
@@ -174,7 +171,7 @@ def sink_profile(
     Returns:
         A :class:`SinkProfile`.
     """
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     key = as_int(key, "key", minimum=0)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     shortest = int(batch.lengths.min())

@@ -118,7 +118,7 @@ def _typed_row(texts: Sequence[str], allow_deficit: bool) -> tuple[list[float], 
 
 
 def _run_metrics(args: argparse.Namespace) -> int:
-    from interv.report.row_summary import describe_row
+    from interv.report.row_summary import describe_row  # torch: on use (CLI start-up)
 
     weights, note = _typed_row(args.weights, args.allow_deficit)
     if note:

@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
-from interv._checks import as_int, as_positions
+from interv import zoo
+from interv._checks import as_int, as_positions, check_index, read_text
+from interv._outputs import claim_file
+from interv._progress import stages
 from interv.engine.sites import head_label
 from interv.errors import IntervError
 
@@ -39,8 +43,6 @@ DEFAULT_PROMPTS = (
 
 
 def _read_prompts(path: Path | None) -> list[str]:
-    from interv._checks import read_text
-
     if path is None:
         return list(DEFAULT_PROMPTS)
     lines = read_text(path, "--prompts file").splitlines()
@@ -52,7 +54,7 @@ def _read_prompts(path: Path | None) -> list[str]:
 
 def _plot_format(path: Path) -> str:
     """The image format of ``path`` (its suffix; PNG without one), checked."""
-    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.backend_bases import FigureCanvasBase  # matplotlib: on use (CLI start-up)
 
     supported = FigureCanvasBase.get_supported_filetypes()
     fmt = path.suffix.lstrip(".").lower() or "png"
@@ -66,9 +68,7 @@ def _plot_format(path: Path) -> str:
 
 def _save_figure(figure: Any, output: Any, name: str, fmt: str) -> Path:
     """Save ``figure`` as ``name`` through a claimed output (never over someone's file)."""
-    import io
-
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: on use (CLI start-up)
 
     buffer = io.BytesIO()
     figure.savefig(buffer, format=fmt)
@@ -84,9 +84,7 @@ def _check_counts(args: argparse.Namespace, *names: str) -> None:
 
 
 def _run_similarity(args: argparse.Namespace) -> int:
-    from interv._outputs import claim_file
-    from interv._progress import stages
-    from interv.models.loading import check_model_spec
+    from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
 
     # every option, the prompts and the plot files are checked before the model loads
     check_model_spec(args.model)
@@ -100,11 +98,14 @@ def _run_similarity(args: argparse.Namespace) -> int:
             path = args.plot.with_name(f"{args.plot.stem}-{measure}{args.plot.suffix}")
             plots[measure] = (claim_file(path, what="--plot file", by="interv similarity"), fmt)
 
-    from interv.analysis._patterns import attention_rows
-    from interv.analysis.clustering import cluster_heads, plot_clustering
-    from interv.analysis.similarity import head_similarity
-    from interv.models import load_model
-    from interv.tasks.pairs import check_tokenizable
+    from interv.analysis._patterns import attention_rows  # torch: on use (CLI start-up)
+    from interv.analysis.clustering import (  # torch: on use (CLI start-up)
+        cluster_heads,
+        plot_clustering,
+    )
+    from interv.analysis.similarity import head_similarity  # torch: on use (CLI start-up)
+    from interv.models import load_model  # torch: on use (CLI start-up)
+    from interv.tasks.pairs import check_tokenizable  # torch: on use (CLI start-up)
 
     names = ("loading the model", "attention rows", "similarity and bootstrap", "clustering")
     with contextlib.ExitStack() as claims:
@@ -149,9 +150,6 @@ def _run_similarity(args: argparse.Namespace) -> int:
 
 
 def _run_entropy_change(args: argparse.Namespace) -> int:
-    from interv import zoo
-    from interv._progress import stages
-
     if args.zoo not in zoo.available():
         raise IntervError(
             f"unknown zoo model {args.zoo!r}; available: {', '.join(zoo.available())}"
@@ -165,7 +163,7 @@ def _run_entropy_change(args: argparse.Namespace) -> int:
             )
     _check_counts(args, "n_sequences")
 
-    from interv.analysis.attribution import checkpoint_entropy_change
+    from interv.zoo import checkpoint_entropy_change  # torch: on use (CLI start-up)
 
     with stages(("loading both checkpoints and splitting the change",)) as bar:
         bar.start("loading both checkpoints and splitting the change")
@@ -196,13 +194,11 @@ def _run_entropy_change(args: argparse.Namespace) -> int:
 
 
 def _run_pruning(args: argparse.Namespace) -> int:
-    from interv._outputs import claim_file
-    from interv._progress import stages
-    from interv.analysis.pruning import RANKINGS, check_rankings
-    from interv.analysis.pruning.rankings import check_seeds
-    from interv.engine.targets import METRICS
-    from interv.models.loading import check_model_spec
-    from interv.tasks.builtin import load_task
+    from interv.analysis.pruning import RANKINGS, check_rankings  # torch: on use (CLI start-up)
+    from interv.analysis.pruning.rankings import check_seeds  # torch: on use (CLI start-up)
+    from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
+    from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
+    from interv.tasks.builtin import load_task  # torch: on use (CLI start-up)
 
     # every option, the task's prompts and the plot file are checked before the model loads
     check_model_spec(args.model)
@@ -231,9 +227,13 @@ def _run_pruning(args: argparse.Namespace) -> int:
             _plot_format(args.plot),
         )
 
-    from interv.analysis.pruning import TaskEvaluation, TextEvaluation, pruning_curves
-    from interv.models import load_model
-    from interv.report.plots import plot_pruning_curves
+    from interv.analysis.pruning import (  # torch: on use (CLI start-up)
+        TaskEvaluation,
+        TextEvaluation,
+        pruning_curves,
+    )
+    from interv.models import load_model  # torch: on use (CLI start-up)
+    from interv.report.plots import plot_pruning_curves  # torch: on use (CLI start-up)
 
     names = ("loading the model", "tokenizing", "rankings and curves")
     with contextlib.ExitStack() as claims:
@@ -244,8 +244,6 @@ def _run_pruning(args: argparse.Namespace) -> int:
             model = load_model(args.model)
             bar.start("tokenizing")
             if layers is not None:
-                from interv._checks import check_index
-
                 for layer in layers:
                     check_index(
                         layer,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from interv._checks import as_int
 from interv.errors import IntervError
 
 __all__ = ["parse_head", "register"]
@@ -33,10 +34,9 @@ def parse_head(text: str) -> tuple[int, int]:
 
 def _load(args: argparse.Namespace):
     """The model and the tokenized task; every option is checked before the model loads."""
-    from interv._checks import as_int
-    from interv.engine.targets import METRICS
-    from interv.models.loading import check_model_spec, load_model
-    from interv.tasks.builtin import load_task
+    from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
+    from interv.models.loading import check_model_spec, load_model  # torch: on use (CLI start-up)
+    from interv.tasks.builtin import load_task  # torch: on use (CLI start-up)
 
     check_model_spec(args.model)
     if args.metric not in METRICS:
@@ -50,9 +50,9 @@ def _load(args: argparse.Namespace):
 
 
 def _run_paths(args: argparse.Namespace) -> int:
-    from interv.engine.interventions import ActivationPatch
-    from interv.engine.paths import DirectEffect, PathPatch
-    from interv.engine.runner import run
+    from interv.engine.interventions import ActivationPatch  # torch: on use (CLI start-up)
+    from interv.engine.paths import DirectEffect, PathPatch  # torch: on use (CLI start-up)
+    from interv.engine.runner import run  # torch: on use (CLI start-up)
 
     layer, head = args.sender
     receivers = [parse_head(text) for text in args.receivers] if args.receivers else None
@@ -67,7 +67,7 @@ def _run_paths(args: argparse.Namespace) -> int:
         DirectEffect(layer, head),
     ]
     result = run(model, task, [*references, *cells], args.metric, max_batch_size=256)
-    effects = result.mean() - result.clean.mean()
+    effects = result.effect.mean(-1)
     unit = result.metric.unit
     print(
         f"scope: {result.scope.model_name} on {result.scope.n_prompts} prompts of "
@@ -84,7 +84,7 @@ def _run_paths(args: argparse.Namespace) -> int:
 
 
 def _run_interactions(args: argparse.Namespace) -> int:
-    from interv.analysis.interactions import interactions
+    from interv.analysis.pairwise import interactions  # torch: on use (CLI start-up)
 
     heads = [parse_head(text) for text in args.heads]
     model, task = _load(args)

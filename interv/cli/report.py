@@ -18,6 +18,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from interv._checks import read_json
+from interv._outputs import claim_dir
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from interv.demo import DEFAULT_OUT, run_demo
+    from interv.demo import DEFAULT_OUT, run_demo  # torch: on use (CLI start-up)
 
     result = run_demo(args.model, args.out, n_prompts=args.n_prompts, layers=args.layers)
     default = Path(DEFAULT_OUT[args.model])
@@ -56,9 +58,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from interv._checks import read_json
-    from interv._outputs import claim_dir
-    from interv.report.render import save_report
+    from interv.report.render import save_report  # torch: on use (CLI start-up)
 
     directory = Path(args.directory)
     if not directory.exists():
@@ -75,11 +75,11 @@ def _run_report(args: argparse.Namespace) -> int:
             "nor a sweep (manifest.json, from interv sweep)"
         )
     if is_report:
-        from interv.report.table import Report
+        from interv.report.table import Report  # torch: on use (CLI start-up)
 
         report = Report.from_dict(read_json(directory / "report.json", "saved report"))
     else:
-        from interv.sweeps.store import read_manifest
+        from interv.sweeps.store import read_manifest  # torch: on use (CLI start-up)
 
         read_manifest(directory)  # a broken manifest fails here, before any model loads
     try:
@@ -90,7 +90,7 @@ def _run_report(args: argparse.Namespace) -> int:
         raise IntervError(f"{error}; to render the report elsewhere pass --out DIR") from None
     with output:
         if not is_report:
-            from interv.demo import report_from_sweep
+            from interv.report.sweep import report_from_sweep  # torch: on use (CLI start-up)
 
             report = report_from_sweep(directory)
         with output.staging() as folder:
@@ -113,7 +113,7 @@ def _write_tables(
     returns the written files by name."""
     frames = {"rows": report.to_pandas()}
     if (directory / "manifest.json").is_file():
-        from interv.sweeps.collect import load_sweep
+        from interv.sweeps.collect import load_sweep  # torch: on use (CLI start-up)
 
         frames["effects"] = load_sweep(directory).to_pandas()
     written = {}

@@ -40,17 +40,17 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from interv.sweeps.store import read_manifest
+    from interv.sweeps.store import read_manifest  # torch: on use (CLI start-up)
 
     progress = False if args.quiet else None
     if args.executor == "ray":
-        from interv.sweeps.ray_executor import run_sweep_ray
+        from interv.sweeps.ray_executor import run_sweep_ray  # torch: on use (CLI start-up)
 
         result = run_sweep_ray(
             args.config, args.out, n_workers=args.workers, shard=args.shard, progress=progress
         )
     else:
-        from interv.sweeps.execute import run_sweep
+        from interv.sweeps.execute import run_sweep  # torch: on use (CLI start-up)
 
         result = run_sweep(args.config, args.out, shard=args.shard, progress=progress)
     if not args.quiet:
@@ -59,8 +59,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from interv.sweeps.collect import merge_sweeps
-    from interv.sweeps.store import read_manifest
+    from interv.sweeps.collect import merge_sweeps  # torch: on use (CLI start-up)
+    from interv.sweeps.store import read_manifest  # torch: on use (CLI start-up)
 
     result = merge_sweeps(args.dirs, args.out)
     if not args.quiet:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from interv.zoo._registry import BackcopyAccuracy, EntropyChangeRecord, TaskAccuracy
+from interv._outputs import claim_dir
+from interv.zoo import _registry
+from interv.zoo._registry import BackcopyAccuracy, EntropyChangeRecord, TaskAccuracy, card
 
 __all__ = ["register"]
 
@@ -21,8 +21,6 @@ TOP_HEADS = 4  # heads listed with the entropy-change split (largest collapse fi
 
 
 def _list(args: argparse.Namespace) -> int:
-    from interv.zoo import _registry
-
     for name in _registry.available():
         print(f"{name}: {_registry.description(name)}")
     return 0
@@ -30,8 +28,6 @@ def _list(args: argparse.Namespace) -> int:
 
 def _accuracy_line(accuracy: TaskAccuracy | BackcopyAccuracy) -> str:
     """One line with the accuracy numbers, their units and the measurement."""
-    from interv.zoo._registry import TaskAccuracy
-
     if isinstance(accuracy, TaskAccuracy):
         return (
             f"top-1 accuracy (fraction of positions): repeated {accuracy.repeated:.3f} over "
@@ -75,8 +71,6 @@ def _entropy_lines(record: EntropyChangeRecord) -> list[str]:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from interv.zoo import card
-
     zoo_card = card(args.name)
     training = zoo_card.recipe
     print(f"{zoo_card.name}: {zoo_card.description}")
@@ -111,8 +105,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from interv._outputs import claim_dir
-    from interv.zoo import card, train
+    from interv.zoo import train  # torch: on use (CLI start-up)
 
     card(args.name)  # an unknown name fails here, naming the zoo's models
     out = Path(args.out) if args.out is not None else Path("interv-zoo") / args.name

@@ -5,7 +5,8 @@
 - :mod:`interv.engine.forward`: :func:`~interv.engine.forward.forward`, the one way interv
   runs a model (device, masks, hooks, captures, readouts, early stop, prefix reuse).
 - :mod:`interv.engine.protocol`: what an intervention declares (sites it edits, what it
-  reads, how it writes, its semantics sentence) and the registry of kinds.
+  reads, how it writes, its semantics sentence) and how a kind registers;
+  :mod:`interv.engine.registry`: the lookups of registered kinds, built-ins included.
 - :mod:`interv.engine.interventions`: the built-in kinds (ablations, patches, value and
   routing edits, pair ablations, combinations); :mod:`interv.engine.directions`: kinds
   built only on the public protocol (steering vectors, projections, subspace patches);
@@ -18,3 +19,10 @@
   of head patching (one forward and one backward), for screening only.
 - :mod:`interv.engine.results`: the typed result of a run.
 """
+
+from __future__ import annotations
+
+from interv._lazy import lazy_exports
+
+# no re-exports: a submodule resolves on attribute access (interv.engine.stacking)
+__getattr__, __dir__ = lazy_exports("interv.engine", {}, globals())

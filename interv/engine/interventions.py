@@ -343,7 +343,7 @@ class PairAblation(Intervention):
 
     The fourth run of a pairwise design (none, A, B, both): with the single ablations
     ``f(A)``, ``f(B)`` and the clean ``f(none)``, the interaction term is
-    ``f(AB) - f(A) - f(B) + f(none)`` (:mod:`interv.analysis.interactions`).
+    ``f(AB) - f(A) - f(B) + f(none)`` (:mod:`interv.analysis.pairwise`).
 
     Attributes:
         layer, head: the first head.

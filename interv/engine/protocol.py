@@ -26,23 +26,24 @@ subclasses :class:`Intervention` and declares:
   handed over by :meth:`EditContext.read`; :meth:`~Intervention.observes`: activations of
   the same forward it needs before it writes (:meth:`EditContext.observed`);
   :attr:`~Intervention.base_run`: the run it modifies (default ``"clean"``);
-  :meth:`~Intervention.check`: extra validation against the model and the prompts.
+  :meth:`~Intervention.check`: extra validation against the model and the prompts;
+  :meth:`~Intervention.sweep_expansions`: how one sweep cell expands into several.
 
-Register a kind with :func:`register` to name it in TOML sweeps; a sweep can also name
-an unregistered class by its import path, ``"package.module:ClassName"``.
+Register a kind with :func:`register` to name it in TOML sweeps (the lookups, built-in
+kinds included, are in :mod:`interv.engine.registry`); a sweep can also name an
+unregistered class by its import path, ``"package.module:ClassName"``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from interv.engine.sites import Site, check_site, select_head
+from interv.engine.sites import HEAD_COMPONENTS, Site, check_site, select_head
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DIRECTIONS",
     "RUNS",
+    "SITE_FIELDS",
     "EditContext",
     "EditedRun",
     "Intervention",
@@ -59,9 +61,6 @@ __all__ = [
     "Read",
     "ReferenceSet",
     "Source",
-    "get_kind",
-    "kind_of",
-    "kinds",
     "patch_runs",
     "register",
     "semantics",
@@ -349,6 +348,18 @@ class Intervention:
         edits = self.edits()
         return edits[0] if len(edits) == 1 else sites.pop()
 
+    @classmethod
+    def sweep_expansions(
+        cls, options: Mapping[str, Any], *, layer: int, head: int | None, cfg: Any
+    ) -> Iterator[dict[str, Any]]:
+        """The option sets one sweep cell (``layer``, ``head``) stands for (default: itself).
+
+        Override to turn a special option value into several cells (e.g.
+        :class:`~interv.engine.paths.PathPatch`'s ``receivers = "each_later_head"``); with
+        ``cfg=None`` (validation before any model is loaded) yield one representative.
+        """
+        yield dict(options)
+
     @property
     def start_layer(self) -> int | None:
         """The earliest block this intervention edits or observes (prefix reuse starts there);
@@ -398,18 +409,63 @@ class Kind:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def fields(self) -> dict[str, dataclasses.Field]:
+        """The class's dataclass fields, by name."""
+        return {spec.name: spec for spec in dataclasses.fields(self.cls)}
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The fields a sweep entry sets: all but :data:`SITE_FIELDS` and the fixed ones."""
+        return tuple(n for n in self.fields if n not in SITE_FIELDS and n not in self.fixed)
+
+    def takes_head(self, options: Mapping[str, Any]) -> bool:
+        """Whether the kind with ``options`` is swept over heads, read from its fields.
+
+        A required ``head`` field: yes; no ``head`` field: no; an optional one (e.g.
+        :class:`~interv.engine.interventions.ActivationPatch`): yes unless the entry's
+        ``component`` has no head axis (a residual-stream component).
+        """
+        head = self.fields.get("head")
+        if head is None:
+            return False
+        if head.default is dataclasses.MISSING and head.default_factory is dataclasses.MISSING:
+            return True
+        component = self.fixed.get("component", options.get("component"))
+        return component is None or component in HEAD_COMPONENTS
+
+    def expand(
+        self, options: Mapping[str, Any], *, layer: int, head: int | None, cfg: Any
+    ) -> list[dict[str, Any]]:
+        """The option sets one sweep cell stands for (:meth:`Intervention.sweep_expansions`)."""
+        return list(self.cls.sweep_expansions(options, layer=layer, head=head, cfg=cfg))
+
     def build(self, **values: Any) -> Intervention:
         """An instance of the kind with ``values`` and the fixed fields."""
         return self.cls(**{**values, **self.fixed})
 
+    def at(
+        self, options: Mapping[str, Any], *, layer: int, head: int | None = None
+    ) -> Intervention:
+        """An instance at ``layer`` (and ``head``) with a sweep entry's ``options``.
+
+        ``options`` may hold ``kind`` and ``sites`` (ignored); ``positions``, when present,
+        must already be concrete (not ``"each"``).
+        """
+        values = {key: value for key, value in options.items() if key not in ("kind", "sites")}
+        sites: dict[str, Any] = {"layer": layer} if head is None else {"layer": layer, "head": head}
+        try:
+            return self.build(**sites, **values)
+        except TypeError as error:  # a user class whose __init__ disagrees with its fields
+            raise IntervError(
+                f"kind {self.name!r} cannot be built from {values}: {error}"
+            ) from error
+
+
+SITE_FIELDS: tuple[str, ...] = ("layer", "head")
+"""Fields of an intervention class that a sweep fills from its ``sites``."""
 
 _KINDS: dict[str, Kind] = {}
-_BUILTIN_MODULES = (
-    "interv.engine.interventions",
-    "interv.engine.directions",
-    "interv.engine.masks",
-    "interv.engine.paths",
-)
 
 
 def register(
@@ -466,55 +522,3 @@ def _check_kind_class(cls: type, name: str) -> None:
                     else ""
                 )
             )
-
-
-def _load_builtins() -> None:
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
-
-
-def kinds() -> dict[str, Kind]:
-    """Every registered kind, built-in and user-registered, by name."""
-    _load_builtins()
-    return dict(_KINDS)
-
-
-def get_kind(name: str) -> Kind:
-    """The kind registered as ``name``, or a class named by import path ``"module:Class"``.
-
-    An import path imports the module (which may register kinds of its own) and, when
-    the class is not registered under that path yet, registers it there.
-
-    Raises:
-        IntervError: an unknown name (the known ones are listed), a module that does not
-            import, or a class that breaks the protocol.
-    """
-    _load_builtins()
-    if name in _KINDS:
-        return _KINDS[name]
-    if ":" not in name:
-        raise IntervError(
-            f"unknown intervention kind {name!r}; choose one of {tuple(sorted(_KINDS))}, or "
-            "name your own class by its import path 'package.module:ClassName'"
-        )
-    module_name, _, class_name = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise IntervError(
-            f"intervention kind {name!r}: module {module_name!r} does not import ({error})"
-        ) from error
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise IntervError(f"intervention kind {name!r}: {module_name} has no {class_name!r}")
-    register(name)(cls)
-    return _KINDS[name]
-
-
-def kind_of(cls_or_name: type | str) -> Kind | None:
-    """The first registered kind of a class (or of a class name), else None."""
-    _load_builtins()
-    for kind in _KINDS.values():
-        if kind.cls is cls_or_name or kind.cls.__name__ == cls_or_name:
-            return kind
-    return None

@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._pandas import positions_text, require_pandas
+from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
 from interv.engine.sites import Site
 
 if TYPE_CHECKING:
-    from interv.engine.protocol import Intervention
+    import pandas
+
     from interv.engine.targets import TargetMetric
     from interv.tasks.tokenized import TokenizedPairs
 
@@ -103,8 +106,6 @@ class Scope:
 
 def _plain(value: Any) -> Any:
     """A field value as JSON-ready data (tuples as lists; sets and objects by name)."""
-    from interv.engine.protocol import Intervention, ReferenceSet
-
     if isinstance(value, Intervention):
         return intervention_params(value)
     if isinstance(value, ReferenceSet):
@@ -134,8 +135,6 @@ def intervention_fields(
     """Per intervention: ``kinds`` (class names), ``descriptions`` (semantics sentences),
     ``base_runs``, ``sites`` (:class:`~interv.engine.sites.Site` or None) and ``params``
     (:func:`intervention_params`), as :meth:`InterventionResult.build` takes them."""
-    from interv.engine.protocol import semantics
-
     return {
         "kinds": tuple(type(iv).__name__ for iv in interventions),
         "descriptions": tuple(semantics(iv, task) for iv in interventions),
@@ -230,6 +229,22 @@ class InterventionResult:
         """``[n_interventions]`` mean metric over prompts, in the metric's unit."""
         return self.values.mean(-1)
 
+    @property
+    def effect(self) -> torch.Tensor:
+        """``[n_interventions, n_prompts]`` float64 effect, in the metric's unit: the metric
+        under each intervention minus the metric of the run it modified (its ``base_run``:
+        clean for ablations, value edits and noising, corrupted for denoising)."""
+        runs = torch.stack([self.clean, self.corrupted]).to(torch.float64)
+        base = runs[[RUNS.index(run) for run in self.base_runs]]
+        return self.values.to(torch.float64) - base
+
+    @property
+    def effect_scale(self) -> float:
+        """``|mean clean - mean corrupted|`` over prompts (float64), in the metric's unit: the
+        size of the behaviour the prompt pairs separate, which flags judge effects against."""
+        clean, corrupted = self.clean.to(torch.float64), self.corrupted.to(torch.float64)
+        return abs(float(clean.mean() - corrupted.mean()))
+
     def mean_recovery(self) -> torch.Tensor:
         """``[n_interventions]`` normalized recovery of the prompt-mean metric.
 
@@ -282,10 +297,18 @@ class InterventionResult:
                 )
         return records
 
-    def to_pandas(self) -> Any:
-        """A long ``pandas.DataFrame``, one row per intervention x prompt, with the effect,
-        unit and semantics sentence as columns (:func:`interv.frames.result_frame`; needs
-        pandas)."""
-        from interv.frames import result_frame
+    def to_pandas(self) -> pandas.DataFrame:
+        """A long ``pandas.DataFrame``, one row per intervention x prompt (the keys of
+        :meth:`to_records`), plus ``effect`` = ``value`` minus the value of the run the
+        intervention modified (``clean`` or ``corrupted``, per ``base_run``), in ``unit``
+        (needs pandas).
 
-        return result_frame(self)
+        >>> frame = result.to_pandas()
+        >>> frame.pivot_table(index=["layer", "head"], columns="kind", values="effect")
+        """
+        frame = require_pandas().DataFrame.from_records(self.to_records())
+        if frame.empty:
+            return frame
+        frame.insert(frame.columns.get_loc("value") + 1, "effect", self.effect.flatten().numpy())
+        frame["positions"] = frame["positions"].map(positions_text)
+        return frame

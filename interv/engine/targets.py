@@ -13,6 +13,8 @@ Available metrics (:data:`METRICS`):
 - ``"prob"``: probability of the target token, range ``[0, 1]``.
 - ``"kl_from_clean"``: ``KL(p_clean || p)`` of the full next-token distribution, in
   nats, range ``[0, inf)``; 0 on the clean run itself.
+
+For encoders without a trained output head, :func:`mean_pooled` is the embedding-based target.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "kl_from_clean",
     "log_prob",
     "logit_diff",
+    "mean_pooled",
     "prob",
     "target_logit",
 ]
@@ -187,3 +190,20 @@ def get_metric(metric: str | TargetMetric) -> TargetMetric:
     if metric not in METRICS:
         raise IntervError(f"unknown metric {metric!r}; choose one of {tuple(METRICS)}")
     return METRICS[metric]
+
+
+def mean_pooled(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """An embedding-based target: the mean of hidden states over real tokens, L2 normalized.
+
+    The pooling of :func:`interv.models.minilm.sentence_embedding`.
+
+    Args:
+        hidden: ``[batch, pos, d_model]`` final hidden states.
+        real: ``[batch, pos]`` bool, True at real tokens.
+
+    Returns:
+        ``[batch, d_model]``, unit L2 norm per row.
+    """
+    weights = real.to(hidden).unsqueeze(-1)
+    mean = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+    return torch.nn.functional.normalize(mean, dim=-1)

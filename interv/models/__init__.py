@@ -7,7 +7,24 @@ MiniLM encoder, whose output logits are meaningless.
 
 from __future__ import annotations
 
-from interv.models.loading import BUILTIN_SPECS, DTYPES, load_model, output_head_is_trained
-from interv.models.minilm import sentence_embedding
+from typing import TYPE_CHECKING
 
-__all__ = ["BUILTIN_SPECS", "DTYPES", "load_model", "output_head_is_trained", "sentence_embedding"]
+from interv._lazy import lazy_exports
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "BUILTIN_SPECS": "interv.models.loading",
+    "DTYPES": "interv.models.loading",
+    "load_model": "interv.models.loading",
+    "output_head_is_trained": "interv.models.loading",
+    "sentence_embedding": "interv.models.minilm",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("interv.models", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.models.loading import BUILTIN_SPECS, DTYPES, load_model, output_head_is_trained
+    from interv.models.minilm import sentence_embedding

@@ -20,14 +20,18 @@ model's.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import os
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import torch
 
+from interv import zoo
+from interv._progress import show_progress
 from interv.errors import IntervError
 from interv.models import minilm, smollm2
 
@@ -80,12 +84,10 @@ def load_model(
 def _library_bars_only_on_a_terminal() -> Iterator[None]:
     """Silence transformers' own progress bars ("Loading weights") unless stderr is a
     terminal, so piped output stays clean."""
-    from interv._progress import show_progress
-
     if show_progress(None):
         yield
         return
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # heavy: the CLI checks specs before it
 
     enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -106,7 +108,7 @@ def _load(
         return minilm.load_minilm(device=device, dtype=torch_dtype)
     if kind == "zoo":
         # zoo weights ship in float32; other dtypes are a cast of them
-        model = importlib.import_module("interv.zoo").load(name, device=device)
+        model = zoo.load(name, device=device)
         return (model if torch_dtype == torch.float32 else model.to(torch_dtype)).eval()
     if kind == "dir":
         return _load_local_dir(Path(name).expanduser(), device=device, dtype=torch_dtype)
@@ -195,14 +197,7 @@ def output_head_is_trained(model: torch.nn.Module) -> bool:
 
 
 def _zoo_names() -> tuple[str, ...]:
-    try:
-        zoo = importlib.import_module("interv.zoo")
-    except ModuleNotFoundError as error:
-        if error.name not in ("interv.zoo", "interv"):
-            raise
-        return ()
-    available = getattr(zoo, "available", None)
-    return tuple(available()) if available is not None else ()
+    return tuple(zoo.available())
 
 
 def _valid_names(zoo_names: tuple[str, ...]) -> str:
@@ -223,7 +218,7 @@ def _offline_options() -> str:
 def _load_local_dir(
     directory: Path, *, device: str | torch.device, dtype: torch.dtype
 ) -> TransformerBridge:
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
     if not (directory / "config.json").is_file():
         raise IntervError(
@@ -236,7 +231,7 @@ def _load_local_dir(
 
 def _hub_unreachable(error: BaseException) -> bool:
     """Whether ``error`` (or what caused it) says the model hub could not be reached."""
-    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled  # on use
 
     unreachable = (LocalEntryNotFoundError, OfflineModeIsEnabled, ConnectionError, TimeoutError)
     seen: set[int] = set()
@@ -251,7 +246,7 @@ def _hub_unreachable(error: BaseException) -> bool:
 
 def _hub_cached(name: str) -> bool:
     """Whether the local Hugging Face cache holds ``name``'s config."""
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # on use
 
     try:
         return isinstance(try_to_load_from_cache(name, "config.json"), str)
@@ -265,11 +260,7 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
     False when ``HF_HUB_OFFLINE`` is set. With a proxy configured the answer is True
     (the proxy decides; the download reports its own errors).
     """
-    import os
-    import socket
-    from urllib.parse import urlsplit
-
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # on use
 
     if constants.HF_HUB_OFFLINE:
         return False
@@ -296,7 +287,7 @@ def _offline_error(name: str) -> IntervError:
 def _load_from_hub(
     name: str, *, device: str | torch.device, dtype: torch.dtype
 ) -> TransformerBridge:
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
     # Fail at once when the hub cannot be reached: the download would retry for ~40 s.
     if not _hub_cached(name) and not _hub_reachable():

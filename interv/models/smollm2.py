@@ -55,7 +55,7 @@ def _require_gguf_reader() -> None:
 
 def _dequantize_into(directory: Path) -> None:
     """Dequantize the GGUF file and save model and tokenizer as a float32 HF directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: on use
 
     _require_gguf_reader()
     source = gguf_path()
@@ -91,7 +91,7 @@ def converted_dir() -> Path:
 
 def load_smollm2(*, device: str | torch.device, dtype: torch.dtype) -> TransformerBridge:
     """SmolLM2-135M-Instruct as a TransformerBridge in eval mode (no network needed)."""
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
     bridge = TransformerBridge.boot_transformers(str(converted_dir()), device=device, dtype=dtype)
     bridge.cfg.model_name = "SmolLM2-135M-Instruct"  # not the cache path, in every scope line

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from interv.report.stats import percentile_interval, spearman
+from interv.stats import percentile_interval, spearman
 
 __all__ = ["AGREEMENT_CAVEAT", "Agreement", "agreement"]
 

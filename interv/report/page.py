@@ -32,7 +32,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
-from interv.report.flags import FLAGS
+from interv.flags import FLAGS
 from interv.report.page_figures import DEFAULT_METRIC, effect_bound, heatmaps, scatters
 from interv.report.page_tables import flag_badges, hidden_column_css, long_table, wide_table
 from interv.report.views import (

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
+from interv.flags import FLAGS
 from interv.report.colors import css_gradient, diverging, sequential, text_color
-from interv.report.flags import FLAGS
 from interv.report.labels import Box, place_labels
 from interv.report.views import SHORT, HeadGroup, head_groups, swept_layers
 

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
 from interv.engine.sites import COMPONENTS
-from interv.report.flags import FLAGS
-from interv.report.table import reports_recovery
-from interv.report.views import SHORT, fmt, head_groups
+from interv.flags import FLAGS
+from interv.report.views import SHORT, fmt, head_groups, reports_recovery
 
 if TYPE_CHECKING:
     from interv.report.table import Report, ReportRow

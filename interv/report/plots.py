@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.errors import IntervError
-from interv.report.flags import FLAGS, is_ablation
+from interv.flags import FLAGS
+from interv.report.flags import is_ablation
 from interv.report.labels import Box, place_labels
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def _label_points(
 
 
 def _new_axes(n: int, width: float, height: float) -> list[Axes]:
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib on use
 
     figure = Figure(figsize=(width, height), layout="constrained")
     axes = figure.subplots(1, n, squeeze=False)[0]
@@ -421,7 +422,7 @@ def plot_pruning_curves(curves: PruningCurves, ax: Axes | None = None) -> Figure
     ``matplotlib.figure.Figure``. Shows and saves nothing.
     """
     if ax is None:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # matplotlib on use
 
         figure = Figure(figsize=(6.4, 4.2))
         ax = figure.add_subplot()

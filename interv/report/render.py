@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interv.analysis.concentration import METRICS
+from interv.report.page import to_page
+from interv.report.plots import standard_figures
 from interv.report.views import agreement_cells, header_lines, row_cells, row_columns
 
 if TYPE_CHECKING:
@@ -84,11 +86,7 @@ def to_html(
             exactly these figures (caption -> Figure); False = no static figures (the
             page itself draws its heatmaps and scatters).
     """
-    from interv.report.page import to_page
-
     if figures is True:
-        from interv.report.plots import standard_figures
-
         figures = standard_figures(report)
     return to_page(report, figures or None)
 
@@ -183,8 +181,6 @@ def save_report(
         Format (``"markdown"``, ``"html"``, ``"json"``, ``"csv"``, ``"figure:<stem>"``)
         -> written path.
     """
-    from interv.report.plots import standard_figures
-
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     all_figures = {**standard_figures(report), **(figures or {})}

@@ -9,7 +9,7 @@ Each section puts a causal quantity next to the concentration of every head invo
 - **paths** (per path patch): the sender and receivers with the effect and recovery of
   the path, and the concentration of the sender and of each receiver;
 - **interactions** (per pair): ``f(AB) - f(A) - f(B) + f(none)`` with its interval and
-  the compensation flag (:mod:`interv.analysis.interactions`), and both heads'
+  the compensation flag (:mod:`interv.analysis.pairwise`), and both heads'
   concentration.
 
 Rows are matched through the interventions' fields (``InterventionResult.params``), never
@@ -28,8 +28,8 @@ import torch
 from interv.engine.interventions import head_ablation
 from interv.engine.results import intervention_params
 from interv.engine.sites import head_label
-from interv.report.flags import FlagRules
-from interv.report.stats import bootstrap_mean_ci
+from interv.flags import FlagRules
+from interv.stats import bootstrap_mean_ci
 
 __all__ = [
     "CONCENTRATED_INDIRECT",
@@ -232,7 +232,7 @@ def path_rows(
 
 
 def interaction_rows(interactions: Any, concentration: Concentration) -> tuple[InteractionRow, ...]:
-    """One row per pair of a :class:`~interv.analysis.interactions.HeadInteractions`."""
+    """One row per pair of a :class:`~interv.analysis.pairwise.HeadInteractions`."""
     rows = []
     heads = interactions.heads
     for i in range(len(heads)):

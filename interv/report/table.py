@@ -29,11 +29,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv import __version__
+from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS
+from interv.analysis.pairwise import COMPENSATION, head_interactions
+from interv.engine.registry import kind_of
+from interv.engine.results import InterventionResult
 from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.flags import FlagRules
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
-from interv.report.flags import FlagRules, assign_flags
+from interv.report.flags import assign_flags
+from interv.report.page import page_fragment
+from interv.report.render import to_markdown
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
     DIRECT_OPPOSED,
@@ -47,23 +54,16 @@ from interv.report.sections import (
     path_rows,
     section_tables,
 )
-from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
+from interv.report.views import reports_recovery
+from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
+    import pandas
+
     from interv.analysis.concentration import HeadConcentration
     from interv.engine.interventions import Intervention
-    from interv.engine.results import InterventionResult
 
-__all__ = ["Report", "ReportHeader", "ReportRow", "build_report", "reports_recovery"]
-
-
-def reports_recovery(kind: str) -> bool:
-    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
-    between the two runs of a task, as the kind's class declares)."""
-    from interv.engine.protocol import kind_of
-
-    registered = kind_of(kind)
-    return registered is not None and registered.cls.reports_recovery
+__all__ = ["Report", "ReportHeader", "ReportRow", "build_report"]
 
 
 EFFECT_DEFINITION = (
@@ -372,22 +372,70 @@ class Report:
         )
 
     def _repr_markdown_(self) -> str:
-        from interv.report.render import to_markdown
-
         return to_markdown(self)
 
     def _repr_html_(self) -> str:
-        from interv.report.page import page_fragment
-
         return page_fragment(self)
 
-    def to_pandas(self) -> Any:
-        """A ``pandas.DataFrame``, one row per report row, with semantics, effect unit and the
-        head's concentration; ``attrs["units"]`` names each column's unit
-        (:func:`interv.frames.report_frame`; needs pandas)."""
-        from interv.frames import report_frame
-
-        return report_frame(self)
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per report row: the site, the intervention and its semantics sentence, the
+        effect statistics (``effect_unit``), the recovery and flags, and the head's
+        concentration: ``<metric>`` (mean over prompts) and ``<metric>_sd`` for every metric
+        of :data:`~interv.analysis.concentration.METRICS` (NaN for rows that are not one head).
+        ``frame.attrs["units"]`` maps every numeric column to its unit (needs pandas).
+        """
+        pd = require_pandas()
+        h = self.header
+        units = h.concentration_units
+        records = []
+        for row in self.rows:
+            site = row.site
+            kind = kind_of(row.kind)
+            record: dict[str, Any] = {
+                "index": row.index,
+                "label": row.label,
+                "component": None if site is None else site.component,
+                "layer": None if site is None else site.layer,
+                "head": None if site is None else site.head,
+                "positions": positions_text(None if site is None else site.positions),
+                "kind": row.kind,
+                "family": None if kind is None else kind.cls.family,
+                "semantics": row.semantics,
+                "base_run": row.base_run,
+                "effect_mean": row.effect_mean,
+                "effect_ci_low": row.effect_ci_low,
+                "effect_ci_high": row.effect_ci_high,
+                "effect_std": row.effect_std,
+                "effect_min": row.effect_min,
+                "effect_max": row.effect_max,
+                "effect_unit": h.metric_unit,
+                "ci_level": h.ci_level,
+                "recovery": row.recovery,
+                "flags": "; ".join(row.flags),
+            }
+            for name in units:
+                record[name] = None if row.concentration is None else row.concentration[name]
+                record[f"{name}_sd"] = (
+                    None if row.concentration_std is None else row.concentration_std[name]
+                )
+            record.update(model=h.model, task=h.task, n_prompts=h.n_prompts, metric=h.metric_name)
+            records.append(record)
+        frame = pd.DataFrame.from_records(records)
+        for name in units:
+            frame[[name, f"{name}_sd"]] = frame[[name, f"{name}_sd"]].astype(float)
+        frame["recovery"] = frame["recovery"].astype(float)
+        frame[["layer", "head"]] = frame[["layer", "head"]].astype("Int64")
+        frame.attrs["units"] = {
+            **dict.fromkeys(
+                ("effect_mean", "effect_ci_low", "effect_ci_high", "effect_std", "effect_min"),
+                h.metric_unit,
+            ),
+            "effect_max": h.metric_unit,
+            "recovery": "dimensionless (1 = clean, 0 = corrupted)",
+            **{name: unit for name, unit in units.items()},
+            **{f"{name}_sd": unit for name, unit in units.items()},
+        }
+        return frame
 
 
 def _estimate(data: dict[str, Any]) -> Estimate:
@@ -395,15 +443,8 @@ def _estimate(data: dict[str, Any]) -> Estimate:
 
 
 def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
-    """A saved row's site. Reports of interv 0.1 stored no component: their head rows were
-    all about ``z``; their other rows get no site."""
-    if data is None:
-        return None
-    if "component" not in data:
-        if data.get("head") is None:
-            return None
-        data = {**data, "component": "z"}
-    return Site.from_dict(data)
+    """A saved row's site (None: the row is not filed under one site)."""
+    return None if data is None else Site.from_dict(data)
 
 
 def _nan_for_none(values: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -500,7 +541,6 @@ def build_report(
         sites = [iv.site for iv in interventions]
     clean = results[0].clean.to(torch.float64)
     corrupted = results[0].corrupted.to(torch.float64)
-    baselines = {"clean": clean, "corrupted": corrupted}
     indices = bootstrap_indices(scope.n_prompts, n_bootstrap, seed)
     per_prompt = {name: concentration.per_prompt(name) for name in METRICS}
     spread = {name: concentration.per_head_spread(name) for name in METRICS}
@@ -508,13 +548,12 @@ def build_report(
 
     partial = []
     for result in results:
-        mean_recovery = result.mean_recovery()
+        mean_recovery, effects = result.mean_recovery(), result.effect
         for j in range(result.n_interventions):
-            partial.append((result, j, float(mean_recovery[j])))
+            partial.append((result, j, float(mean_recovery[j]), effects[j]))
     drafts = []
     effect_rows = []
-    for (result, j, recovery), site in zip(partial, sites, strict=True):
-        effect = result.values[j].to(torch.float64) - baselines[result.base_runs[j]]
+    for (result, j, recovery, effect), site in zip(partial, sites, strict=True):
         effect_rows.append(effect)
         is_head = site is not None and site.head is not None
         low, high = bootstrap_mean_ci(effect, indices, level)
@@ -547,7 +586,7 @@ def build_report(
                 "per_prompt_effect": tuple(float(x) for x in effect),
             }
         )
-    effect_scale = abs(float(clean.mean() - corrupted.mean()))
+    effect_scale = results[0].effect_scale
     flags = assign_flags(
         kinds=[d["kind"] for d in drafts],
         heads=[
@@ -619,8 +658,6 @@ def build_report(
     interactions: tuple[InteractionRow, ...] = ()
     interaction_semantics = ""
     if any(p.get("kind") == "PairAblation" for p in params):
-        from interv.analysis.interactions import COMPENSATION, head_interactions
-
         found = head_interactions(
             _merged(results), rules=rules, n_bootstrap=n_bootstrap, level=level, seed=seed
         )
@@ -694,10 +731,8 @@ def _merged(results: Sequence[InterventionResult]) -> InterventionResult:
     """One result holding the rows of several of the same scope and metric, in order."""
     if len(results) == 1:
         return results[0]
-    from interv.engine.results import InterventionResult as Result
-
     first = results[0]
-    return Result.build(
+    return InterventionResult.build(
         torch.cat([result.values for result in results]),
         first.clean,
         first.corrupted,

@@ -45,10 +45,9 @@ from interv._checks import as_positions, check_index
 from interv._outputs import claim_file
 from interv.analysis.attention_view import ROW_METRICS, AttentionView, attention_view
 from interv.analysis.concentration import concentration
-from interv.demo import answer_query_positions
 from interv.engine.results import InterventionResult
 from interv.errors import IntervError
-from interv.report.flags import FLAGS
+from interv.flags import FLAGS
 from interv.report.page_tables import flag_badges
 from interv.report.table import Report, build_report
 from interv.report.viewer_export import (
@@ -609,7 +608,7 @@ def view_attention(
     if report is None and effects is not None:
         task = prompts  # checked above
         heads_conc = concentration(
-            model, task, sink=sink, query_positions=answer_query_positions(task)
+            model, task, sink=sink, query_positions=task.answer_query_positions()
         )
         report = build_report(effects, heads_conc)
     return AttentionViewer(view, report)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
+from interv.engine.registry import kind_of
+from interv.report.flags import is_ablation
 
 if TYPE_CHECKING:
     from interv.report.agreement import Agreement
@@ -29,6 +31,7 @@ __all__ = [
     "header_lines",
     "headline_agreement",
     "instructive_heads",
+    "reports_recovery",
     "row_cells",
     "row_columns",
     "swept_layers",
@@ -217,7 +220,12 @@ def instructive_heads(report: Report, n: int = 3) -> tuple[tuple[ReportRow, str]
 def headline_agreement(report: Report, metric: str = "normalized_entropy") -> list[Agreement]:
     """The all-layer agreements of ``metric`` with |effect|, one per kind: ablation kinds
     first (the question most readers ask), then the others in report order."""
-    from interv.report.flags import is_ablation
-
     entries = [a for a in report.agreement if a.metric == metric and a.layer is None]
     return sorted(entries, key=lambda a: not is_ablation(a.kind))
+
+
+def reports_recovery(kind: str) -> bool:
+    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
+    between the two runs of a task, as the kind's class declares)."""
+    registered = kind_of(kind)
+    return registered is not None and registered.cls.reports_recovery

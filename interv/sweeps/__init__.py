@@ -27,18 +27,9 @@ Importing this package is cheap: torch is imported on first use of a public name
 
 from __future__ import annotations
 
-from interv._lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Shard",
-    "SweepConfig",
-    "load_config",
-    "load_sweep",
-    "merge_sweeps",
-    "parse_config",
-    "run_sweep",
-    "run_sweep_ray",
-]
+from interv._lazy import lazy_exports
 
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {
@@ -53,4 +44,14 @@ _EXPORTS: dict[str, str] = {
 }
 
 
+__all__ = sorted(_EXPORTS)
+
 __getattr__, __dir__ = lazy_exports("interv.sweeps", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.sweeps.collect import load_sweep, merge_sweeps
+    from interv.sweeps.config import SweepConfig, load_config, parse_config
+    from interv.sweeps.execute import run_sweep
+    from interv.sweeps.plan import Shard
+    from interv.sweeps.ray_executor import run_sweep_ray

@@ -27,7 +27,7 @@ interventions with their sites, the target metric, the seed and the batch sizes:
     sites = "all_layers"             # or {layers = [0]}
     positions = "each"               # one patch per position; or [3, 5]; default: all
 
-Intervention kinds come from one registry (:func:`interv.engine.protocol.kinds`): every
+Intervention kinds come from one registry (:func:`interv.engine.registry.kinds`): every
 registered name (``zero_ablation``, ``mean_ablation``, ``resample_ablation``,
 ``activation_patch`` and its fixed-direction forms ``denoise`` / ``noise``,
 ``value_scale``, ``value_replace``, ``knockout``, ``pattern_patch``, ``value_patch``,
@@ -66,23 +66,11 @@ from pathlib import Path
 from typing import Any
 
 from interv._checks import as_finite, as_int, read_text
-from interv.engine.protocol import Intervention, Kind, get_kind
+from interv.engine.registry import get_kind
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
 
-__all__ = [
-    "SITE_FIELDS",
-    "SweepConfig",
-    "build_intervention",
-    "config_diff",
-    "expand_options",
-    "load_config",
-    "parse_config",
-    "takes_head",
-]
-
-SITE_FIELDS: tuple[str, ...] = ("layer", "head")
-"""Fields of an intervention class that a sweep fills from ``sites``."""
+__all__ = ["SweepConfig", "config_diff", "load_config", "parse_config"]
 
 _TOP_KEYS = ("model", "task", "sweep")
 _MODEL_DEFAULTS: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
@@ -324,94 +312,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def takes_head(kind: Kind, options: Mapping[str, Any]) -> bool:
-    """Whether ``kind`` with ``options`` is swept over heads.
-
-    True when the class requires a ``head``. For an optional ``head`` (e.g.
-    :class:`~interv.engine.interventions.ActivationPatch`, whose residual components take
-    none): True when an instance with ``head=0`` is valid, False when only one without a
-    head is.
-
-    Raises:
-        IntervError: no instance can be built from ``options`` (a bad option value).
-    """
-    head = {f.name: f for f in dataclasses.fields(kind.cls)}.get("head")
-    if head is None:
-        return False
-    if head.default is dataclasses.MISSING and head.default_factory is dataclasses.MISSING:
-        return True
-    try:
-        build_intervention(kind, _probe(kind, options, 0), layer=0, head=0)
-    except IntervError as with_head:
-        try:
-            build_intervention(kind, _probe(kind, options, None), layer=0)
-        except IntervError:
-            raise with_head from None
-        return False
-    return True
-
-
-def expand_options(
-    kind: Kind, options: Mapping[str, Any], *, layer: int, head: int | None, cfg: Any
-) -> list[dict[str, Any]]:
-    """The option sets one site of an entry stands for.
-
-    A kind may define a classmethod ``sweep_expansions(options, *, layer, head, cfg)``
-    that turns a special option value into several option sets (e.g.
-    :class:`~interv.engine.paths.PathPatch`'s ``receivers = "each_later_head"``); with
-    ``cfg=None`` (validation before any model is loaded) it yields one representative.
-    """
-    expansions = getattr(kind.cls, "sweep_expansions", None)
-    if expansions is None:
-        return [dict(options)]
-    return list(expansions(options, layer=layer, head=head, cfg=cfg))
-
-
-def _probe(kind: Kind, options: Mapping[str, Any], head: int | None) -> dict[str, Any]:
-    """A representative option set for validation at layer 0 (no model config yet)."""
-    return expand_options(kind, options, layer=0, head=head, cfg=None)[0]
-
-
-def build_intervention(
-    kind: Kind,
-    options: Mapping[str, Any],
-    *,
-    layer: int,
-    head: int | None = None,
-) -> Intervention:
-    """An instance of ``kind`` at ``layer`` (and ``head``) with the entry's ``options``.
-
-    ``options`` may hold ``kind`` and ``sites`` (ignored); ``positions``, when present,
-    must already be concrete (not ``"each"``).
-    """
-    values = {key: value for key, value in options.items() if key not in ("kind", "sites")}
-    sites: dict[str, Any] = {"layer": layer}
-    if head is not None:
-        sites["head"] = head
-    try:
-        return kind.build(**sites, **values)
-    except TypeError as error:  # a user class whose __init__ disagrees with its fields
-        raise IntervError(f"kind {kind.name!r} cannot be built from {values}: {error}") from error
-
-
 def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any]:
     if not isinstance(entry, Mapping) or "kind" not in entry:
         raise IntervError(
             f"{path} must be a table with a 'kind' (a registered kind name or "
-            "'module:Class'); see interv.engine.protocol.kinds()"
+            "'module:Class'); see interv.engine.registry.kinds()"
         )
     name = _str(entry["kind"], f"{path}.kind")
     try:
         kind = get_kind(name)
     except IntervError as error:
         raise IntervError(f"{path}.kind: {error}") from error
-    fields = {f.name: f for f in dataclasses.fields(kind.cls)}
+    fields = kind.fields
     if "layer" not in fields:
         raise IntervError(
             f"{path}.kind: kind {name!r} ({kind.cls.__name__}) has no 'layer' field, so a "
             "sweep cannot expand it over sites; run it with interv.run instead"
         )
-    options = [key for key in fields if key not in SITE_FIELDS and key not in kind.fixed]
+    options = kind.options
     where = f"{path} (kind {name!r})"
     _check_table(entry, where, ("kind", "sites", *options))
     parsed: dict[str, Any] = {"kind": name}
@@ -433,10 +351,10 @@ def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any
     if "positions" in parsed:
         parsed["positions"] = _parse_positions(parsed["positions"], f"{path}.positions")
         probe["positions"] = None if parsed["positions"] == "each" else parsed["positions"]
-    try:  # validates every option value before any model is loaded
-        per_head = takes_head(kind, probe)
-        head = 0 if per_head else None
-        build_intervention(kind, _probe(kind, probe, head), layer=0, head=head)
+    per_head = kind.takes_head(probe)
+    head = 0 if per_head else None
+    try:  # builds one representative value, so every option is checked before a model loads
+        kind.at(kind.expand(probe, layer=0, head=head, cfg=None)[0], layer=0, head=head)
     except IntervError as error:
         raise IntervError(f"{where}: {error}") from error
     parsed["sites"] = _parse_sites(

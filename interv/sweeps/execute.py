@@ -31,17 +31,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tqdm import tqdm
+
+from interv._progress import stages
 from interv.engine.runner import run, warm_cache
 from interv.engine.stacking import BaseRunCache
 from interv.errors import IntervError
+from interv.models.loading import check_model_spec, load_model
 from interv.sweeps.collect import load_sweep
 from interv.sweeps.config import SweepConfig, load_config, parse_config
 from interv.sweeps.plan import Shard, WorkUnit, expand_interventions, plan_units
 from interv.sweeps.store import SweepStore
+from interv.tasks.builtin import load_task
+from interv.tasks.pairs import PromptPairs
 
 if TYPE_CHECKING:
     from interv.engine.results import InterventionResult
-    from interv.tasks.pairs import PromptPairs
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
@@ -75,9 +80,6 @@ def task_pairs(config: SweepConfig) -> PromptPairs:
     Raises:
         IntervError: an unknown task or task option, or a missing or malformed JSONL file.
     """
-    from interv.tasks.builtin import load_task
-    from interv.tasks.pairs import PromptPairs
-
     task_spec = config.task
     if "path" not in task_spec:
         return load_task(
@@ -122,8 +124,6 @@ class SweepWorker:
     ) -> SweepWorker:
         """Load the model (unless ``model`` is given) and the task of ``config`` (unless its
         ``pairs`` are given, from :func:`task_pairs`); plan its units."""
-        from interv.models.loading import load_model
-
         if pairs is None:
             pairs = task_pairs(config)
         model_spec, task_spec = config.model, config.task
@@ -202,8 +202,6 @@ def store_units(
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
-        from tqdm import tqdm
-
         bar = tqdm(total=n_done + n_todo, initial=n_done, unit="unit", desc="sweep units")
     try:
         for record, baselines in computed:
@@ -246,8 +244,6 @@ def run_sweep(
             is a file or cannot be written (all before any model is loaded), a directory
             of another sweep, or sites outside the model or the task.
     """
-    from interv.models.loading import check_model_spec
-
     config = as_config(config_or_path)
     shard = as_shard(shard)
     pairs = task_pairs(config)  # a bad task fails here, before any directory or model
@@ -256,8 +252,6 @@ def run_sweep(
         if store.manifest["status"] == "complete":
             store.note_no_work()
         else:
-            from interv._progress import stages
-
             with stages(("loading the model and the task",), enabled=progress) as bar:
                 bar.start("loading the model and the task")
                 worker = SweepWorker.load(config, model, pairs)

@@ -22,9 +22,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from interv.engine.protocol import Intervention, get_kind
+from interv.engine.protocol import Intervention
+from interv.engine.registry import get_kind
 from interv.errors import IntervError
-from interv.sweeps.config import SweepConfig, build_intervention, expand_options, takes_head
+from interv.sweeps.config import SweepConfig
 
 __all__ = ["Shard", "WorkUnit", "expand_interventions", "plan_units", "unit_id"]
 
@@ -131,7 +132,7 @@ def _expand_entry(
     kind = get_kind(entry["kind"])
     positions = entry.get("positions")
     concrete = None if positions == "each" else positions
-    per_head = takes_head(kind, {**entry, "positions": concrete} if "positions" in entry else entry)
+    per_head = kind.takes_head(entry)
     sites = entry["sites"]
     every = not isinstance(sites, Mapping)
     layers = range(model_cfg.n_layers) if every or "layers" not in sites else sites["layers"]
@@ -141,9 +142,7 @@ def _expand_entry(
         for head in heads if per_head else (None,):
             for chosen in choices:
                 options = {**entry, "positions": chosen} if "positions" in entry else entry
-                for expanded in expand_options(
-                    kind, options, layer=layer, head=head, cfg=model_cfg
-                ):
-                    intervention = build_intervention(kind, expanded, layer=layer, head=head)
+                for expanded in kind.expand(options, layer=layer, head=head, cfg=model_cfg):
+                    intervention = kind.at(expanded, layer=layer, head=head)
                     intervention.check(model_cfg, n_positions)
                     yield intervention

@@ -58,7 +58,7 @@ class _UnitActor:
 
 def _import_ray() -> Any:
     try:
-        import ray
+        import ray  # optional dependency
     except ImportError as error:
         raise IntervError(
             "the Ray executor needs the optional dependency ray; install it with "

@@ -10,8 +10,24 @@
 
 from __future__ import annotations
 
-from interv.tasks.builtin import available_tasks, load_task
-from interv.tasks.pairs import PromptPairs
-from interv.tasks.tokenized import TokenizedPairs
+from typing import TYPE_CHECKING
 
-__all__ = ["PromptPairs", "TokenizedPairs", "available_tasks", "load_task"]
+from interv._lazy import lazy_exports
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "available_tasks": "interv.tasks.builtin",
+    "load_task": "interv.tasks.builtin",
+    "PromptPairs": "interv.tasks.pairs",
+    "TokenizedPairs": "interv.tasks.tokenized",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("interv.tasks", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.tasks.builtin import available_tasks, load_task
+    from interv.tasks.pairs import PromptPairs
+    from interv.tasks.tokenized import TokenizedPairs

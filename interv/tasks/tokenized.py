@@ -97,6 +97,32 @@ class TokenizedPairs:
         """Padded sequence length."""
         return int(self.clean_tokens.shape[1])
 
+    def answer_query_positions(self) -> tuple[int, ...]:
+        """Query positions (for :func:`interv.concentration`) that are the answer positions.
+
+        Concentration counts query positions from each prompt's first real token, the
+        engine counts answer positions in the padded tensor. ``(-1,)`` (the last real
+        token) is returned when every answer position is its prompt's last real token;
+        ``(p,)`` when every prompt is right-padded and answered at the same position ``p``.
+
+        Raises:
+            IntervError: neither holds (then pass explicit query positions).
+        """
+        rows = torch.arange(self.n_pairs)
+        real = self.attention_mask
+        last_real = real.shape[1] - 1 - real.flip(-1).int().argmax(-1)
+        if bool((self.answer_positions == last_real).all()) and self.padding_side == "right":
+            return (-1,)
+        first_real = real.int().argmax(-1)
+        relative = self.answer_positions - first_real
+        if bool((relative == relative[0]).all()) and bool(real[rows, self.answer_positions].all()):
+            return (int(relative[0]),)
+        raise IntervError(
+            "the task's answer positions are neither every prompt's last real token nor one "
+            f"common position (answer positions {self.answer_positions.tolist()}); pass "
+            "query_positions explicitly"
+        )
+
     def select(self, index: torch.Tensor | slice | list[int]) -> TokenizedPairs:
         """The subset of pairs at ``index`` (along the batch axis)."""
         return TokenizedPairs(

@@ -30,34 +30,6 @@ from typing import TYPE_CHECKING
 
 from interv._lazy import lazy_exports
 
-__all__ = [
-    "BackcopyAccuracy",
-    "BackcopyBatch",
-    "BackcopyLanguage",
-    "EntropyChangeRecord",
-    "EntropySplit",
-    "HeadRole",
-    "HeadSplit",
-    "InductionBatch",
-    "RoleScores",
-    "RoleThresholds",
-    "TaskAccuracy",
-    "TrainingRecipe",
-    "ZooCard",
-    "available",
-    "backcopy_batch",
-    "card",
-    "checkpoints",
-    "eval_batch",
-    "held_out_batch",
-    "induction_batch",
-    "load",
-    "measure_roles",
-    "next_token_accuracy",
-    "task_accuracy",
-    "train",
-]
-
 # public name -> private module that owns it
 _EXPORTS: dict[str, str] = {
     "BackcopyAccuracy": "interv.zoo._registry",
@@ -83,10 +55,13 @@ _EXPORTS: dict[str, str] = {
     "measure_roles": "interv.zoo._roles",
     "task_accuracy": "interv.zoo._roles",
     "held_out_batch": "interv.zoo._tasks",
+    "checkpoint_entropy_change": "interv.zoo._entropy",
     "load": "interv.zoo._load",
     "train": "interv.zoo._train",
 }
 
+
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports("interv.zoo", _EXPORTS, globals())
 
@@ -95,6 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.zoo._backcopy import BackcopyBatch, BackcopyLanguage, backcopy_batch
     from interv.zoo._backcopy_roles import next_token_accuracy
     from interv.zoo._data import InductionBatch, induction_batch
+    from interv.zoo._entropy import checkpoint_entropy_change
     from interv.zoo._load import load
     from interv.zoo._probes import RoleScores
     from interv.zoo._registry import (

@@ -122,6 +122,7 @@ def build_tokenizer(language: BackcopyLanguage) -> PreTrainedTokenizerFast:
     ``<bos>`` doubles as the end-of-sequence token, so the bridge adds no token of its
     own; tokens outside the vocabulary are rejected (no ``<unk>``).
     """
+    # transformers is heavy and only builds the tokenizer: imported here, on use
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -144,7 +145,7 @@ def bigram_table(language: BackcopyLanguage) -> torch.Tensor:
 
 @functools.cache
 def _bigram_table(language: BackcopyLanguage) -> torch.Tensor:
-    import torch
+    import torch  # on use: zoo.card() imports this module and stays torch-free
 
     generator = torch.Generator().manual_seed(language.table_seed)
     n, k = language.n_words, language.successors
@@ -173,14 +174,14 @@ class BackcopyBatch:
     @property
     def positions(self) -> torch.Tensor:
         """``[1, pos]`` position indices, for broadcasting against ``[batch, pos]``."""
-        import torch
+        import torch  # on use: zoo.card() imports this module and stays torch-free
 
         return torch.arange(self.tokens.shape[1]).unsqueeze(0)
 
     @property
     def copy_mask(self) -> torch.Tensor:
         """``[batch, pos]`` bool, True at copy triggers: the next token is the previous one."""
-        import torch
+        import torch  # on use: zoo.card() imports this module and stays torch-free
 
         return torch.isin(self.tokens, torch.tensor(self.language.copy_ids))
 
@@ -205,7 +206,7 @@ class BackcopyBatch:
     @property
     def earlier_recall_keys(self) -> torch.Tensor:
         """``[batch, query_pos, key_pos]`` bool, True at the ``#`` keys before each query."""
-        import torch
+        import torch  # on use: zoo.card() imports this module and stays torch-free
 
         n_ctx = self.tokens.shape[1]
         earlier = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril(diagonal=-1)
@@ -215,7 +216,7 @@ class BackcopyBatch:
         """``[batch, pos, d_vocab]`` float64: the language's distribution of token ``t + 1``
         given tokens ``0..t`` (defined for every ``t``; the last position's is what would
         come next). Its cross-entropy on the sampled tokens is the optimal loss."""
-        import torch
+        import torch  # on use: zoo.card() imports this module and stays torch-free
 
         language = self.language
         tokens = self.tokens
@@ -257,7 +258,7 @@ def backcopy_batch(
     ``#``); draws that a sequence does not need are discarded, so the stream of draws
     depends only on ``n_sequences`` and ``n_ctx``.
     """
-    import torch
+    import torch  # on use: zoo.card() imports this module and stays torch-free
 
     if n_sequences < 1:
         raise IntervError(f"n_sequences must be >= 1; got {n_sequences}")

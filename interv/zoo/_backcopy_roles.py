@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+import torch.nn.functional as F
+
+from interv.engine.forward import Prompts, forward
 from interv.zoo._backcopy import BackcopyBatch
 from interv.zoo._probes import RoleProbe
 from interv.zoo._registry import BackcopyAccuracy
@@ -44,8 +48,6 @@ MEASUREMENTS = {
 
 def backcopy_probes(batch: BackcopyBatch) -> list[RoleProbe]:
     """The three backcopy probes of ``batch`` (definitions in the module docstring)."""
-    import torch
-
     positions = batch.positions
     n_ctx = batch.tokens.shape[1]
     keys = torch.arange(n_ctx)[None, None, :]  # [1, 1, key_pos]
@@ -66,11 +68,6 @@ def next_token_accuracy(
 ) -> BackcopyAccuracy:
     """Loss against the optimum, and top-1 accuracy after copy triggers, repeated ``#``
     and words, on ``batch`` (every position but the last predicts the next token)."""
-    import torch
-    import torch.nn.functional as F
-
-    from interv.engine.forward import Prompts, forward
-
     tokens = batch.tokens
     logits = forward(model, Prompts.of(tokens)).readout.cpu()[:, :-1]  # [batch, pos - 1, vocab]
     targets = tokens[:, 1:]

@@ -24,10 +24,11 @@ import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
+
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedTokenizerFast
 
 __all__ = [
@@ -56,6 +57,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     ``<bos>`` doubles as the end-of-sequence token, so the bridge adds no token of its
     own. Symbols outside the vocabulary are rejected by the tokenizer (no ``<unk>``).
     """
+    # transformers is heavy and only builds the tokenizer: imported here, on use
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -82,8 +84,6 @@ class InductionBatch:
     @property
     def positions(self) -> torch.Tensor:
         """``[1, pos]`` position indices, for broadcasting against ``[batch, pos]``."""
-        import torch
-
         return torch.arange(self.tokens.shape[1]).unsqueeze(0)
 
     @property
@@ -98,8 +98,6 @@ class InductionBatch:
         That is the position right after the token's most recent earlier occurrence,
         ``p - m + 1``; it holds the correct next token. Undefined (-1) outside the copy.
         """
-        import torch
-
         key = self.positions - self.prefix_length[:, None] + 1
         return torch.where(self.copy_mask, key, torch.full_like(key, -1))
 
@@ -107,8 +105,6 @@ class InductionBatch:
     def first_occurrence_mask(self) -> torch.Tensor:
         """``[batch, pos]`` bool, True where the token did not occur at any earlier
         position after ``<bos>`` (there is nothing to copy)."""
-        import torch
-
         tokens = self.tokens
         same = tokens[:, :, None] == tokens[:, None, :]  # [batch, query_pos, key_pos]
         earlier = torch.ones_like(same[0]).tril(diagonal=-1)
@@ -146,8 +142,6 @@ def induction_batch(
     The period ``m`` is uniform in ``min_prefix .. (n_ctx - 1) // 2``, so that every
     sequence repeats its prefix at least once.
     """
-    import torch
-
     if n_sequences < 1:
         raise IntervError(f"n_sequences must be >= 1; got {n_sequences}")
     max_prefix = (n_ctx - 1) // 2

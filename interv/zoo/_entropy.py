@@ -1,11 +1,11 @@
 """The entropy collapse of a zoo training run, split into sink growth and content sharpening.
 
-For a card: every head's attention rows on the same held-out sequences (the recipe's
-``entropy_sequences``, drawn with its ``eval_seed``) at the first checkpoint, at every
+:func:`checkpoint_entropy_change` compares two shipped checkpoints of a zoo model on the same
+held-out sequences. For a card: every head's attention rows on the recipe's
+``entropy_sequences`` (drawn with its ``eval_seed``) at the first checkpoint, at every
 later checkpoint and at the final weights, compared with
-:func:`interv.entropy_change_attribution` in paired mode. The numbers are exactly those
-of ``interv.checkpoint_entropy_change(name, before=first, after=step,
-n_sequences=entropy_sequences)`` on the shipped files.
+:func:`interv.analysis.entropy_change_attribution` in paired mode: the numbers of
+``checkpoint_entropy_change(name, before=first, after=step, n_sequences=entropy_sequences)``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import torch
+
+from interv.analysis._patterns import attention_rows
+from interv.analysis.attribution import EntropyAttribution, entropy_change_attribution
+from interv.zoo._load import load
 from interv.zoo._registry import (
     FINAL_WEIGHTS_FILE,
     EntropyChangeRecord,
@@ -21,12 +26,12 @@ from interv.zoo._registry import (
     TrainingRecipe,
     checkpoint_file,
 )
-from interv.zoo._tasks import task_of
+from interv.zoo._tasks import held_out_batch, task_of
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["measure_entropy_change"]
+__all__ = ["checkpoint_entropy_change", "measure_entropy_change"]
 
 DIGITS = 6  # decimals kept in the card (nats)
 
@@ -42,11 +47,6 @@ def measure_entropy_change(
         training: its recipe, with ``entropy_sequences`` set.
         bridge_at: weights file name -> the model with those weights.
     """
-    import torch
-
-    from interv.analysis._patterns import attention_rows
-    from interv.analysis.attribution import entropy_change_attribution
-
     task = task_of(training)
     n_sequences, seed = training.entropy_sequences, training.eval_seed
     tokens = task.draw(training, n_sequences, torch.Generator().manual_seed(seed)).tokens
@@ -101,4 +101,41 @@ def measure_entropy_change(
         ),
         along=tuple(along),
         heads=heads,
+    )
+
+
+def checkpoint_entropy_change(
+    name: str,
+    *,
+    before: int,
+    after: int | None = None,
+    n_sequences: int = 16,
+    unit: str = "nats",
+    share_atol: float = 1e-3,
+) -> EntropyAttribution:
+    """Entropy-change attribution between two training checkpoints of a zoo model.
+
+    Both checkpoints read the same held-out sequences of the model's task:
+    ``interv.zoo.held_out_batch(name, n_sequences=n_sequences)``, drawn with the recipe's
+    ``eval_seed``, so the attribution runs in paired mode.
+
+    Args:
+        name: a zoo model (see ``interv.zoo.available()``).
+        before: training step of the earlier checkpoint (``interv.zoo.checkpoints(name)``).
+        after: training step of the later checkpoint; None = the final weights.
+        n_sequences: held-out sequences (prompts), each ``n_ctx`` tokens long.
+        unit: ``"nats"`` or ``"bits"``.
+        share_atol: ``|total|`` below which the sink share is NaN.
+
+    Returns:
+        The paired :class:`EntropyAttribution` from step ``before`` to ``after``.
+    """
+    batch = held_out_batch(name, n_sequences=n_sequences)
+    rows = [attention_rows(load(name, checkpoint=step), batch.tokens) for step in (before, after)]
+    return entropy_change_attribution(
+        *rows,
+        unit=unit,
+        share_atol=share_atol,
+        before_label=f"{name} step {before}",
+        after_label=f"{name} {'final weights' if after is None else f'step {after}'}",
     )

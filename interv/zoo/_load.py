@@ -11,13 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from safetensors.torch import load_file
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.model_bridge.sources import build_bridge_from_module
+from transformer_lens.model_bridge.sources.native import NativeModel, initialize_native_model
+from transformers import PreTrainedTokenizerFast
+
 from interv.errors import IntervError
 from interv.zoo._registry import FINAL_WEIGHTS_FILE, card, checkpoint_file, data_dir
 
 if TYPE_CHECKING:
-    import torch
     from transformer_lens.model_bridge import TransformerBridge
-    from transformer_lens.model_bridge.sources.native import NativeModel
 
 __all__ = ["bridge_from_native", "load", "native_model"]
 
@@ -25,10 +30,6 @@ __all__ = ["bridge_from_native", "load", "native_model"]
 def native_model(config: dict[str, Any], *, seed: int | None = None) -> NativeModel:
     """A native model of ``config``; initialized from ``seed``, or left uninitialized
     (to be overwritten by a state dict) when ``seed`` is None."""
-    import torch
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge.sources.native import NativeModel, initialize_native_model
-
     tl_config = TransformerBridgeConfig(**config, seed=seed, init_weights=seed is not None)
     # nn.Linear's default init draws from the global RNG; keep the caller's RNG intact.
     with torch.random.fork_rng(devices=[]):
@@ -43,9 +44,6 @@ def bridge_from_native(
 ) -> TransformerBridge:
     """Wrap ``model`` (modified in place) in a TransformerBridge in eval mode, with the zoo
     tokenizer saved in ``tokenizer_dir``."""
-    from transformer_lens.model_bridge.sources import build_bridge_from_module
-    from transformers import PreTrainedTokenizerFast
-
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     model = model.to(device)
     bridge = build_bridge_from_module(
@@ -60,8 +58,6 @@ def bridge_from_native(
 
 def load_weights(model: NativeModel, path: Path) -> None:
     """Copy the safetensors state dict at ``path`` into ``model`` (all keys must match)."""
-    from safetensors.torch import load_file
-
     model.load_state_dict(load_file(path), strict=True)
 
 

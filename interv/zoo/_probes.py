@@ -13,11 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
+
+from interv.engine.forward import Prompts, forward
+from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.zoo._registry import HeadRole, RoleThresholds
 
 if TYPE_CHECKING:
-    import torch
     from transformer_lens.model_bridge import TransformerBridge
 
 __all__ = ["RoleProbe", "RoleScores", "assign_roles", "measure_probes"]
@@ -93,11 +96,6 @@ def measure_probes(
         probes: one probe per role; each needs at least one query position.
         data: a sentence naming the data (it travels into the result).
     """
-    import torch
-
-    from interv.engine.forward import Prompts, forward
-    from interv.engine.sites import Site
-
     for probe in probes:
         if not bool(probe.queries.any()):
             raise IntervError(

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
+from interv.engine.forward import Prompts, forward
 from interv.zoo._backcopy import BackcopyBatch
 from interv.zoo._backcopy_roles import backcopy_probes
 from interv.zoo._data import InductionBatch, induction_batch
@@ -56,16 +59,12 @@ MEASUREMENTS = {
 
 def eval_batch(n_ctx: int, min_prefix: int, *, n_sequences: int, seed: int) -> InductionBatch:
     """Held-out induction sequences drawn with their own ``torch.Generator(seed)``."""
-    import torch
-
     generator = torch.Generator().manual_seed(seed)
     return induction_batch(n_sequences, n_ctx, min_prefix=min_prefix, generator=generator)
 
 
 def induction_probes(batch: InductionBatch) -> list[RoleProbe]:
     """The three induction-task probes of ``batch`` (definitions in the module docstring)."""
-    import torch
-
     positions = batch.positions
     n_ctx = batch.tokens.shape[1]
     in_prefix = (positions >= 1) & (positions <= batch.prefix_length[:, None])
@@ -101,10 +100,6 @@ def measure_roles(
 def task_accuracy(model: TransformerBridge, batch: InductionBatch, *, data: str) -> TaskAccuracy:
     """Top-1 next-token accuracy at determined copy positions and at fresh prefix
     positions (the chance reference), fractions 0..1."""
-    import torch
-
-    from interv.engine.forward import Prompts, forward
-
     logits = forward(model, Prompts.of(batch.tokens)).readout.cpu()  # [batch, pos, d_vocab]
     correct = torch.zeros_like(batch.tokens, dtype=torch.bool)
     correct[:, :-1] = logits[:, :-1].argmax(dim=-1) == batch.tokens[:, 1:]

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from interv.errors import IntervError
 from interv.zoo import _backcopy, _backcopy_roles, _data, _roles
 from interv.zoo._registry import TrainingRecipe, recipe
 
 if TYPE_CHECKING:
-    import torch
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import PreTrainedTokenizerFast
 
@@ -111,8 +112,6 @@ def held_out_batch(
     """Held-out sequences of zoo model ``name``'s task: ``n_sequences`` drawn from
     ``torch.Generator(seed)``; ``seed=None`` uses the recipe's ``eval_seed`` (the data of
     the card's numbers, when ``n_sequences`` matches)."""
-    import torch
-
     if isinstance(n_sequences, bool) or not isinstance(n_sequences, int) or n_sequences < 1:
         raise IntervError(f"n_sequences must be an int >= 1; got {n_sequences!r}")
     training = recipe(name)

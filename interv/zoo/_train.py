@@ -18,6 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
 from interv.errors import IntervError
 from interv.zoo._entropy import measure_entropy_change
 from interv.zoo._load import bridge_from_native, load_weights, native_model
@@ -48,8 +52,6 @@ PROGRESS_EVERY = 100  # optimizer steps between progress lines
 @contextmanager
 def _deterministic_single_thread() -> Iterator[None]:
     """Run on one CPU thread with deterministic algorithms; restore both afterwards."""
-    import torch
-
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
@@ -81,10 +83,6 @@ def train_weights(
     When ``checkpoint_dir`` is given, the weights after each of
     ``training.checkpoint_steps`` optimizer steps are saved there as safetensors.
     """
-    import torch
-    import torch.nn.functional as F
-    from safetensors.torch import save_file
-
     task = task_of(training)
     with _deterministic_single_thread():
         model = native_model(training.config, seed=training.init_seed)
@@ -131,8 +129,6 @@ def train(name: str, out_dir: str | Path, *, progress: bool = True) -> ZooCard:
     model = train_weights(training, checkpoint_dir=out, progress=progress)
     wall_s = time.perf_counter() - started
 
-    from safetensors.torch import save_file
-
     save_file(model.state_dict(), out / FINAL_WEIGHTS_FILE)
     task_of(training).tokenizer(training).save_pretrained(out)
     return measure_card(name, out, training_wall_s=wall_s)
@@ -146,8 +142,6 @@ def measure_card(name: str, directory: str | Path, *, training_wall_s: float) ->
     checkpoint, all on the recipe's held-out sequences; the entropy-change split when
     the recipe asks for it (``entropy_sequences``).
     """
-    import torch
-
     training = recipe(name)
     task = task_of(training)
     out = Path(directory)

@@ -42,51 +42,46 @@ Modules: :mod:`~interv.analysis.pruning.evaluations` (what a curve measures),
 :func:`interv.report.plots.plot_pruning_curves`.
 """
 
-from interv.analysis.pruning.curves import PruningCurves, pruning_curves
-from interv.analysis.pruning.evaluations import (
-    EmbeddingEvaluation,
-    Evaluation,
-    Head,
-    TaskEvaluation,
-    TextEvaluation,
-    text_sample,
-)
-from interv.analysis.pruning.rankings import (
-    RANKINGS,
-    check_rankings,
-    random_order_name,
-    rank_heads,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from interv._lazy import lazy_exports
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "PruningCurves": "interv.analysis.pruning.curves",
+    "pruning_curves": "interv.analysis.pruning.curves",
+    "EmbeddingEvaluation": "interv.analysis.pruning.evaluations",
+    "Evaluation": "interv.analysis.pruning.evaluations",
+    "Head": "interv.analysis.pruning.evaluations",
+    "TaskEvaluation": "interv.analysis.pruning.evaluations",
+    "TextEvaluation": "interv.analysis.pruning.evaluations",
+    "text_sample": "interv.analysis.pruning.evaluations",
+    "RANKINGS": "interv.analysis.pruning.rankings",
+    "check_rankings": "interv.analysis.pruning.rankings",
+    "random_order_name": "interv.analysis.pruning.rankings",
+    "rank_heads": "interv.analysis.pruning.rankings",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("interv.analysis.pruning", _EXPORTS, globals())
 
 
-def __getattr__(name: str):
-    """``plot_pruning_curves`` moved to :mod:`interv.report.plots` (kept here for one release)."""
-    if name == "plot_pruning_curves":
-        import warnings
-
-        from interv.report.plots import plot_pruning_curves
-
-        warnings.warn(
-            "interv.analysis.pruning.plot_pruning_curves moved to "
-            "interv.report.plots.plot_pruning_curves",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return plot_pruning_curves
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "RANKINGS",
-    "EmbeddingEvaluation",
-    "Evaluation",
-    "Head",
-    "PruningCurves",
-    "TaskEvaluation",
-    "TextEvaluation",
-    "check_rankings",
-    "pruning_curves",
-    "random_order_name",
-    "rank_heads",
-    "text_sample",
-]
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.analysis.pruning.curves import PruningCurves, pruning_curves
+    from interv.analysis.pruning.evaluations import (
+        EmbeddingEvaluation,
+        Evaluation,
+        Head,
+        TaskEvaluation,
+        TextEvaluation,
+        text_sample,
+    )
+    from interv.analysis.pruning.rankings import (
+        RANKINGS,
+        check_rankings,
+        random_order_name,
+        rank_heads,
+    )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._pandas import require_pandas
 from interv.analysis.pruning.evaluations import Evaluation, Head
 from interv.analysis.pruning.rankings import (
     RANKINGS,
@@ -19,8 +20,11 @@ from interv.analysis.pruning.rankings import (
 )
 from interv.engine.sites import head_label
 from interv.errors import IntervError
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
+    import pandas
+
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = ["PruningCurves", "pruning_curves"]
@@ -98,8 +102,6 @@ class PruningCurves:
         return f"{name}: {self.evaluation} ({self.unit}) at k = {ks}: {points}"
 
     def _bootstrap(self, n_bootstrap: int, seed: int) -> torch.Tensor:
-        from interv.report.stats import bootstrap_indices
-
         if not self.item_values:
             raise IntervError(
                 "these curves carry no per-item values (item_values); intervals need them"
@@ -121,8 +123,6 @@ class PruningCurves:
         Returns:
             order name -> ``[len(ks), 2]`` float64 (low, high) in :attr:`unit`.
         """
-        from interv.report.stats import percentile_interval
-
         indices = self._bootstrap(n_bootstrap, seed)
         out = {}
         for name, items in self.item_values.items():
@@ -152,8 +152,6 @@ class PruningCurves:
             ``[len(ks), 3]`` float64: difference of the means, interval low, interval high,
             in :attr:`unit`.
         """
-        from interv.report.stats import percentile_interval
-
         self._check_order(first)
         self._check_order(second)
         indices = self._bootstrap(n_bootstrap, seed)
@@ -188,12 +186,29 @@ class PruningCurves:
                 )
         return records
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pandas.DataFrame:
         """A long ``pandas.DataFrame`` of :meth:`to_records`, one row per order and heads
-        removed, with unit and semantics (:func:`interv.frames.pruning_frame`; needs pandas)."""
-        from interv.frames import pruning_frame
+        removed, with unit and semantics (needs pandas).
 
-        return pruning_frame(self)
+        Curves that carry every item's value also get ``ci_low`` and ``ci_high``: the 95%
+        percentile bootstrap interval over items of each point (:meth:`intervals`, 1000
+        resamples, seed 0), described in ``frame.attrs["interval"]``.
+        """
+        level = 0.95
+        frame = require_pandas().DataFrame.from_records(self.to_records())
+        frame["heads_removed"] = frame["heads_removed"].map(" ".join)
+        if self.item_values:
+            intervals = self.intervals(level=level)
+            bounds = [
+                intervals[name][i].tolist() for name in self.orders for i in range(len(self.ks))
+            ]
+            frame["ci_low"] = [low for low, _ in bounds]
+            frame["ci_high"] = [high for _, high in bounds]
+            frame.attrs["interval"] = (
+                f"{level:.0%} percentile bootstrap interval over the {self.n_items} "
+                f"{self.items}, 1000 resamples, seed 0, in {self.unit}"
+            )
+        return frame
 
 
 def _check_ks(ks: Sequence[int] | None, max_heads: int) -> tuple[int, ...]:

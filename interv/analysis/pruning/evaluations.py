@@ -24,6 +24,7 @@ from interv.engine.interventions import Combined, MeanAblation
 from interv.engine.runner import run
 from interv.engine.stacking import capture_base_runs, intervened_readouts, planned_reads
 from interv.engine.targets import METRICS as TARGET_METRICS
+from interv.engine.targets import mean_pooled
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -384,8 +385,6 @@ class EmbeddingEvaluation:
         embeddings; the sets then share forwards, each with its own copy of the sentences
         stacked along the batch axis (at most :attr:`max_batch_size` rows per forward).
         """
-        from interv.models.minilm import mean_pooled
-
         real = self.attention_mask
 
         def similarity(hidden: torch.Tensor, unablated: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv.analysis._patterns import attention_rows
+from interv.analysis.concentration import concentration
 from interv.analysis.pruning.evaluations import Evaluation, Head, TaskEvaluation
+from interv.engine.attribution import approximate_head_patching_scores
 from interv.engine.sites import check_head
 from interv.errors import IntervError
+from interv.metrics.sink import sink_split
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -112,8 +116,6 @@ def _per_head_concentration(
     """
     inputs = evaluation.concentration_input()
     if getattr(model.cfg, "attention_dir", "causal") != "bidirectional":
-        from interv.analysis.concentration import concentration
-
         with torch.no_grad():
             heads = concentration(model, **inputs)
         return {name: heads.per_head(_CONCENTRATION_METRIC[name]) for name in rankings}
@@ -123,9 +125,6 @@ def _per_head_concentration(
             "ranking 'contribution' needs interv.concentration, which covers causal models "
             f"only; for this bidirectional model choose from {allowed}"
         )
-    from interv.analysis._patterns import attention_rows
-    from interv.metrics.sink import sink_split
-
     rows = attention_rows(model, **inputs)
     split = sink_split(
         rows.pattern,
@@ -203,7 +202,6 @@ def rank_heads(
                 "ranking 'attribution' needs prompt pairs: pass attribution_task=, or use a "
                 "TaskEvaluation, or leave 'attribution' out of rankings"
             )
-        from interv.engine.attribution import approximate_head_patching_scores
 
         metric = evaluation.engine_metric if isinstance(evaluation, TaskEvaluation) else "log_prob"
         scores = approximate_head_patching_scores(model, task, metric)

@@ -70,7 +70,7 @@ class SinkRate:
         return self.scores > self.eps
 
 
-def _check_eps(eps: float) -> float:
+def check_eps(eps: float) -> float:
     eps = as_finite(eps, "eps")
     if not 0 < eps < 1:
         raise IntervError(
@@ -155,7 +155,7 @@ def sink_rate(
     Returns:
         A :class:`SinkRate` (scores, rate, counts).
     """
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     scores = sink_scores(rows, key, key_mask=key_mask, causal=causal)
     defined = ~scores.isnan()
     n_scores = int(defined.sum())

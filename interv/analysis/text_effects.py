@@ -29,6 +29,7 @@ from interv.engine.forward import Prompts
 from interv.engine.protocol import Intervention, semantics
 from interv.engine.stacking import capture_base_runs, intervened_readouts, planned_reads
 from interv.errors import IntervError
+from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -90,8 +91,6 @@ class TextLoss:
         seed: int = 0,
     ) -> tuple[float, float]:
         """Percentile bootstrap interval over chunks of :meth:`mean` (nats/token)."""
-        from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
-
         indices = bootstrap_indices(self.n_chunks, n_bootstrap, seed)
         return bootstrap_mean_ci(self._row(index), indices, level)
 
@@ -107,8 +106,6 @@ class TextLoss:
         """Mean loss of ``index`` minus that of ``reference`` (None: unedited), nats/token,
         with a paired percentile bootstrap interval over chunks: ``(mean, low, high)``.
         ``exp`` of it is the ratio of the two perplexities."""
-        from interv.report.stats import bootstrap_indices, bootstrap_mean_ci
-
         delta = self._row(index) - self._row(reference)
         low, high = bootstrap_mean_ci(
             delta, bootstrap_indices(self.n_chunks, n_bootstrap, seed), level

@@ -1,6 +1,6 @@
-"""Resampling statistics of a report: bootstrap intervals and rank correlation.
+"""Resampling statistics: bootstrap intervals and rank correlation (plain torch).
 
-Every interval in a report comes from a percentile bootstrap over *prompts*: the
+Every interval of interv comes from a percentile bootstrap over *prompts* (or items): the
 prompts are resampled with replacement ``n_bootstrap`` times from a generator seeded
 with ``seed``, the statistic is recomputed on each resample, and the interval is the
 ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of those recomputations. Rank

@@ -32,10 +32,11 @@ import torch
 
 from interv.engine.interventions import BASELINES, PairAblation, head_ablation
 from interv.engine.results import intervention_params
+from interv.engine.runner import run
 from interv.engine.sites import head_label
 from interv.errors import IntervError
-from interv.report.flags import FlagRules
-from interv.report.stats import bootstrap_indices, percentile_interval
+from interv.flags import FlagRules
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from interv.engine.protocol import Intervention
@@ -192,7 +193,7 @@ def head_interactions(
             for head in ((pair.layer, pair.head), (pair.other_layer, pair.other_head))
         )
     )
-    effect = result.values.to(torch.float64) - result.clean.to(torch.float64)
+    effect = result.effect  # every row used here is an ablation of the clean run
     n = len(heads)
     single = torch.full((n, effect.shape[1]), torch.nan, dtype=torch.float64)
     pair_effect = torch.full((n, n, effect.shape[1]), torch.nan, dtype=torch.float64)
@@ -219,7 +220,7 @@ def head_interactions(
             if a != b and not bool(mean[a, b].isnan()):
                 low[a, b], high[a, b] = percentile_interval(resampled[a, b], level)
     rules = FlagRules() if rules is None else rules
-    scale = abs(float(result.clean.mean() - result.corrupted.mean()))
+    scale = result.effect_scale
     near = rules.near_zero_fraction * scale
     compensation = tuple(
         (heads[a], heads[b])
@@ -290,8 +291,6 @@ def interactions(
     ``H`` single ablations and ``H (H - 1) / 2`` pair ablations, stacked in
     :func:`interv.run` (each forward starts at the earliest ablated block).
     """
-    from interv.engine.runner import run
-
     design = pair_design(heads, baseline, seed)
     result = run(model, task, design, metric, max_batch_size=max_batch_size)
     return head_interactions(result, n_bootstrap=n_bootstrap, level=level, seed=seed)
