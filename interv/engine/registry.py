@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 # imported for their side effect: each registers its built-in kinds
-from interv.engine import directions, interventions, paths  # noqa: F401
+from interv.engine import directions, interventions, masks, paths  # noqa: F401
 from interv.engine.protocol import _KINDS, Kind, register
 from interv.errors import IntervError
 
