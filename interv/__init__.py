@@ -79,6 +79,8 @@ _EXPORTS: dict[str, str] = {
     "AddVector": "interv.engine.directions",
     "ProjectOut": "interv.engine.directions",
     "SubspacePatch": "interv.engine.directions",
+    "WindowAttention": "interv.engine.masks",
+    "KeyKnockout": "interv.engine.masks",
     "DirectEffect": "interv.engine.paths",
     "PathPatch": "interv.engine.paths",
     # the protocol for your own kinds
@@ -119,6 +121,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
         ValueScale,
         ZeroAblation,
     )
+    from interv.engine.masks import KeyKnockout, WindowAttention
     from interv.engine.paths import DirectEffect, PathPatch
     from interv.engine.protocol import EditContext, Intervention, Read, ReferenceSet, register
     from interv.engine.results import InterventionResult

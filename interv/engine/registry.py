@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterable
 
 # imported for their side effect: each registers its built-in kinds
-from interv.engine import directions, interventions, paths  # noqa: F401
+from interv.engine import directions, interventions, masks, paths  # noqa: F401
 from interv.engine.protocol import _KINDS, Kind, register
 from interv.errors import IntervError
 
