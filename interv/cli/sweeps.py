@@ -5,6 +5,10 @@
   rerunning the same command after an interruption resumes it.
 - ``interv sweep-merge DIR... --out DIR`` merges the shard directories of one sweep.
 
+A config's ``kind = "module:Class"`` imports ``module`` only with ``--allow-import module``
+(said on stderr before the import); ``sweep-merge`` and ``interv report`` read the
+manifests of received directories as data and import nothing they name.
+
 Both end with a one-line summary on stdout (unless ``--quiet``); the progress bar is
 drawn on stderr only when it is a terminal. :func:`register` adds the commands to the
 ``interv`` parser (handlers are stored as ``args.handler``).
@@ -13,6 +17,7 @@ drawn on stderr only when it is a terminal. :func:`register` adds the commands t
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,20 +44,27 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
     )
 
 
+def _say_import(module: str) -> None:
+    """Shown before interv imports a module a config names (allowed by --allow-import)."""
+    print(f"interv: importing module {module!r} (allowed by --allow-import)", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
+    from interv.sweeps.execute import as_config  # torch: on use (CLI start-up)
     from interv.sweeps.store import read_manifest  # torch: on use (CLI start-up)
 
     progress = False if args.quiet else None
+    config = as_config(args.config, allow_import=args.allow_import, on_import=_say_import)
     if args.executor == "ray":
         from interv.sweeps.ray_executor import run_sweep_ray  # torch: on use (CLI start-up)
 
         result = run_sweep_ray(
-            args.config, args.out, n_workers=args.workers, shard=args.shard, progress=progress
+            config, args.out, n_workers=args.workers, shard=args.shard, progress=progress
         )
     else:
         from interv.sweeps.execute import run_sweep  # torch: on use (CLI start-up)
 
-        result = run_sweep(args.config, args.out, shard=args.shard, progress=progress)
+        result = run_sweep(config, args.out, shard=args.shard, progress=progress)
     if not args.quiet:
         print(_summary(result, args.out, read_manifest(args.out)))
     return 0
@@ -97,6 +109,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument("--workers", type=int, default=2, help="number of Ray workers (default: 2)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
+    sweep.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="let a kind named by import path ('MODULE:Class') import MODULE (or a module "
+        "below it); repeat for several. Without it interv imports no module a config names",
+    )
     sweep.set_defaults(handler=_run)
 
     merge = subparsers.add_parser(
