@@ -21,22 +21,39 @@ unit by unit):
   keep-sink vs drop-sink clusterings at several k, with bootstrap intervals over prompts;
 - ``collapse_<zoo model>``: the entropy change of a zoo model from an early checkpoint
   to its final weights, split into sink growth and content sharpening, with a bootstrap
-  interval of the sink share over held-out sequences.
+  interval of the sink share over held-out sequences;
+- ``sinks_<model>``: Gu et al.'s sink rate of the first token (``Sink_1^0.3``) on natural
+  input, random tokens, one repeated token and one repeated token after BOS, with the first
+  token's key and value norms relative to the other tokens', per layer;
+- ``norms_<model>``: MiniLM's raw attention mass on [CLS] and [SEP] against Kobayashi et
+  al.'s norm-based share, per layer, with intervals over sentences;
+- ``rollout_<task>``: attention rollout, raw attention and the norm-based contribution at
+  the answer position against the exact effect of hiding each token from every head of
+  every layer (Spearman over the prompt's tokens, with an interval over prompts);
+- ``streaming_<model>``: next-token loss on interv's text sample with full attention, a
+  sliding window, the window plus the first 1-4 tokens, the first token hidden and its
+  values zeroed (StreamingLLM's masks as exact interventions), with and without BOS.
 
 Then ``claims.json`` in the results directory: the config, its hash, the numbers (rounded)
 and the commands; ``--ship`` also writes it to ``interv/data/claims.json``, the file the
 notebook loads when no results directory is present. ``tests/test_claims_results.py``
 checks that the shipped file's config hash is :func:`config_hash` of :data:`CONFIG`.
 
-A part's file is reused when its slice of :data:`CONFIG` (:func:`part_config`) is unchanged;
-after changing how a part is computed or summarized, delete its file (and, for an ablation
-part, its sweep directory) so that it is recomputed.
+Every part has its own config hash (:func:`part_config`: its slice of :data:`CONFIG`). A
+part's file in the results directory is reused when its hash is unchanged; a part missing
+there is taken from the shipped ``interv/data/claims.json`` when the shipped part hash is
+the same, unless ``--parts`` names it (so adding a part reruns only that part). After
+changing how a part is computed or summarized, delete its file (and, for an ablation part,
+its sweep directory) so that it is recomputed.
 
 Run (57 minutes on 2 CPU cores shared with other work, load average 3 to 5, one torch
 thread; each part prints its wall time and the load)::
 
     OMP_NUM_THREADS=1 python benchmarks/claims.py --out claims-results --ship
     python benchmarks/claims.py --out claims-results --parts similarity_minilm-l6   # one part
+
+The parts added for notebook 08's claims 6-9 (sinks, norms, rollout, streaming) take 1 to 3
+minutes each on 2 shared CPU cores (their provenance records the time and the load).
 """
 
 from __future__ import annotations
@@ -141,6 +158,51 @@ CONFIG: dict[str, Any] = {
         "level": 0.95,
         "seed": 0,
     },
+    "sinks": {
+        "models": {
+            "smollm2-135m": {"natural": "text_sample", "length": 64},
+            "induction-2l": {"natural": "held_out", "length": 48},
+            "sink-lm-3l": {"natural": "held_out", "length": 64},
+        },
+        "inputs": ["natural", "random", "repeated", "repeated_after_bos"],
+        "n_prompts": 32,
+        "key": 0,
+        "eps": 0.3,
+        "n_bootstrap": 1000,
+        "level": 0.95,
+        "seed": 0,
+    },
+    "norms": {
+        "models": ["minilm-l6"],
+        "sentences": {"n": 32, "min_words": 8, "max_words": 24},
+        "n_bootstrap": 1000,
+        "level": 0.95,
+        "seed": 0,
+    },
+    "rollout": {
+        "model": "smollm2-135m",
+        "tasks": {
+            "ioi": {"n_pairs": 32, "seed": 0},
+            "capitals": {"n_pairs": 32, "seed": 0},
+        },
+        "metric": "logit_diff",
+        "residual": 0.5,
+        "exact": "key_knockout",
+        "batch_size": 128,
+        "n_bootstrap": 1000,
+        "level": 0.95,
+        "seed": 0,
+    },
+    "streaming": {
+        "models": {"smollm2-135m": {"chunk_len": 127, "n_tokens": 100_000}},
+        "window": 32,
+        "sink_tokens": [1, 2, 4],
+        "bos": [True, False],
+        "batch_size": 11,
+        "n_bootstrap": 1000,
+        "level": 0.95,
+        "seed": 0,
+    },
 }
 """Everything the numbers depend on. Changing anything here changes :func:`config_hash`,
 and the shipped results no longer match (a test says so): rerun the script."""
@@ -166,22 +228,35 @@ def config_hash(config: dict[str, Any] = CONFIG) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+SECTIONS = (
+    "ablation",
+    "pruning",
+    "similarity",
+    "collapse",
+    "sinks",
+    "norms",
+    "rollout",
+    "streaming",
+)
+"""The kinds of parts, in the order they run; a section with ``tasks`` has one part per
+task, the others one part per model."""
+
+
 def part_names(config: dict[str, Any] = CONFIG) -> list[str]:
     """Every part of the measurement, in the order they run."""
-    return [
-        *(f"ablation_{task}" for task in config["ablation"]["tasks"]),
-        *(f"pruning_{model}" for model in config["pruning"]["models"]),
-        *(f"similarity_{model}" for model in config["similarity"]["models"]),
-        *(f"collapse_{model}" for model in config["collapse"]["models"]),
-    ]
+    names = []
+    for section in SECTIONS:
+        settings = config[section]
+        names += [f"{section}_{name}" for name in settings.get("tasks", settings.get("models"))]
+    return names
 
 
 def part_config(part: str, config: dict[str, Any] = CONFIG) -> dict[str, Any]:
     """The slice of ``config`` that one part's numbers depend on (its own hash, so that adding
-    a part does not invalidate the others)."""
+    a part or a section does not invalidate the others)."""
     section, name = part.split("_", 1)
     settings = dict(config[section])
-    if section == "ablation":
+    if "tasks" in settings:
         tasks = settings.pop("tasks")
         return {"section": section, **settings, "task": {"name": name, **tasks[name]}}
     models = settings.pop("models")
@@ -207,6 +282,12 @@ def _round(value: float, digits: int = 4) -> float | None:
     if math.isnan(value) or math.isinf(value):
         return None
     return round(value, digits)
+
+
+def _interv_version() -> str:
+    import interv
+
+    return interv.__version__
 
 
 def _load_average() -> list[float]:
@@ -586,19 +667,363 @@ def collapse_part(name: str, out: Path) -> dict[str, Any]:
     }
 
 
+# ----------------------------------------------------------------------------- sinks
+
+
+def _sink_inputs(spec: str, model: Any) -> dict[str, tuple[Any, str]]:
+    """The four inputs of a sinks part: tokens and how they are named in the scope."""
+    from interv import zoo
+    from interv.analysis import TextEvaluation, random_tokens, repeated_tokens
+
+    cfg = CONFIG["sinks"]
+    settings = cfg["models"][spec]
+    length, n, seed = settings["length"], cfg["n_prompts"], cfg["seed"]
+    if settings["natural"] == "text_sample":
+        text = TextEvaluation.from_text(model, n_tokens=100_000, chunk_len=length - 1)
+        natural = (text.tokens, f"natural text: BOS + {length - 1} tokens of interv's text sample")
+    else:
+        tokens = zoo.held_out_batch(spec, n_sequences=n).tokens
+        if tokens.shape[1] != length:
+            raise SystemExit(
+                f"{spec}: held-out sequences have {tokens.shape[1]} tokens, not {length}"
+            )
+        natural = (tokens, "natural input: held-out sequences of the model's training task")
+    ordinary = "uniform over the vocabulary's non-special tokens"
+    return {
+        "natural": natural,
+        "random": (
+            random_tokens(model, n, length, seed=seed),
+            f"random tokens: BOS + {length - 1} tokens {ordinary}",
+        ),
+        "repeated": (
+            repeated_tokens(model, n, length, seed=seed),
+            f"one repeated token: {length} copies of one token (no BOS)",
+        ),
+        "repeated_after_bos": (
+            repeated_tokens(model, n, length, seed=seed, bos=True),
+            f"one repeated token after BOS: BOS + {length - 1} copies of one token",
+        ),
+    }
+
+
+def sinks_part(spec: str, out: Path) -> dict[str, Any]:
+    """Gu et al.'s sink rate of the first token on natural, random and repeated-token input,
+    with the first token's key and value norms relative to the other tokens'."""
+    from interv.analysis import sink_profile
+
+    cfg = CONFIG["sinks"]
+    model = _model(spec)
+    boot = {"level": cfg["level"], "n_bootstrap": cfg["n_bootstrap"], "seed": cfg["seed"]}
+    inputs = {}
+    for name, (tokens, label) in _sink_inputs(spec, model).items():
+        profile = sink_profile(model, tokens, key=cfg["key"], eps=cfg["eps"], inputs=label)
+        low, high = profile.rate_interval(**boot)
+        norms = {}
+        for which in ("key", "value"):
+            ratio = profile.norm_ratio(which)
+            ratio_low, ratio_high = profile.norm_ratio_interval(which, **boot)
+            norms[which] = {
+                "per_layer": [_round(v, 3) for v in ratio],
+                "ci_low": [_round(v, 3) for v in ratio_low],
+                "ci_high": [_round(v, 3) for v in ratio_high],
+                "n_layers_below_1": int((ratio_high < 1).sum()),
+                "n_layers_above_1": int((ratio_low > 1).sum()),
+            }
+        inputs[name] = {
+            "label": label,
+            "n_prompts": profile.n_prompts,
+            "length": tokens.shape[1],
+            "rate": _round(profile.rate),
+            "ci": [_round(low), _round(high)],
+            "per_layer": [_round(v, 3) for v in profile.per_layer],
+            "mean_score": _round(profile.scores.nanmean()),
+            "norm_ratio": norms,
+            "scope": profile.scope,
+        }
+    return {
+        "model": str(model.cfg.model_name),
+        "n_layers": model.cfg.n_layers,
+        "n_heads": model.cfg.n_layers * model.cfg.n_heads,
+        "n_key_value_heads": getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads,
+        "positional_embedding": str(model.cfg.positional_embedding_type),
+        "key": cfg["key"],
+        "eps": cfg["eps"],
+        "level": cfg["level"],
+        "definition": (
+            "sink score of key 0 = mean attention weight on it over the queries that see it "
+            "(Gu et al.'s alpha_1); sink rate = share of (prompt, layer, head) scores above eps "
+            "(Gu et al.'s Sink_1^eps); norm ratio = ||k|| (or ||v||) of the first token over the "
+            "mean of the prompt's other tokens, per key/value head, mean over heads and prompts"
+        ),
+        "inputs": inputs,
+    }
+
+
+# ----------------------------------------------------------------------------- norms
+
+
+def norms_part(spec: str, out: Path) -> dict[str, Any]:
+    """Raw attention mass against norm-based weighting (Kobayashi et al. 2020) on [CLS] and
+    [SEP], per layer, with intervals over sentences."""
+    from interv.analysis import token_attention
+    from interv.stats import bootstrap_indices, bootstrap_mean_ci
+
+    cfg = CONFIG["norms"]
+    model = _model(spec)
+    chosen = sentences(**cfg["sentences"])
+    encoded = model.tokenizer(chosen, padding=True, return_tensors="pt")
+    tokens, real = encoded["input_ids"], encoded["attention_mask"].bool()
+    flow = token_attention(model, tokens, attention_mask=real)
+    cls = real & (tokens == model.tokenizer.cls_token_id)
+    sep = real & (tokens == model.tokenizer.sep_token_id)
+    indices = bootstrap_indices(len(chosen), cfg["n_bootstrap"], cfg["seed"])
+    groups = {}
+    for name, keys in (("cls", cls), ("sep", sep), ("cls_sep", cls | sep)):
+        weight, norm = flow.shares_on(keys)  # [sentence, layer]
+        rows = {"weight": weight, "norm": norm, "weight_minus_norm": weight - norm}
+        groups[name] = {}
+        for what, values in rows.items():
+            bounds = [
+                bootstrap_mean_ci(values[:, layer], indices, cfg["level"])
+                for layer in range(values.shape[1])
+            ]
+            groups[name][what] = {
+                "per_layer": [_round(v, 4) for v in values.mean(dim=0)],
+                "ci_low": [_round(low, 4) for low, _ in bounds],
+                "ci_high": [_round(high, 4) for _, high in bounds],
+            }
+    return {
+        "model": flow.model_name,
+        "n_layers": model.cfg.n_layers,
+        "n_sentences": len(chosen),
+        "prompt_lengths": [int(real.sum(dim=1).min()), int(real.sum(dim=1).max())],
+        "n_query_rows": int(real.sum()),
+        "level": cfg["level"],
+        "n_bootstrap": cfg["n_bootstrap"],
+        "scope": flow.scope,
+        "definition": (
+            "per layer and query row: weight share = head-averaged attention weight on the "
+            "keys (fraction of the row); norm share = ||sum_h a^h_tj v^h_j W_O^h|| on the keys "
+            "over its sum over all keys (Kobayashi et al.'s norm-based weighting, output bias "
+            "left out); each sentence's mean over its real query rows, then the mean over "
+            "sentences with a percentile bootstrap interval over sentences"
+        ),
+        "groups": groups,
+    }
+
+
+# ----------------------------------------------------------------------------- rollout
+
+
+def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
+    """Attention rollout, raw attention and the norm-based contribution at the answer
+    position against the exact effect of hiding each token from every head of every layer,
+    ranked over the prompt's tokens, with intervals over prompts."""
+    import torch
+
+    import interv
+    from interv.analysis import token_attention
+    from interv.stats import bootstrap_indices, percentile_interval, spearman
+
+    cfg = CONFIG["rollout"]
+    task_cfg = cfg["tasks"][task_name]
+    model = _model(cfg["model"])
+    task = interv.load_task(task_name, n_pairs=task_cfg["n_pairs"], seed=task_cfg["seed"])
+    task = task.tokenize(model)
+    knockouts = [interv.KeyKnockout((j,)) for j in range(task.n_positions)]
+    result = interv.run(
+        model, task, knockouts, metric=cfg["metric"], max_batch_size=cfg["batch_size"]
+    )
+    effects = (result.values - result.clean).T.abs().to(torch.float64)  # [prompt, key]
+    flow = token_attention(model, task)
+    rows = torch.arange(task.n_pairs)
+    answer = task.answer_positions
+    scores = {
+        "rollout": flow.rollout(residual=cfg["residual"])[rows, answer],
+        "raw_attention": flow.weights.mean(dim=1)[rows, answer],
+        "norm_contribution": flow.norm_shares().mean(dim=1)[rows, answer],
+    }
+    indices = bootstrap_indices(task.n_pairs, cfg["n_bootstrap"], cfg["seed"])
+    agreement, versus = {}, {}
+    for scope, first in (("with_sink", 0), ("without_sink", 1)):
+        agreement[scope] = {}
+        per_prompt = {}
+        for method, values in scores.items():
+            rho = torch.tensor(
+                [
+                    float(
+                        spearman(
+                            values[b, first : int(answer[b])], effects[b, first : int(answer[b])]
+                        )
+                    )
+                    for b in range(task.n_pairs)
+                ],
+                dtype=torch.float64,
+            )
+            defined = ~rho.isnan()
+            low, high = percentile_interval(rho[indices].nanmean(dim=-1), cfg["level"])
+            agreement[scope][method] = {
+                "rho": _round(rho[defined].mean()),
+                "ci": [_round(low), _round(high)],
+                "n_prompts": int(defined.sum()),
+            }
+            per_prompt[method] = rho
+        # rollout against the two one-layer readings, paired over prompts
+        versus[scope] = {}
+        for other in ("raw_attention", "norm_contribution"):
+            delta = per_prompt["rollout"] - per_prompt[other]
+            low, high = percentile_interval(delta[indices].nanmean(dim=-1), cfg["level"])
+            versus[scope][f"rollout_minus_{other}"] = {
+                "difference": _round(delta.nanmean()),
+                "ci": [_round(low), _round(high)],
+            }
+    before_answer = torch.arange(task.n_positions)[None, :] < answer[:, None]
+    top_effect = (effects.masked_fill(~before_answer, -1).argmax(dim=1) == 0).double()
+    return {
+        "model": str(model.cfg.model_name),
+        "task": task_name,
+        "n_prompts": task.n_pairs,
+        "n_positions": task.n_positions,
+        "n_layers": model.cfg.n_layers,
+        "metric": result.metric.name,
+        "metric_unit": result.metric.unit,
+        "clean_mean": _round(result.clean.mean()),
+        "exact_semantics": result.descriptions[0],
+        "residual": cfg["residual"],
+        "rollout_caveat": flow.rollout_caveat,
+        "definition": (
+            "per prompt: Spearman's rho over the key positions before the answer position "
+            "(with the sink: from position 0; without: from position 1) between a method's "
+            "score of each key at the answer row and |effect| of hiding that key from every "
+            "head of every layer; mean over prompts (a prompt whose scores are all tied gives "
+            "no rho and is left out), percentile bootstrap over prompts. "
+            "rollout: Abnar & Zuidema's, residual 0.5; raw attention: head- and layer-averaged "
+            "weights; norm contribution: Kobayashi's norm-based share, layer-averaged"
+        ),
+        "agreement": agreement,
+        "rollout_versus": versus,
+        "sink": {
+            "rollout_mass": _round(scores["rollout"][:, 0].mean()),
+            "raw_attention_mass": _round(scores["raw_attention"][:, 0].mean()),
+            "norm_share": _round(scores["norm_contribution"][:, 0].mean()),
+            "effect": _round(effects[:, 0].mean()),
+            "mean_effect_other_tokens": _round(
+                (effects * before_answer)[:, 1:].sum() / before_answer[:, 1:].sum()
+            ),
+            "share_of_prompts_where_it_has_the_largest_effect": _round(top_effect.mean()),
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def streaming_part(spec: str, out: Path) -> dict[str, Any]:
+    """Next-token loss on interv's text sample with full attention, a sliding window, the
+    window plus the first 1-4 tokens, the first token hidden, and its values zeroed, as exact
+    interventions on the attention (StreamingLLM's masks); chunks with and without BOS."""
+    import interv
+    from interv.analysis import TextEvaluation, text_loss
+
+    cfg = CONFIG["streaming"]
+    settings = cfg["models"][spec]
+    model = _model(spec)
+    window, sinks = cfg["window"], cfg["sink_tokens"]
+    text = TextEvaluation.from_text(
+        model, n_tokens=settings["n_tokens"], chunk_len=settings["chunk_len"]
+    )
+    every_head = [
+        interv.ValueScale(layer, head, key_positions=(0,), factor=0.0)
+        for layer in range(model.cfg.n_layers)
+        for head in range(model.cfg.n_heads)
+    ]
+    conditions = {
+        "window": interv.WindowAttention(window),
+        **{f"window_sinks_{k}": interv.WindowAttention(window, sink_tokens=k) for k in sinks},
+        "first_token_hidden": interv.KeyKnockout((0,)),
+        "first_token_values_zeroed": interv.Combined(tuple(every_head)),
+    }
+    semantics = {
+        name: iv.describe()
+        for name, iv in conditions.items()
+        if name != "first_token_values_zeroed"
+    }
+    semantics["first_token_values_zeroed"] = (
+        "the value vectors at key position 0 set to zero for every query head of every layer "
+        f"({len(every_head)} ValueScale edits in one forward; the weights are unchanged)"
+    )
+    boot = {"level": cfg["level"], "n_bootstrap": cfg["n_bootstrap"], "seed": cfg["seed"]}
+    variants = {}
+    for bos in cfg["bos"]:
+        tokens = text.tokens if bos else text.tokens[:, 1:]
+        first_position = window + max(sinks)
+        loss = text_loss(
+            model,
+            TextEvaluation(tokens=tokens, source=text.source),
+            list(conditions.values()),
+            first_position=first_position,
+            max_batch_size=cfg["batch_size"],
+        )
+        rows = {
+            "full": {
+                "loss": _round(loss.mean()),
+                "loss_ci": [_round(v) for v in loss.interval(**boot)],
+                "perplexity": _round(loss.perplexity(), 3),
+            }
+        }
+        for index, name in enumerate(conditions):
+            delta, low, high = loss.difference(index, **boot)
+            rows[name] = {
+                "loss": _round(loss.mean(index)),
+                "loss_ci": [_round(v) for v in loss.interval(index, **boot)],
+                "perplexity": _round(loss.perplexity(index), 3),
+                "minus_full": _round(delta),
+                "minus_full_ci": [_round(low), _round(high)],
+            }
+        variants["with_bos" if bos else "without_bos"] = {
+            "first_token": "BOS" if bos else "the chunk's first text token",
+            "chunk_len": int(tokens.shape[1]),
+            "n_chunks": loss.n_chunks,
+            "first_position": first_position,
+            "scope": loss.scope,
+            "conditions": rows,
+        }
+    return {
+        "model": str(model.cfg.model_name),
+        "text": text.source,
+        "positional_embedding": str(model.cfg.positional_embedding_type),
+        "window": window,
+        "sink_tokens": sinks,
+        "unit": "nats/token",
+        "level": cfg["level"],
+        "semantics": semantics,
+        "definition": (
+            "mean next-token cross-entropy at the scored query positions (those where the "
+            "window hides keys in every condition), mean over positions then chunks; intervals: "
+            "percentile bootstrap over chunks, differences paired over chunks; perplexity = "
+            "exp(loss), a ratio of perplexities = exp(difference)"
+        ),
+        "variants": variants,
+    }
+
+
 # ----------------------------------------------------------------------------- driver
 
 
 def compute(part: str, out: Path) -> dict[str, Any]:
     """Compute one part (see :func:`part_names`)."""
     kind, name = part.split("_", 1)
-    if kind == "ablation":
-        return ablation_part(name, out)
-    if kind == "pruning":
-        return pruning_part(name, out)
-    if kind == "similarity":
-        return similarity_part(name, out)
-    return collapse_part(name, out)
+    parts = {
+        "ablation": ablation_part,
+        "pruning": pruning_part,
+        "similarity": similarity_part,
+        "collapse": collapse_part,
+        "sinks": sinks_part,
+        "norms": norms_part,
+        "rollout": rollout_part,
+        "streaming": streaming_part,
+    }
+    return parts[kind](name, out)
 
 
 def summary(out: Path, parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -620,6 +1045,31 @@ def summary(out: Path, parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def shipped_parts() -> dict[str, dict[str, Any]]:
+    """The parts of the shipped ``interv/data/claims.json`` whose part config is unchanged,
+    as the results directory stores them (``config_hash``, ``numbers``, ``provenance``).
+
+    Each part has its own hash (:func:`part_config`), so adding a part or changing another
+    part's settings keeps these; a part is recomputed only when its own slice changed or
+    when ``--parts`` names it.
+    """
+    if not SHIPPED.is_file():
+        return {}
+    summary = json.loads(SHIPPED.read_text())
+    reused = {}
+    for part, numbers in summary.get("results", {}).items():
+        if part not in part_names():
+            continue
+        part_hash = config_hash(part_config(part))
+        if summary.get("part_hashes", {}).get(part) == part_hash:
+            reused[part] = {
+                "config_hash": part_hash,
+                "numbers": numbers,
+                "provenance": summary["provenance"][part],
+            }
+    return reused
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=Path("claims-results"))
@@ -632,6 +1082,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
+    shipped = shipped_parts()
     done: dict[str, dict[str, Any]] = {}
     for part in part_names():
         path = args.out / f"{part}.json"
@@ -641,6 +1092,12 @@ def main(argv: list[str] | None = None) -> int:
                 done[part] = saved
                 print(f"{part}: done earlier ({saved['provenance']['seconds']:.0f} s)", flush=True)
                 continue
+        if part in shipped and (args.parts is None or part not in args.parts):
+            # the shipped file holds this part with the same part config: reuse its numbers
+            path.write_text(json.dumps(shipped[part], indent=1, allow_nan=False) + "\n")
+            done[part] = shipped[part]
+            print(f"{part}: reused from {SHIPPED.relative_to(REPO)} (same part config)", flush=True)
+            continue
         if args.parts is not None and part not in args.parts:
             continue
         load_before = _load_average()
@@ -658,6 +1115,7 @@ def main(argv: list[str] | None = None) -> int:
                 "torch_threads": torch.get_num_threads(),
                 "torch": torch.__version__,
                 "python": platform.python_version(),
+                "interv": _interv_version(),
             },
         }
         path.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")

@@ -67,7 +67,8 @@ def main() -> None:
         print(f"recovery {float(recovery):+.3f} (1 = clean, 0 = corrupted)  {sentence}")
 
     # 2. In a sweep: the registered name works in a config (a TOML file can also name an
-    #    unregistered class by its import path, kind = "package.module:Interpolate").
+    #    unregistered class by its import path, kind = "package.module:Interpolate", which
+    #    interv imports only when allowed: --allow-import package.module, or allow_import=).
     config = {
         "model": {"spec": "induction-2l"},
         "task": {"name": "induction", "n_pairs": 16, "seed": 0},

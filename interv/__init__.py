@@ -19,10 +19,30 @@ sweeps. The rest lives in :mod:`interv.metrics` (row-level math),
 
 Importing ``interv`` is cheap and has no side effects: the public names below are
 resolved lazily on first use, so neither torch, transformer-lens nor matplotlib is
-imported until a function that needs them is touched.
+imported until a function that needs them is touched. (One exception, for
+``python -m interv`` only: the working directory that Python puts first on ``sys.path``
+is taken off it before anything else is imported, so no file there can stand in for a
+module interv imports; see README "What interv imports".)
 """
 
 from __future__ import annotations
+
+import os
+import sys
+
+# `python -m interv ...`: sys.argv[0] is "-m" while the package is being located, and
+# sys.path[0] is the working directory, which must not shadow the modules interv imports
+if (
+    sys.argv[:1] == ["-m"]
+    and not sys.flags.safe_path
+    and (
+        "-minterv" in sys.orig_argv
+        or any(sys.orig_argv[i : i + 2] == ["-m", "interv"] for i in range(len(sys.orig_argv)))
+    )
+    and sys.path
+    and os.path.realpath(sys.path[0] or os.curdir) == os.path.realpath(os.getcwd())
+):
+    del sys.path[0]
 
 from typing import TYPE_CHECKING
 
@@ -60,6 +80,8 @@ _EXPORTS: dict[str, str] = {
     "AddVector": "interv.engine.directions",
     "ProjectOut": "interv.engine.directions",
     "SubspacePatch": "interv.engine.directions",
+    "WindowAttention": "interv.engine.masks",
+    "KeyKnockout": "interv.engine.masks",
     "DirectEffect": "interv.engine.paths",
     "PathPatch": "interv.engine.paths",
     # the protocol for your own kinds
@@ -101,6 +123,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
         ValueScale,
         ZeroAblation,
     )
+    from interv.engine.masks import KeyKnockout, WindowAttention
     from interv.engine.paths import DirectEffect, PathPatch
     from interv.engine.protocol import EditContext, Intervention, Read, ReferenceSet, register
     from interv.engine.results import InterventionResult

@@ -1,105 +1,394 @@
-"""Output safety: interv never overwrites a file it did not write.
+"""Output safety: every file interv writes goes through one primitive, :func:`write_file`,
+and interv never replaces a file it did not write.
 
-Every command that writes files (``interv demo``, ``interv report``, plots of
-``similarity`` and ``pruning``, ``interv sweep``, ``interv zoo train``) claims its
-output through this module *before* the expensive work:
+The primitive writes ``data`` to ``path`` in three steps:
+
+1. a temporary file is created *exclusively* in the target's own folder
+   (``O_CREAT | O_EXCL | O_NOFOLLOW``, a new random name ``.interv-tmp-<hex>``, so a
+   link or a file planted at any name is never opened), locked (``flock``) while it is
+   written, and ``fsync``-ed when the caller asks for durability;
+2. it is published under the final name: a *new* name by a hard link, which fails if
+   anything (a file, a link) appeared there meanwhile, so nothing is replaced; a file
+   interv may replace by an atomic rename, which replaces the directory entry itself and
+   never writes through a link;
+3. a failure (a full disk included) removes the temporary file and raises
+   :class:`~interv.errors.IntervError` naming the path and saying what to do.
+
+Every command and every Python writer (``save_report`` / ``Report.save``, the attention
+viewer's ``save`` / ``to_png`` / ``to_svg``, ``PromptPairs.to_jsonl``, ``interv.zoo.train``)
+claims its output through this module *before* the expensive work:
 
 - :func:`claim_dir` accepts a directory that does not exist yet (it is created), an
   empty directory, or one that holds only files an earlier interv run wrote there.
-  Those are listed in the directory's marker, ``.interv-files.json``, with a SHA-256 of
-  their content; a listed file whose content changed since (someone edited it) counts
-  as the user's. An existing file at the path, a path below a file, a place that
-  cannot be written (checked by creating and removing a probe file) and a directory
-  holding anyone else's files are refused with :class:`~interv.errors.IntervError`.
-- :func:`claim_file` does the same for one output file (a plot): a new path, or a file
-  that the marker of its folder lists as interv's own and unchanged.
+  Those are listed in the directory's marker, ``.interv-files.json``, each with the
+  SHA-256 of the bytes interv wrote: the hash is the proof. A listed file whose content
+  changed since (someone edited it), an entry without a hash (a marker that proves
+  nothing), a symbolic link (interv never creates one), an existing file at the path, a
+  path below a file, a place that cannot be written (checked by creating and removing a
+  probe file) and a directory holding anyone else's files are refused with
+  :class:`~interv.errors.IntervError`.
+- :func:`claim_files` / :func:`claim_file` do the same for chosen names in a folder (a
+  plot, a saved report): each must be new, or listed as interv's and unchanged; their
+  neighbours are not checked. ``overwrite=True`` (Python only) replaces whatever regular
+  file is at those names, still never through a link.
 - :func:`fresh_dir` picks the first claimable directory of ``base``, ``base-2``,
   ``base-3``, ... (for default output directories: say where, never overwrite).
 
-A claim that ends in an exception (the run failed or was interrupted) removes what
-this run created: its new files and the directories it made, so a failed run leaves
-no partial output. Internal to interv; no stability promise.
+Names starting with ``.interv-tmp-`` are interv's scratch (temporary files, staging
+folders). A run killed while writing leaves one behind; the next claim of the directory
+removes it once its lock is free (a live writer holds it), and it never counts as
+someone else's file, so every rerun after a kill works. A claim that ends in an exception
+(the run failed or was interrupted) removes what this run created: its new files and
+the directories it made, so a failed run leaves no partial output. POSIX only (``flock``,
+``O_NOFOLLOW``). Internal to interv; no stability promise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from interv._checks import as_path
 from interv.errors import IntervError
 
-__all__ = ["MARKER", "OutputDir", "claim_dir", "claim_file", "fresh_dir"]
+__all__ = [
+    "MARKER",
+    "SCRATCH_PREFIX",
+    "OutputDir",
+    "claim_dir",
+    "claim_file",
+    "claim_files",
+    "failure",
+    "fresh_dir",
+    "is_scratch",
+    "write_file",
+]
 
 MARKER = ".interv-files.json"
 """Name of the marker file listing what interv wrote in a directory."""
 
+SCRATCH_PREFIX = ".interv-tmp-"
+"""Prefix of interv's temporary files and staging folders (see the module docstring)."""
+
+# staging folders of interv 0.2, which a kill left behind: removed like scratch
+_LEGACY_SCRATCH = ".interv-staging-"
 _FORMAT = "interv-files/1"
 _CHUNK = 1 << 20
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
+def is_scratch(name: str) -> bool:
+    """Whether ``name`` is one of interv's scratch names (temporary files, staging folders)."""
+    return name.startswith((SCRATCH_PREFIX, _LEGACY_SCRATCH))
+
+
+def failure(error: OSError, path: Path | str, verb: str = "write") -> IntervError:
+    """An IntervError for an OSError while writing ``path``, with what to do about it."""
+    reason = error.strerror or str(error)
+    if error.errno in _FULL_DISK:
+        advice = (
+            "the disk is full: free some space and run the same command again (a sweep "
+            "resumes where it stopped; nothing half-written is kept)"
+        )
+    else:
+        advice = "choose a place you can write to"
+    return IntervError(f"cannot {verb} {str(path)!r}: {reason}; {advice}")
+
+
+# ---- the primitive ----
+
+
+def _create_exclusive(folder: Path) -> tuple[int, Path]:
+    """A new, empty, locked scratch file in ``folder``: ``(fd, path)``. Its mode follows
+    the umask (as ``open`` would give), unlike ``mkstemp``'s 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        path = folder / f"{SCRATCH_PREFIX}{secrets.token_hex(8)}"
+        try:
+            fd = os.open(path, flags, 0o666)
+        except FileExistsError:
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd, path
+    raise IntervError(f"cannot create a temporary file in {str(folder)!r}: every name was taken")
+
+
+def _publish(source: Path, path: Path, *, replace: bool) -> None:
+    """Give the file ``source`` (in ``path``'s folder) the name ``path``.
+
+    ``replace=False``: only if nothing is at ``path`` (a hard link, atomic: it fails on an
+    existing file or link; where the file system has no hard links, a rename after a
+    check). ``replace=True``: an atomic rename over what is there (a link at ``path`` is
+    replaced, never followed).
+    """
+    if replace:
+        os.replace(source, path)
+        return
+    try:
+        os.link(source, path, follow_symlinks=False)
+    except FileExistsError:
+        raise IntervError(
+            f"{str(path)!r} appeared while interv was writing it; interv does not replace it"
+        ) from None
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if os.path.lexists(path):
+            raise IntervError(
+                f"{str(path)!r} appeared while interv was writing it; interv does not replace it"
+            ) from None
+        os.rename(source, path)
+        return
+    os.unlink(source)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(
+    path: str | Path, data: bytes, *, replace: bool = False, durable: bool = False
+) -> Path:
+    """Write ``data`` to ``path`` through a temporary created exclusively beside it, then
+    publish it atomically (module docstring). The one way interv writes a file.
+
+    Args:
+        path: the file; its folder must exist.
+        data: the bytes.
+        replace: False = ``path`` must be free (anything that appears there, a link
+            included, is left alone and the write refused); True = replace the entry at
+            ``path`` (the caller has checked that interv may: its own file, or
+            ``overwrite=True``).
+        durable: ``fsync`` the file and its folder before returning (sweep records).
+
+    Raises:
+        IntervError: the write failed (a full disk says so, and what to do); nothing is
+            left behind.
+    """
+    path = Path(path)
+    folder = path.parent
+    try:
+        fd, temporary = _create_exclusive(folder)
+    except OSError as error:
+        raise failure(error, path) from None
+    try:
+        try:
+            _write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+            _publish(temporary, path, replace=replace)
+            if durable:
+                _fsync_dir(folder)
+        finally:
+            os.close(fd)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise failure(error, path) from None
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def _scratch_folder(folder: Path) -> Iterator[Path]:
+    """A new private folder ``.interv-tmp-<hex>`` in ``folder``, locked while it is used
+    and removed afterwards with everything in it."""
+    for _ in range(100):
+        path = folder / f"{SCRATCH_PREFIX}{secrets.token_hex(8)}"
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise failure(error, path, "create") from None
+    else:  # pragma: no cover - 100 random collisions
+        raise IntervError(f"cannot create a staging folder in {str(folder)!r}")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def _remove_stale_scratch(directory: Path) -> None:
+    """Remove interv's scratch entries in ``directory`` that no live process holds (left by
+    a run that was killed); a link with such a name is left alone (it is not interv's)."""
+    try:
+        entries = [e for e in os.scandir(directory) if is_scratch(e.name)]
+    except OSError:
+        return
+    for entry in entries:
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if not is_dir and not entry.is_file(follow_symlinks=False):
+            continue
+        flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if is_dir else 0)
+        try:
+            fd = os.open(entry.path, flags)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            opened, named = os.fstat(fd), os.lstat(entry.path)
+            if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+                continue
+            if is_dir:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:  # a live writer holds it (or it went away): leave it
+            continue
+        finally:
+            os.close(fd)
+
+
+# ---- the marker ----
+
+
+def _sha256(path: Path) -> str | None:
+    """SHA-256 of the regular file ``path`` (never through a link); None if it is not one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def _read_marker(directory: Path) -> dict[str, dict[str, Any]]:
-    """Files the marker of ``directory`` lists: name -> {"sha256": hex or None, "by": ...}.
-    A missing or unreadable marker lists nothing (then every file counts as the user's)."""
+def _marker_problem(directory: Path) -> str | None:
+    """Why the marker of ``directory`` is not interv's (None: absent, or a valid marker)."""
+    path = directory / MARKER
     try:
-        data = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"{MARKER} (a symbolic link, not interv's marker)"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{MARKER} (not a file)"
+    if _read_marker(directory) is None:
+        return f"{MARKER} (not a marker interv wrote)"
+    return None
+
+
+def _read_marker(directory: Path) -> dict[str, dict[str, Any]] | None:
+    """Files the marker of ``directory`` lists: name -> {"sha256": hex, "by": ...}; {} when
+    there is no marker, None when the file there is not an interv marker (a link, a
+    directory, other JSON)."""
+    path = directory / MARKER
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
     except (OSError, ValueError):
-        return {}
+        return None
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
-        return {}
+        return None
     files = data.get("files")
-    return (
-        {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
-    )
+    if not isinstance(files, dict):
+        return None
+    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def _proven(record: dict[str, Any] | None) -> str | None:
+    """The SHA-256 a marker entry proves, or None (no entry, or no well-formed hash)."""
+    digest = None if record is None else record.get("sha256")
+    return digest if isinstance(digest, str) and _HEX64.match(digest) else None
 
 
 def _write_marker(directory: Path, files: dict[str, dict[str, Any]]) -> None:
     payload = {
         "format": _FORMAT,
-        "note": "files interv wrote here; interv overwrites only these, and only unchanged",
+        "note": "files interv wrote here, each with the SHA-256 of what it wrote; interv "
+        "replaces only these, and only while unchanged",
         "files": dict(sorted(files.items())),
     }
-    temporary = directory / f".{MARKER}.tmp"
-    temporary.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, directory / MARKER)
+    write_file(directory / MARKER, (json.dumps(payload, indent=1) + "\n").encode(), replace=True)
 
 
 def _foreign_entries(directory: Path, listed: dict[str, dict[str, Any]]) -> list[str]:
     """Entries of ``directory`` that interv did not write, or that changed since."""
     foreign = []
-    for entry in sorted(directory.iterdir()):
-        if entry.name in (MARKER, f".{MARKER}.tmp"):
+    problem = _marker_problem(directory)
+    if problem is not None:
+        foreign.append(problem)
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        name = entry.name
+        if name == MARKER:
             continue
-        record = listed.get(entry.name)
-        if record is None:
-            foreign.append(entry.name)
-        elif record.get("kind") == "dir":
-            if not entry.is_dir():
-                foreign.append(entry.name)
-        elif not entry.is_file():
-            foreign.append(entry.name)
-        elif record.get("sha256") is not None and _sha256(entry) != record["sha256"]:
-            foreign.append(f"{entry.name} (changed since interv wrote it)")
+        if entry.is_symlink():
+            foreign.append(f"{name} (a symbolic link)")
+        elif is_scratch(name):
+            continue  # interv's scratch, removed once no live run holds it
+        elif name not in listed:
+            foreign.append(name)
+        elif not entry.is_file(follow_symlinks=False):
+            foreign.append(f"{name} (not a file)")
+        elif _proven(listed[name]) is None:
+            foreign.append(
+                f"{name} (listed without a hash of its content: no proof interv wrote it)"
+            )
+        elif _sha256(Path(entry.path)) != listed[name]["sha256"]:
+            foreign.append(f"{name} (changed since interv wrote it)")
     return foreign
 
 
 def _shown(names: list[str]) -> str:
     shown = ", ".join(names[:5])
     return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_name(name: str) -> None:
+    """``name`` must be a plain file name interv may give an output."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..", MARKER)
+        or "/" in name
+        or "\0" in name
+        or is_scratch(name)
+    ):
+        raise IntervError(
+            f"output name {name!r} is not a plain file name interv may write (no '/', not "
+            f"{MARKER!r}, not starting with {SCRATCH_PREFIX!r})"
+        )
+
+
+# ---- directories ----
 
 
 def _check_creatable(path: Path, what: str) -> Path:
@@ -121,6 +410,11 @@ def _make_dirs(path: Path, what: str) -> list[Path]:
     for candidate in (path, *path.parents):
         if candidate.exists():
             break
+        if candidate.is_symlink():  # a dangling link: mkdir would fail; say why
+            raise IntervError(
+                f"cannot create {what} {str(path)!r}: {str(candidate)!r} is a symbolic link to "
+                "nothing; remove it or choose another place"
+            )
         missing.append(candidate)
     created = []
     for directory in reversed(missing):
@@ -145,8 +439,8 @@ def _remove_empty(created: list[Path]) -> None:
 
 def _probe(directory: Path, what: str, created: list[Path]) -> None:
     try:
-        handle, name = tempfile.mkstemp(prefix=".interv-probe-", dir=directory)
-        os.close(handle)
+        fd, name = _create_exclusive(directory)
+        os.close(fd)
         os.unlink(name)
     except OSError as error:
         _remove_empty(created)
@@ -162,24 +456,48 @@ class OutputDir:
     Attributes:
         path: the directory.
         by: the command that writes (recorded in the marker, e.g. ``"interv demo"``).
+        overwrite: True = any regular file may be replaced (``overwrite=True`` in Python);
+            False = only files this run wrote or the marker proves interv's.
     """
 
-    def __init__(self, path: Path, by: str, created: list[Path]) -> None:
+    def __init__(
+        self, path: Path, by: str, created: list[Path], *, overwrite: bool = False
+    ) -> None:
         self.path = path
         self.by = by
+        self.overwrite = overwrite
         self._created_dirs = created
-        self._listed = _read_marker(path)
-        self._before = {entry.name for entry in path.iterdir()}
+        self._listed = _read_marker(path) or {}
+        self._before = set(os.listdir(path))
         self._written: set[str] = set()
         self._done = False
 
     def target(self, name: str) -> Path:
-        """The path of output ``name`` here; refused if a file of someone else's is there
-        (one that appeared after the claim, or that the marker does not list)."""
+        """The path of output ``name`` here; refused if something of someone else's is
+        there: a link, a directory, or a file that is neither this run's, nor proven
+        interv's and unchanged by the marker (unless :attr:`overwrite`)."""
+        _check_name(name)
         path = self.path / name
-        if path.exists() and name not in self._written and name not in self._listed:
+        if name in self._written:
+            return path
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return path
+        if stat.S_ISLNK(info.st_mode):
             raise IntervError(
-                f"{str(path)!r} exists and interv did not write it; not overwriting it"
+                f"{str(path)!r} is a symbolic link; interv never writes through a link (remove "
+                "it or choose another place)"
+            )
+        if not stat.S_ISREG(info.st_mode):
+            raise IntervError(f"{str(path)!r} exists and is not a file; not replacing it")
+        if self.overwrite:
+            return path
+        digest = _proven(self._listed.get(name))
+        if digest is None or _sha256(path) != digest:
+            raise IntervError(
+                f"{str(path)!r} exists and interv did not write it (or it changed since); "
+                "interv does not overwrite it"
             )
         return path
 
@@ -187,45 +505,52 @@ class OutputDir:
         """Write ``text`` (UTF-8) to ``name`` atomically and record it as interv's."""
         return self.write_bytes(name, text.encode("utf-8"))
 
-    def write_bytes(self, name: str, data: bytes) -> Path:
-        """Write ``data`` to ``name`` atomically and record it as interv's."""
+    def write_bytes(self, name: str, data: bytes, *, durable: bool = False) -> Path:
+        """Write ``data`` to ``name`` with :func:`write_file` and record it as interv's."""
         path = self.target(name)
-        temporary = path.with_name(f".{name}.tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-        self.record([path])
+        write_file(path, data, replace=os.path.lexists(path), durable=durable)
+        self._note(name, hashlib.sha256(data).hexdigest())
         return path
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:
-        """A temporary folder inside the directory for code that writes files itself;
-        on success its files move into the directory (each checked with :meth:`target`
-        and recorded), on failure it is removed with everything in it."""
-        folder = Path(tempfile.mkdtemp(prefix=".interv-staging-", dir=self.path))
-        try:
+        """A new private folder inside the directory for code that writes files itself
+        (safetensors, tokenizers); on success its files move into the directory (each
+        checked with :meth:`target`, published like :func:`write_file` and recorded), on
+        failure it is removed with everything in it."""
+        with _scratch_folder(self.path) as folder:
             yield folder
-            for entry in sorted(folder.iterdir()):
-                if not entry.is_file():
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            for entry in entries:
+                if not entry.is_file(follow_symlinks=False):
                     raise IntervError(f"interv wrote a non-file {entry.name!r}; expected files")
                 self.target(entry.name)
-            for entry in sorted(folder.iterdir()):
-                os.replace(entry, self.path / entry.name)
-                self._written.add(entry.name)
-            self.record(self._written)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            for entry in entries:
+                digest = _sha256(Path(entry.path))
+                target = self.path / entry.name
+                try:
+                    _publish(Path(entry.path), target, replace=os.path.lexists(target))
+                except OSError as error:
+                    raise failure(error, target) from None
+                self._note(entry.name, digest)
 
-    def record(self, paths: Iterable[str | Path], *, managed: bool = False) -> None:
-        """List files that interv wrote into this directory in the marker.
-
-        ``managed=True`` lists them without a content hash: files that interv itself
-        keeps changing (a sweep's append-only log), guarded by their own checks.
-        """
+    def record(self, paths: Iterable[str | Path]) -> None:
+        """List files that interv wrote into this directory in the marker, each with the
+        SHA-256 of its present content (names of missing files are dropped, links never
+        listed)."""
         for path in paths:
-            entry = self.path / Path(path).name
-            self._written.add(entry.name)
-            digest = None if managed or not entry.is_file() else _sha256(entry)
-            self._listed[entry.name] = {"sha256": digest, "by": self.by}
+            name = Path(path).name
+            digest = _sha256(self.path / name)
+            if digest is None:
+                self._listed.pop(name, None)
+            else:
+                self._written.add(name)
+                self._listed[name] = {"sha256": digest, "by": self.by}
+        _write_marker(self.path, self._listed)
+
+    def _note(self, name: str, digest: str | None) -> None:
+        self._written.add(name)
+        self._listed[name] = {"sha256": digest, "by": self.by}
         _write_marker(self.path, self._listed)
 
     def abandon(self) -> None:
@@ -240,7 +565,7 @@ class OutputDir:
         for name in self._written - self._before:
             with contextlib.suppress(OSError):
                 (self.path / name).unlink()
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, IntervError):
             if MARKER in self._before:
                 kept = {k: v for k, v in self._listed.items() if k in self._before}
                 _write_marker(self.path, kept)
@@ -259,12 +584,23 @@ class OutputDir:
         self._done = True
 
 
+def _existing_dir(path: Path, what: str) -> bool:
+    """Whether ``path`` is an existing directory; a file there is refused."""
+    if path.exists() and not path.is_dir():
+        raise IntervError(
+            f"{what} {str(path)!r} is an existing file; expected a directory (a new one, or one "
+            "that interv wrote)"
+        )
+    return path.is_dir()
+
+
 def claim_dir(
     path: str | Path,
     *,
     what: str = "output directory",
     by: str = "interv",
     contents: bool = True,
+    overwrite: bool = False,
 ) -> OutputDir:
     """Claim ``path`` as an output directory before any expensive work (module docstring).
 
@@ -273,61 +609,91 @@ def claim_dir(
         what: how messages name it (e.g. ``"--out"``).
         by: the writing command, recorded in the marker.
         contents: refuse a directory holding files interv did not write; False leaves
-            that to the caller (a sweep store has rules of its own for its files).
+            that to the caller (a sweep store has rules of its own for its files; a
+            marker that is not interv's is refused either way).
+        overwrite: (Python only) accept a directory holding other files and let the
+            returned :class:`OutputDir` replace any regular file (never a link).
 
     Raises:
         IntervError: ``path`` is a file or lies below one, cannot be created or written,
             or holds files interv did not write (they are named).
     """
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise IntervError(
-            f"{what} {str(path)!r} is an existing file; expected a directory (a new one, or one "
-            "that interv wrote)"
-        )
+    path = as_path(path, what).expanduser()
     created: list[Path] = []
-    if path.is_dir():
-        foreign = _foreign_entries(path, _read_marker(path)) if contents else []
+    if _existing_dir(path, what):
+        foreign = (
+            _foreign_entries(path, _read_marker(path) or {})
+            if contents and not overwrite
+            else [p for p in [_marker_problem(path)] if p is not None]
+        )
         if foreign:
             raise IntervError(
                 f"{what} {str(path)!r} holds files interv did not write ({_shown(foreign)}); "
                 "interv does not overwrite them: choose a new or empty directory"
             )
+        _remove_stale_scratch(path)
     else:
         _check_creatable(path, what)
         created = _make_dirs(path, what)
     _probe(path, what, created)
-    return OutputDir(path, by, created)
+    return OutputDir(path, by, created, overwrite=overwrite)
 
 
-def claim_file(path: str | Path, *, what: str = "output file", by: str = "interv") -> OutputDir:
-    """Claim the folder of the output file ``path`` and the file's name in it.
-
-    The file must not exist, or be listed (unchanged) in the folder's marker as a file
-    interv wrote. Only the file is checked, not its neighbours. Write it, then
-    ``record([path])`` on the returned :class:`OutputDir`.
+def claim_files(
+    folder: str | Path,
+    names: Iterable[str],
+    *,
+    what: str = "output file",
+    by: str = "interv",
+    overwrite: bool = False,
+) -> OutputDir:
+    """Claim the files ``names`` in ``folder`` (created if missing): each must be new, or
+    listed (unchanged) in the folder's marker as interv's; ``overwrite=True`` accepts any
+    regular file there. Links and directories at those names are refused either way; the
+    folder's other entries are not checked. Write them with the returned
+    :class:`OutputDir`'s :meth:`~OutputDir.write_bytes`.
     """
-    path = Path(path).expanduser()
+    folder = as_path(folder, what).expanduser()
+    names = list(names)
+    for name in names:
+        _check_name(name)
+    created: list[Path] = []
+    if _existing_dir(folder, f"the folder of {what}"):
+        problem = _marker_problem(folder)
+        if problem is not None:
+            raise IntervError(
+                f"{what} cannot be written into {str(folder)!r}: it holds {problem}; interv "
+                "does not replace it"
+            )
+        _remove_stale_scratch(folder)
+    else:
+        _check_creatable(folder, what)
+        created = _make_dirs(folder, what)
+    output = OutputDir(folder, by, created, overwrite=overwrite)
+    for name in names:
+        try:
+            output.target(name)
+        except IntervError as error:
+            _remove_empty(created)
+            raise IntervError(f"{what}: {error}; choose another name") from None
+    _probe(folder, what, created)
+    return output
+
+
+def claim_file(
+    path: str | Path, *, what: str = "output file", by: str = "interv", overwrite: bool = False
+) -> OutputDir:
+    """Claim the folder of the output file ``path`` and the file's name in it
+    (:func:`claim_files` with one name). Write it with ``write_bytes(path.name, ...)``."""
+    path = as_path(path, what).expanduser()
     if path.name in ("", ".", ".."):
         raise IntervError(f"{what} {str(path)!r} is not a file name")
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         raise IntervError(f"{what} {str(path)!r} is a directory; expected a file name")
     folder = path.parent
     if folder.exists() and not folder.is_dir():
         raise IntervError(f"{what} {str(path)!r} cannot be created: {str(folder)!r} is a file")
-    created: list[Path] = []
-    if not folder.exists():
-        _check_creatable(folder, what)
-        created = _make_dirs(folder, what)
-    if path.exists():
-        record = _read_marker(folder).get(path.name)
-        if record is None or record.get("sha256") != _sha256(path):
-            raise IntervError(
-                f"{what} {str(path)!r} exists and interv did not write it (or it changed "
-                "since); interv does not overwrite it: choose another name"
-            )
-    _probe(folder, what, created)
-    return OutputDir(folder, by, created)
+    return claim_files(folder, [path.name], what=what, by=by, overwrite=overwrite)
 
 
 def fresh_dir(base: str | Path, *, what: str = "output directory", by: str = "interv") -> OutputDir:
@@ -336,7 +702,7 @@ def fresh_dir(base: str | Path, *, what: str = "output directory", by: str = "in
     base = Path(base)
     for k in range(1, 1000):
         candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
-        if candidate.is_dir() and _foreign_entries(candidate, _read_marker(candidate)):
+        if candidate.is_dir() and _foreign_entries(candidate, _read_marker(candidate) or {}):
             continue
         return claim_dir(candidate, what=what, by=by)
     raise IntervError(f"no free {what} next to {str(base)!r} ({base.name}-2 .. -999 are taken)")

@@ -10,8 +10,8 @@ The demo runs, on a built-in task and the same prompts throughout:
    position 0 set to zero);
 3. per layer and position: a denoising patch of the residual stream (``resid_pre``);
 4. the report (:func:`interv.report.table.build_report`), its plots, and the
-   attention row of the most instructive head, saved with
-   :func:`interv.report.render.save_report`.
+   attention row of the most instructive head, written with
+   :func:`interv.report.render.write_report` into the directory claimed up front.
 
 This module and :func:`interv.report.sweep.report_from_sweep` are the only parts of the
 report layer that run a model, and they do so through the public API.
@@ -43,7 +43,7 @@ from interv.engine.stacking import BaseRunCache
 from interv.errors import IntervError
 from interv.models.loading import load_model
 from interv.report.plots import attention_row
-from interv.report.render import save_report
+from interv.report.render import write_report
 from interv.report.table import build_report
 from interv.tasks.builtin import load_task
 
@@ -94,7 +94,7 @@ class DemoResult:
 
     Attributes:
         report: the typed report.
-        paths: format -> written path (see :func:`interv.report.render.save_report`).
+        paths: format -> written path (see :func:`interv.report.render.report_files`).
         seconds: wall-clock time of the whole demo, in seconds.
         out_dir: the directory written (the default one may have moved to a fresh name,
             see :func:`run_demo`).
@@ -191,7 +191,8 @@ def run_demo(
     Every option and the output directory are checked before the model loads. The
     directory must be new, empty, or hold only files an earlier interv run wrote there
     (see :mod:`interv._outputs`); interv never overwrites anyone else's files. When the
-    run fails, what it wrote is removed.
+    run fails, what it wrote is removed; a run killed while writing leaves files that a
+    rerun of the same call replaces (each file is complete or absent).
 
     Args:
         model: ``"induction-2l"`` (zoo, default; task ``"induction"``) or
@@ -219,11 +220,9 @@ def run_demo(
     with output, stages(_STAGES, enabled=progress) as bar:
         report, figure = _compute(model, task_name, pairs_count, chosen, seed, n_bootstrap, bar)
         bar.start("plots and files")
-        with output.staging() as folder:
-            written = save_report(
-                report, folder, figures=None if figure is None else {"attention_row": figure}
-            )
-        paths = {key: output.path / path.name for key, path in written.items()}
+        paths = write_report(
+            report, output, figures=None if figure is None else {"attention_row": figure}
+        )
     return DemoResult(report, paths, time.perf_counter() - start, output.path)
 
 

@@ -13,13 +13,17 @@ output paths, through the command line and through Python. For each case:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +34,8 @@ import torch
 from _report_fixtures import make_concentration, make_result
 
 import interv
+import interv.sweeps
+import interv.zoo
 from interv import metrics
 from interv.cli import main
 from interv.errors import IntervError
@@ -174,10 +180,13 @@ def model_loads(monkeypatch):
 
         return load
 
+    # resolve the lazy face first: read after the patch below, it would resolve to (and be
+    # "restored" to) the counting wrapper, leaking it into later tests
+    face_load = interv.models.load_model
     monkeypatch.setattr(
         interv.models.loading, "load_model", counting(interv.models.loading.load_model)
     )
-    monkeypatch.setattr(interv.models, "load_model", counting(interv.models.load_model))
+    monkeypatch.setattr(interv.models, "load_model", counting(face_load))
     monkeypatch.setattr(interv.zoo, "load", counting(interv.zoo.load))
     return loads
 
@@ -517,7 +526,7 @@ PYTHON_CASES = {
     ),
     "Report.from_dict of an incomplete report": (
         lambda d, m: interv.Report.from_dict({"header": {"sink_positions": [0]}}),
-        r"not a saved interv report: (missing field|a malformed field)",
+        r"not a saved interv report: report\.header: missing field 'model'",
         True,
     ),
 }
@@ -570,3 +579,555 @@ def test_the_console_script_prints_one_error_line_and_no_traceback(argv, workdir
     assert done.stdout == ""
     assert done.stderr.startswith("interv: error: ") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
+
+
+# =====================================================================================
+# Trust: what interv writes, imports and reads (issue 21, the trust-writes half).
+#
+# Each example of the issue is a case below; the cases found by reading every place
+# interv writes or reads a file follow them. The table cases keep the rules above (exit
+# status 2 or IntervError, the message, nothing changed, before any model load); the
+# stateful examples (a kill, a full disk, a received directory) are tests of their own.
+# =====================================================================================
+
+EVIL = "trust_evil_module"  # a module that records being imported; never imported unasked
+EVIL_SOURCE = """
+from pathlib import Path
+Path(__file__).with_name("IMPORTED-" + __name__).write_text("imported")
+"""
+HAND_SWEEP = {
+    "model": {"spec": "induction-2l"},
+    "task": {"name": "induction", "n_pairs": 1},
+    "sweep": {"interventions": [{"kind": "zero_ablation", "sites": {"layers": [0]}}]},
+}
+
+
+def _hand_sweep(directory: Path, kind: str | None = None) -> None:
+    """A complete sweep directory written through the store, without a model: one unit,
+    one prompt (``kind`` replaces the stored kind: a manifest received from someone)."""
+    from interv.sweeps.config import SweepConfig, parse_config
+    from interv.sweeps.store import SweepStore
+
+    config = parse_config(HAND_SWEEP)
+    if kind is not None:
+        normalized = json.loads(json.dumps(config.normalized))
+        normalized["sweep"]["interventions"][0]["kind"] = kind
+        config = SweepConfig(normalized=normalized)
+    baselines = {
+        "config_hash": config.config_hash,
+        "clean": [2.0],
+        "corrupted": [0.5],
+        "dtype": "float32",
+        "recovery_atol": 1e-6,
+        "metric": {"name": "logit_diff", "unit": "logits", "definition": "target - foil"},
+        "scope": {
+            "model_name": "interv-zoo/induction-2l",
+            "task_name": "induction",
+            "n_prompts": 1,
+            "n_positions": 29,
+            "answer_positions": [28],
+            "padding_side": "right",
+        },
+    }
+    record = {
+        "unit": "u00000",
+        "config_hash": config.config_hash,
+        "start": 0,
+        "kinds": ["ZeroAblation"],
+        "descriptions": ["L0H0 output (z) set to zero"],
+        "base_runs": ["clean"],
+        "sites": [{"component": "z", "layer": 0, "head": 0, "positions": None}],
+        "params": [{"kind": "ZeroAblation", "layer": 0, "head": 0}],
+        "values": [[1.25]],
+    }
+    with SweepStore.open(directory, config, None, "0123456789abcdef") as store:
+        store.write_baselines(baselines)
+        store.append(record)
+        store.record_plan(1, 1)
+        store.finish()
+
+
+def _edit_json(path: Path, change: Callable[[Any], Any]) -> None:
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
+
+def _set(key_path: tuple, value: Any) -> Callable[[Any], Any]:
+    def change(data: Any) -> Any:
+        target = data
+        for key in key_path[:-1]:
+            target = target[key]
+        if value is _DROP:
+            del target[key_path[-1]]
+        else:
+            target[key_path[-1]] = value
+        return data
+
+    return change
+
+
+_DROP = object()
+
+
+def _populate_trust(root: Path) -> None:
+    """Files with the damage, the markup and the code that issue 21 names."""
+    saved = json.loads(_saved_report())
+    for name, change in {
+        "hdr-type": _set(("header", "n_prompts"), "sixteen"),
+        "hdr-list": _set(("header",), [1, 2]),
+        "hdr-gone": _set(("header",), _DROP),
+        "hdr-sink": _set(("header", "sink_positions"), "0"),
+        "hdr-extra": _set(("header", "owner"), "me"),
+        "row-site": _set(("rows", 0, "site", "component"), "nope"),
+        "row-flags": _set(("rows", 0, "flags"), 7),
+    }.items():
+        (root / name).mkdir()
+        (root / name / "report.json").write_text(json.dumps(change(json.loads(json.dumps(saved)))))
+    damage = {
+        "sw-nunits": ("manifest.json", _set(("n_units",), "1")),
+        "sw-status": ("manifest.json", _set(("status",), "done")),
+        "sw-shard": ("manifest.json", _set(("shard",), "x/y")),
+        "sw-dtype": ("baselines.json", _set(("dtype",), "float99")),
+        "sw-clean": ("baselines.json", _set(("clean",), "abc")),
+        "sw-scope": ("baselines.json", _set(("scope", "n_prompts"), _DROP)),
+        "sw-metric": ("baselines.json", _set(("metric",), ["logits"])),
+    }
+    for name, (file, change) in damage.items():
+        _hand_sweep(root / name)
+        _edit_json(root / name / file, change)
+    for name, line in {
+        "sw-values": {"values": [["a"]]},
+        "sw-kinds": {"kinds": ["ZeroAblation", "ZeroAblation"]},
+        "sw-rowlen": {"values": [[1.0, 2.0]]},
+        "sw-site": {"sites": [{"component": "nope", "layer": 0, "head": 0, "positions": None}]},
+    }.items():
+        _hand_sweep(root / name)
+        units = root / name / "units.jsonl"
+        units.write_text(json.dumps({**json.loads(units.read_text()), **line}) + "\n")
+    _hand_sweep(root / "sw-garbage")
+    (root / "sw-garbage" / "units.jsonl").write_text("{not json\n")
+    _hand_sweep(root / "sw-nounit")
+    (root / "sw-nounit" / "units.jsonl").write_text("")
+    _hand_sweep(root / "sw-nobase")
+    (root / "sw-nobase" / "baselines.json").unlink()
+    _hand_sweep(root / "sw-link")
+    (root / "sw-link" / "units.jsonl").unlink()
+    (root / "sw-link" / "units.jsonl").symlink_to("../afile")  # relative: the tree is copied
+    _hand_sweep(root / "received", kind=f"{EVIL}:Kind")
+    (root / f"{EVIL}.py").write_text(EVIL_SOURCE)
+    configs = {
+        "optstr.toml": _sweep_config(task='name = "induction"\noptions = {prefix_len = "20"}'),
+        "seedstr.toml": _sweep_config(task='name = "induction"\nseed = "1"'),
+        "colon.toml": _sweep_config(kind=":X"),
+        "relative.toml": _sweep_config(kind="..x:Y"),
+        "spaces.toml": _sweep_config(kind="a b:C"),
+        "evil.toml": _sweep_config(kind=f"{EVIL}:Kind"),
+    }
+    for name, text in configs.items():
+        (root / name).write_text(text)
+    (root / "bom.toml").write_bytes(b"\xef\xbb\xbf" + _sweep_config().encode())
+    (root / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (root / "pairs.jsonl").read_bytes())
+    (root / "linkedmarker").mkdir()
+    (root / "linkedmarker" / ".interv-files.json").symlink_to("../afile")
+    (root / "nullhash").mkdir()
+    (root / "nullhash" / "report.md").write_text("my notes, not interv's\n")
+    null = {"format": "interv-files/1", "files": {"report.md": {"sha256": None, "by": "x"}}}
+    (root / "nullhash" / ".interv-files.json").write_text(json.dumps(null))
+    (root / "linkout").mkdir()
+    (root / "linkout" / "report.md").symlink_to("../afile")
+    (root / "linkout" / "plot.png").symlink_to("../afile")
+    (root / "linkreport").mkdir()
+    (root / "linkreport" / "report.json").symlink_to("../saved/report.json")
+
+
+@pytest.fixture(scope="module")
+def trust_template(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trust-template")
+    _populate(root)
+    _populate_trust(root)
+    return root
+
+
+@pytest.fixture
+def trust_workdir(trust_template, tmp_path, monkeypatch):
+    """A fresh copy of the populated tree (links kept, relative), as the working directory."""
+    workdir = tmp_path / "work"
+    shutil.copytree(trust_template, workdir, symlinks=True)
+    monkeypatch.chdir(workdir)
+    monkeypatch.syspath_prepend(str(workdir))  # the evil module *could* be imported
+    yield workdir
+    assert not (workdir / f"IMPORTED-{EVIL}").exists(), f"{EVIL} was imported"
+    sys.modules.pop(EVIL, None)
+
+
+_DAMAGED = r"is damaged: "
+TRUST_CLI_CASES = [
+    # the issue's examples: damaged report.json headers
+    (["report", "hdr-type"], r"report\.header\.n_prompts must be an integer; got 'sixteen'", True),
+    (["report", "hdr-list"], r"report\.header must be a JSON object; got list", True),
+    (["report", "hdr-gone"], r"report: missing field 'header'", True),
+    (["report", "hdr-sink"], r"report\.header\.sink_positions must be a list; got '0'", True),
+    (["report", "hdr-extra"], r"report\.header has unknown fields \['owner'\]", True),
+    (["report", "row-site"], r"report\.rows\[0\]\.site: unknown component 'nope'", True),
+    (["report", "row-flags"], r"report\.rows\[0\]\.flags must be a list; got 7", True),
+    # damaged sweep files (rendered elsewhere, so the damage is what stops it)
+    (["report", "sw-nunits", "--out", "r"], _DAMAGED + r"'n_units' is '1', expected int", True),
+    (["report", "sw-status", "--out", "r"], _DAMAGED + r"status 'done' is not one of", True),
+    (["report", "sw-shard", "--out", "r"], _DAMAGED + r"shard must be written i/n", True),
+    (["report", "sw-dtype", "--out", "r"], _DAMAGED + r"dtype 'float99' is not one of", True),
+    (["report", "sw-clean", "--out", "r"], _DAMAGED + r"'clean' is not a non-empty list", True),
+    (["report", "sw-scope", "--out", "r"], r"is damaged: scope: missing field 'n_prompts'", True),
+    (["report", "sw-metric", "--out", "r"], _DAMAGED + r"'metric' is not a JSON object", True),
+    (
+        ["report", "sw-values", "--out", "r"],
+        r"line 1 \(unit u00000\) is damaged: its 'values'",
+        True,
+    ),
+    (["report", "sw-kinds", "--out", "r"], r"its 'kinds' are not a list of 1 entries", True),
+    (["report", "sw-rowlen", "--out", "r"], r"values for another number of prompts", True),
+    (["report", "sw-site", "--out", "r"], r"unit u00000 site: unknown component 'nope'", True),
+    (["report", "sw-garbage", "--out", "r"], r"line 1 is not a JSON record .* delete that", True),
+    (["report", "sw-link", "--out", "r"], r"units\.jsonl' is a symbolic link", True),
+    # a complete sweep missing a unit line or its baselines: a command that works
+    (
+        ["report", "sw-nounit", "--out", "r"],
+        r"misses 1 of its 1 units \(first: \['u00000'\]\) although its manifest says the "
+        r"sweep completed .*"
+        r"`interv sweep CONFIG\.toml --out sw-nounit` with the same config: it computes only",
+        True,
+    ),
+    (
+        ["report", "sw-nobase", "--out", "r"],
+        r"has its units but no baselines\.json although .*`interv sweep CONFIG\.toml --out",
+        True,
+    ),
+    (["sweep-merge", "sw-nounit", "--out", "m"], r"do not cover the sweep: missing units", True),
+    # TOML: string values where numbers belong in options; kind = ":X"
+    (["sweep", "optstr.toml", "--out", "s"], r"option 'prefix_len' must be an integer", True),
+    (["sweep", "seedstr.toml", "--out", "s"], r"task\.seed must be an integer; got '1'", True),
+    (["sweep", "colon.toml", "--out", "s"], r"':X' is not an import path 'package\.module", True),
+    (["sweep", "relative.toml", "--out", "s"], r"'\.\.x:Y' is not an import path", True),
+    (["sweep", "spaces.toml", "--out", "s"], r"'a b:C' is not an import path", True),
+    # code named by a config: not imported unless allowed
+    (
+        ["sweep", "evil.toml", "--out", "s"],
+        rf"names module '{EVIL}', which is not imported; interv does not import code a config "
+        rf"or a manifest names unless you allow it: pass --allow-import {EVIL}",
+        True,
+    ),
+    # writes through links and forged markers
+    (["demo", "--out", "linkedmarker"], r"\.interv-files\.json \(a symbolic link", True),
+    (["demo", "--out", "nullhash"], r"report\.md \(listed without a hash", True),
+    (["demo", "--out", "linkout"], r"report\.md \(a symbolic link\)", True),
+    (["report", "saved", "--out", "nullhash"], r"listed without a hash", True),
+    (["report", "linkreport"], r"report\.json' is a symbolic link; interv reads", True),
+    (["pruning", "induction-2l", "--plot", "linkout/plot.png"], r"plot\.png' is a symbolic", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern", "before_load"),
+    [pytest.param(*case, id=" ".join(case[0])) for case in TRUST_CLI_CASES],
+)
+def test_trust_cli_case(argv, pattern, before_load, trust_workdir, model_loads, capsys):
+    before = _snapshot(trust_workdir)
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    assert status == 2, captured.err
+    assert "Traceback" not in captured.err
+    error_lines = [line for line in captured.err.splitlines() if "error:" in line]
+    assert any(re.search(pattern, line) for line in error_lines), captured.err
+    assert _snapshot(trust_workdir) == before, "the failed command changed files"
+    if before_load:
+        assert model_loads == [], f"a model was loaded before the check: {model_loads}"
+
+
+def _small_result() -> Any:
+    from interv.sweeps import load_sweep
+
+    return load_sweep("received")  # stored values only; its manifest's module is not imported
+
+
+TRUST_PYTHON_CASES = {
+    # wrong argument types
+    "build_report of a string": (
+        lambda d: interv.build_report("effects", None),
+        r"effects must be an InterventionResult .* got str",
+    ),
+    "build_report of a list of ints": (
+        lambda d: interv.build_report([1, 2], None),
+        r"effects must all be InterventionResults; item 0 is a int",
+    ),
+    "build_report with concentration of the wrong type": (
+        lambda d: interv.build_report(_small_result(), {"entropy": 1}),
+        r"concentration must be a HeadConcentration .* got dict",
+    ),
+    "load_sweep of a number": (
+        lambda d: interv.load_sweep(123),
+        r"sweep directory must be a path \(a str or a pathlib\.Path\); got 123",
+    ),
+    "load_sweep of None": (lambda d: interv.load_sweep(None), r"must be a path .* got None"),
+    "from_jsonl of a number": (
+        lambda d: interv.PromptPairs.from_jsonl(7),
+        r"task file must be a path .* got 7",
+    ),
+    "from_jsonl of None": (lambda d: interv.PromptPairs.from_jsonl(None), r"got None"),
+    "load_config of a number": (
+        lambda d: interv.sweeps.load_config(42),
+        r"sweep config must be a path .* got 42",
+    ),
+    "save_report into a number": (
+        lambda d: interv.save_report(_small_report(), 5),
+        r"report file must be a path .* got 5",
+    ),
+    "to_jsonl to None": (
+        lambda d: _pairs("A", "B").to_jsonl(None),
+        r"task file must be a path .* got None",
+    ),
+    # task options and seeds of the wrong type
+    "load_task with a string option": (
+        lambda d: interv.load_task("induction", prefix_len="20"),
+        r"task 'induction' option 'prefix_len' must be an integer; got '20'",
+    ),
+    "load_task with a float seed": (
+        lambda d: interv.load_task("induction", seed=1.5),
+        r"seed must be an integer; got 1\.5",
+    ),
+    # kinds named by import path
+    "kind ':X'": (
+        lambda d: interv.sweeps.parse_config(
+            {**HAND_SWEEP, "sweep": {"interventions": [{"kind": ":X"}]}}
+        ),
+        r"':X' is not an import path 'package\.module:ClassName'",
+    ),
+    "a kind in a module nobody allowed": (
+        lambda d: interv.sweeps.load_config("evil.toml"),
+        rf"names module '{EVIL}', which is not imported",
+    ),
+    "a manifest that does not match its hash": (
+        lambda d: _edited_manifest_merge(d),
+        r"the stored config hashes to .* not to the stored hash .*: the manifest was edited",
+    ),
+    # the no-overwrite rule from Python
+    "save_report over a user's report.md": (
+        lambda d: interv.save_report(_small_report(), "mine"),
+        r"'mine/report\.md' exists and interv did not write it",
+    ),
+    "Report.save over a null-hash marker's file": (
+        lambda d: _small_report().save("nullhash"),
+        r"'nullhash/report\.md' exists and interv did not write it",
+    ),
+    "save_report through a link": (
+        lambda d: interv.save_report(_small_report(), "linkout", overwrite=True),
+        r"'linkout/report\.md' is a symbolic link; interv never writes through a link",
+    ),
+    "save_report with a figure name that is a path": (
+        lambda d: interv.save_report(_small_report(), "new", figures={"../../x": None}),
+        r"figure name '\.\./\.\./x' must be a plain file stem",
+    ),
+    "to_jsonl over a user's file": (
+        lambda d: _pairs("A", "B").to_jsonl("afile"),
+        r"'afile' exists and interv did not write it",
+    ),
+    "zoo.train into a user's directory": (
+        lambda d: interv.zoo.train("induction-2l", "mine", progress=False),
+        r"'mine' holds files interv did not write \(report\.md\)",
+    ),
+}
+
+
+def _small_report() -> Any:
+    return interv.Report.from_dict(json.loads(_saved_report()))
+
+
+def _edited_manifest_merge(directory: Path) -> Any:
+    from interv.sweeps import merge_sweeps
+
+    _edit_json(directory / "sw-status" / "manifest.json", _set(("status",), "complete"))
+    _edit_json(directory / "sw-status" / "manifest.json", _set(("config", "sweep", "seed"), 9))
+    return merge_sweeps(["sw-status"], "merged")
+
+
+@pytest.mark.parametrize("name", list(TRUST_PYTHON_CASES))
+def test_trust_python_case(name, trust_workdir, model_loads):
+    call, pattern = TRUST_PYTHON_CASES[name]
+    before = _snapshot(trust_workdir)
+    with pytest.raises(IntervError, match=pattern):
+        call(trust_workdir)
+    if name != "a manifest that does not match its hash":  # that case edits the manifest
+        assert _snapshot(trust_workdir) == before, "the failed call changed files"
+    assert model_loads == [], f"a model was loaded: {model_loads}"
+
+
+def test_a_toml_file_or_a_task_file_with_a_byte_order_mark_reads_like_one_without(trust_workdir):
+    from interv.sweeps import load_config
+
+    assert load_config("bom.toml") == load_config("ok.toml")
+    assert interv.PromptPairs.from_jsonl("bom.jsonl").clean == ("A B C A",)
+
+
+def test_a_received_sweep_is_read_as_data_and_imports_nothing_it_names(
+    trust_workdir, capsys, monkeypatch
+):
+    """load_sweep, interv report, sweep-merge and a rerun never import the manifest's module
+    (the fixture fails the test if it was imported). No PNG figures: seconds of drawing."""
+    import interv.report.render as render
+    from interv.sweeps import load_sweep
+
+    monkeypatch.setattr(render, "standard_figures", lambda report: {})
+    assert load_sweep("received").kinds == ("ZeroAblation",)
+    assert main(["sweep-merge", "received", "--out", "merged"]) == 0
+    assert main(["report", "received", "--out", "rendered"]) == 0  # loads the zoo model
+    assert "L0H0" in (trust_workdir / "rendered" / "report.md").read_text()
+    assert main(["sweep", "evil.toml", "--out", "received"]) == 2
+    assert "which is not imported" in capsys.readouterr().err
+    assert EVIL not in sys.modules
+
+
+def test_allow_import_imports_the_named_module_and_says_so(trust_workdir, capsys):
+    assert main(["sweep", "evil.toml", "--out", "s", "--allow-import", EVIL]) == 2
+    err = capsys.readouterr().err
+    assert f"interv: importing module '{EVIL}' (allowed by --allow-import)" in err
+    assert f"{EVIL} has no 'Kind'" in err
+    assert (trust_workdir / f"IMPORTED-{EVIL}").exists()
+    (trust_workdir / f"IMPORTED-{EVIL}").unlink()  # imported because it was allowed
+
+
+def test_python_dash_m_interv_imports_nothing_from_the_working_directory(tmp_path):
+    shadows = ("json", "typing", "argparse", "decimal", "tomllib", "pathlib", "dataclasses")
+    for name in shadows:
+        (tmp_path / f"{name}.py").write_text(f"open('SHADOWED-{name}', 'w').write('x')\n")
+    done = subprocess.run(  # `metrics` imports torch too, and everything torch imports
+        [sys.executable, "-m", "interv", "metrics", "0.5", "0.5"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "normalized entropy" in done.stdout.lower()
+    assert not list(tmp_path.glob("SHADOWED-*"))
+
+
+def test_a_demo_or_report_killed_while_writing_leaves_a_directory_the_rerun_repairs(
+    trust_workdir, monkeypatch
+):
+    """interv 0.2 left .interv-staging-*/ after a kill, and every rerun refused the
+    directory; a kill now leaves at most an unlocked .interv-tmp-* that the next claim
+    clears. Both are repaired: the in-place report is killed for real in a subprocess.
+    (The PNG figures are left out: seconds of drawing that this is not about.)"""
+    import interv.report.render as render
+
+    monkeypatch.setattr(render, "standard_figures", lambda report: {})
+    assert main(["report", "saved", "--out", "out"]) == 0
+    legacy = trust_workdir / "out" / ".interv-staging-abcd1234"
+    legacy.mkdir()
+    (legacy / "report.md").write_text("half")
+    assert main(["report", "out"]) == 0  # an in-place re-render; the old staging cleared
+    assert not legacy.exists()
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        import interv._outputs as outputs
+        import interv.report.render as render
+        render.standard_figures = lambda report: {}
+        real = outputs._write_all
+        def killed(fd, data):  # half the first file written, then the process is killed
+            real(fd, data[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        outputs._write_all = killed
+        from interv.cli import main
+        sys.exit(main(["report", "out"]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=trust_workdir, check=False)
+    assert done.returncode == -signal.SIGKILL
+    left = [p.name for p in (trust_workdir / "out").iterdir() if p.name.startswith(".interv-tmp")]
+    assert left, "the kill came before any temporary was written"
+    assert main(["report", "out"]) == 0
+    names = sorted(p.name for p in (trust_workdir / "out").iterdir())
+    assert not [n for n in names if n.startswith(".interv-tmp")] and "report.html" in names
+    assert _report_of(trust_workdir / "out") == _report_of(trust_workdir / "saved")
+
+
+def _report_of(directory: Path) -> Any:
+    return interv.Report.from_dict(json.loads((directory / "report.json").read_text()))
+
+
+def test_a_full_disk_during_a_demo_explains_itself_and_leaves_nothing(trust_workdir, monkeypatch):
+    import interv._outputs as outputs
+    import interv.report.render as render
+    from interv.demo import run_demo
+
+    monkeypatch.setattr(render, "standard_figures", lambda report: {})  # seconds of drawing
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(outputs, "_write_all", full)
+    with pytest.raises(IntervError, match=r"cannot write .*disk is full: free some space and run"):
+        run_demo(out="fulldisk", n_prompts=2, layers=[1], n_bootstrap=10, progress=False)
+    assert not (trust_workdir / "fulldisk").exists()
+
+
+def test_a_full_disk_during_a_sweep_stops_it_and_the_rerun_resumes(trust_workdir, monkeypatch):
+    from interv.sweeps import load_sweep, run_sweep
+    from interv.sweeps.store import SweepStore
+
+    (trust_workdir / "two.toml").write_text(
+        _sweep_config(task='name = "induction"\nn_pairs = 2', sweep="unit_size = 2")
+    )
+    append = SweepStore.append
+    calls = []
+
+    def full_on_the_second(self, record):
+        calls.append(record["unit"])
+        if len(calls) == 2:
+            raise IntervError(
+                outputs_failure(OSError(errno.ENOSPC, "No space left on device"), "units.jsonl")
+            )
+        append(self, record)
+
+    monkeypatch.setattr(SweepStore, "append", full_on_the_second)
+    with pytest.raises(IntervError, match=r"disk is full: .*a sweep resumes where it stopped"):
+        run_sweep("two.toml", "full", progress=False)
+    manifest = json.loads((trust_workdir / "full" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "disk is full" in manifest["error"]
+    monkeypatch.setattr(SweepStore, "append", append)
+    result = run_sweep("two.toml", "full", progress=False)
+    assert result.n_interventions == 8 and load_sweep("full").n_interventions == 8
+
+
+def outputs_failure(error: OSError, path: str) -> str:
+    from interv._outputs import failure
+
+    return str(failure(error, path))
+
+
+def test_a_complete_sweep_missing_a_unit_or_its_baselines_is_completed_by_its_command(
+    trust_workdir, capsys
+):
+    from interv.sweeps import load_sweep
+
+    (trust_workdir / "four.toml").write_text(
+        _sweep_config(task='name = "induction"\nn_pairs = 2', sweep="unit_size = 2")
+    )
+    assert main(["sweep", "four.toml", "--out", "done", "--quiet"]) == 0
+    whole = load_sweep("done")
+    units = trust_workdir / "done" / "units.jsonl"
+    lines = units.read_text().splitlines(keepends=True)
+    units.write_text("".join(lines[1:]))  # a unit line lost
+    (trust_workdir / "done" / "baselines.json").unlink()  # and the baselines
+    assert main(["report", "done", "--out", "r"]) == 2
+    err = capsys.readouterr().err
+    command = re.search(r"`(interv sweep CONFIG\.toml --out done)`", err)
+    assert command, err
+    argv = command[1].replace("CONFIG.toml", "four.toml").split()[1:]
+    assert main([*argv, "--quiet"]) == 0  # the command the message names
+    repaired = load_sweep("done")
+    torch.testing.assert_close(repaired.values, whole.values, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(repaired.clean, whole.clean, atol=1e-5, rtol=1e-5)
+    manifest = json.loads((trust_workdir / "done" / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["computed_in_last_run"] == 1

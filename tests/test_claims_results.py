@@ -116,7 +116,50 @@ COLLAPSE = {
     "sink_mass_before",
     "sink_mass_after",
 }
-FIELDS = {"ablation": ABLATION, "pruning": PRUNING, "similarity": SIMILARITY, "collapse": COLLAPSE}
+SINKS = {
+    "model",
+    "n_heads",
+    "positional_embedding",
+    "key",
+    "eps",
+    "level",
+    "definition",
+    "inputs",
+}
+NORMS = {"model", "n_layers", "n_sentences", "prompt_lengths", "scope", "definition", "groups"}
+ROLLOUT = {
+    "model",
+    "task",
+    "n_prompts",
+    "n_positions",
+    "metric_unit",
+    "exact_semantics",
+    "rollout_caveat",
+    "definition",
+    "agreement",
+    "sink",
+}
+STREAMING = {
+    "model",
+    "text",
+    "positional_embedding",
+    "window",
+    "sink_tokens",
+    "unit",
+    "semantics",
+    "definition",
+    "variants",
+}
+FIELDS = {
+    "ablation": ABLATION,
+    "pruning": PRUNING,
+    "similarity": SIMILARITY,
+    "collapse": COLLAPSE,
+    "sinks": SINKS,
+    "norms": NORMS,
+    "rollout": ROLLOUT,
+    "streaming": STREAMING,
+}
 
 
 def test_shipped_results_hold_every_field_the_notebook_reads(shipped):
@@ -141,15 +184,38 @@ def test_shipped_results_hold_every_field_the_notebook_reads(shipped):
         for order in numbers["orders"].values():
             assert len(order["values"]) == len(order["ci_low"]) == len(numbers["ks"])
         assert [gap["k"] for gap in numbers["best_vs_worst"]] == numbers["ks"]
+    for part in (p for p in shipped["results"] if p.startswith("sinks_")):
+        for numbers in shipped["results"][part]["inputs"].values():
+            assert {"rate", "ci", "per_layer", "n_prompts", "length", "norm_ratio"} <= set(numbers)
+            assert set(numbers["norm_ratio"]) == {"key", "value"}
+    for part in (p for p in shipped["results"] if p.startswith("rollout_")):
+        for scope in ("with_sink", "without_sink"):
+            methods = shipped["results"][part]["agreement"][scope]
+            assert set(methods) == {"rollout", "raw_attention", "norm_contribution"}
+    for part in (p for p in shipped["results"] if p.startswith("streaming_")):
+        for variant in shipped["results"][part]["variants"].values():
+            assert {"full", "window", "first_token_hidden"} <= set(variant["conditions"])
     for part in (p for p in shipped["results"] if p.startswith("similarity_")):
         numbers = shipped["results"][part]
         for flip in numbers["flips"].values():
             assert {"rate", "ci", "n_flips", "n_ties", "n_triples", "sampled"} <= set(flip)
 
 
+def test_existing_parts_keep_their_hashes_when_parts_are_added(script):
+    # each part hashes only its own slice of the config: a new section leaves the others alone
+    extended = json.loads(json.dumps(script.CONFIG))
+    extended["streaming"]["window"] += 1
+    for part in script.part_names():
+        same = script.config_hash(script.part_config(part, extended)) == script.config_hash(
+            script.part_config(part)
+        )
+        assert same != part.startswith("streaming_"), part
+
+
 def test_shipped_results_are_small_and_the_notebook_reads_that_file(shipped):
+    # nine claims' numbers; the notebook and the package carry the file
     size = len(resources.files("interv.data").joinpath("claims.json").read_bytes())
-    assert size < 64 * 1024, f"{size} bytes"
+    assert size < 96 * 1024, f"{size} bytes"
     cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
     source = "".join("".join(cell["source"]) for cell in cells)
     assert 'resources.files("interv.data").joinpath("claims.json")' in source

@@ -2,14 +2,56 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+ROOT = Path(__file__).parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+RENDERED = ROOT / "docs" / "notebooks"
 REAL_MODELS = ("smollm2-135m", "minilm-l6")
+
+# A number the prose quotes from an output is written as a code span holding only the
+# number, e.g. `0.12` or `-9.97` or `61.2` (a trailing % is allowed): it must then appear in
+# the outputs of the notebook's code cells, printed the same way.
+QUOTED = re.compile(r"`([+-]?\d[\d,]*(?:\.\d+)?)%?`")
+
+
+def quoted_numbers(notebook) -> list[str]:
+    """Every number the notebook's Markdown cells quote (code spans holding only a number)."""
+    return [
+        number
+        for cell in notebook.cells
+        if cell.cell_type == "markdown"
+        for number in QUOTED.findall(cell.source)
+    ]
+
+
+def output_text(notebook) -> str:
+    """The text of every stream and plain-text output of the notebook's code cells."""
+    parts = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                parts.append(output.get("text", ""))
+            elif "text/plain" in output.get("data", {}):
+                parts.append(output["data"]["text/plain"])
+    return "\n".join(parts)
+
+
+def unmatched_quotes(notebook) -> list[str]:
+    """Quoted numbers that no output prints (a leading + may be left out of the prose)."""
+    text = output_text(notebook)
+    missing = []
+    for number in quoted_numbers(notebook):
+        digits = number.lstrip("+")
+        sign = "" if digits.startswith("-") else r"\+?"
+        if not re.search(rf"(?<![\d.]){sign}{re.escape(digits)}(?!\d)", text):
+            missing.append(number)
+    return missing
 
 
 def _executed(path: Path) -> pytest.param:
@@ -33,7 +75,7 @@ def test_notebook_is_stored_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", [_executed(path) for path in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path):
+def test_notebook_executes_and_its_quoted_numbers_are_its_outputs(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,
@@ -42,3 +84,33 @@ def test_notebook_executes(path, tmp_path):
         resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
+    assert not unmatched_quotes(notebook), f"{path.name}: quoted numbers no output prints"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_ends_with_exercises_checked_by_a_cell(path):
+    cells = nbformat.read(path, as_version=4).cells
+    headings = [
+        i for i, c in enumerate(cells) if c.cell_type == "markdown" and "## Exercises" in c.source
+    ]
+    assert headings, f"{path.name} has no '## Exercises' section"
+    after = cells[headings[-1] :]
+    checks = sum(c.source.count("check(") for c in after if c.cell_type == "code")
+    assert 2 <= checks <= 3, f"{path.name}: {checks} checked exercises (expected 2 or 3)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_rendered_copy_has_the_notebook_s_cells_and_its_outputs(path):
+    """docs/notebooks/ holds each notebook executed (``python docs/notebooks/render.py``):
+    the same cells, every code cell run, and the prose's quoted numbers in its outputs."""
+    rendered = RENDERED / path.name
+    assert rendered.is_file(), f"{rendered} is missing: run python docs/notebooks/render.py"
+    source = nbformat.read(path, as_version=4).cells
+    copy = nbformat.read(rendered, as_version=4)
+    assert [c.source for c in copy.cells] == [c.source for c in source], (
+        f"{rendered.name} is stale: run python docs/notebooks/render.py {path.name}"
+    )
+    code = [c for c in copy.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{rendered.name} not executed"
+    assert quoted_numbers(copy) == quoted_numbers(nbformat.read(path, as_version=4))
+    assert not unmatched_quotes(copy), f"{rendered.name}: quoted numbers no output prints"

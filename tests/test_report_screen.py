@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import interv
+from interv._inert import markdown_text
 from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, Screen
 from interv.engine.interventions import MeanAblation, ZeroAblation
 from interv.flags import ESTIMATED_FLAG
@@ -63,7 +64,8 @@ def test_the_audit_is_shown_in_every_format(report):
     assert summary.stopped_by == "one look"
     assert summary.label == "8 zero_ablation interventions"
     markdown = to_markdown(report)
-    assert "## Screens and their audits" in markdown and summary.sentence in markdown
+    assert "## Screens and their audits" in markdown
+    assert markdown_text(summary.sentence) in markdown
     assert "estimate ≈" in markdown
     page = page_fragment(report)
     assert "Screens and their audits (1)" in page

@@ -78,8 +78,10 @@ def test_bad_values_name_the_key_and_the_allowed_values(path, value, expected):
         ),
         (
             {"kind": "no_such_module_xyz:Kind"},
-            "sweep.interventions[0].kind: intervention kind 'no_such_module_xyz:Kind': module "
-            "'no_such_module_xyz' does not import",
+            "sweep.interventions[0].kind: intervention kind 'no_such_module_xyz:Kind' names "
+            "module 'no_such_module_xyz', which is not imported; interv does not import code a "
+            "config or a manifest names unless you allow it: pass --allow-import "
+            "no_such_module_xyz",
         ),
         (
             {"kind": "combined"},

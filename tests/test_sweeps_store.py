@@ -23,7 +23,16 @@ TASK = "0123456789abcdef"  # a task fingerprint
 
 
 def record(index: int, value: float = 1.5) -> dict:
-    return {"unit": f"u{index:05d}", "config_hash": CONFIG.config_hash, "values": [[value]]}
+    """A unit record as the sweep writes it (one intervention, one prompt)."""
+    return {
+        "unit": f"u{index:05d}",
+        "config_hash": CONFIG.config_hash,
+        "start": index,
+        "kinds": ["ZeroAblation"],
+        "descriptions": [f"unit {index}"],
+        "base_runs": ["clean"],
+        "values": [[value]],
+    }
 
 
 def test_new_directory_gets_a_running_manifest_with_versions_and_config(tmp_path):

@@ -13,6 +13,12 @@
 
 - :mod:`interv.analysis.pairwise`: pairwise ablations of heads and their interaction
   terms (do two heads back each other up?).
+- :mod:`interv.analysis.sinks`: Gu et al.'s sink rate of every head for one key, with that
+  key's key and value norms, and the special inputs (random tokens, one repeated token).
+- :mod:`interv.analysis.token_flow`: per layer, each token's attention by weight and by
+  norm (Kobayashi et al.), and attention rollout (a summary of weights, not causal).
+- :mod:`interv.analysis.text_effects`: next-token loss of a text under interventions (e.g. the
+  attention masks of :mod:`interv.engine.masks`), with intervals over chunks.
 - :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
   attribution patching, a first-order approximation of head patching, for screening.
 
@@ -48,6 +54,14 @@ _EXPORTS: dict[str, str] = {
     "head_interactions": "interv.analysis.pairwise",
     "HeadInteractions": "interv.analysis.pairwise",
     "pair_design": "interv.analysis.pairwise",
+    "sink_profile": "interv.analysis.sinks",
+    "SinkProfile": "interv.analysis.sinks",
+    "random_tokens": "interv.analysis.sinks",
+    "repeated_tokens": "interv.analysis.sinks",
+    "token_attention": "interv.analysis.token_flow",
+    "TokenAttention": "interv.analysis.token_flow",
+    "text_loss": "interv.analysis.text_effects",
+    "TextLoss": "interv.analysis.text_effects",
 }
 
 
@@ -80,4 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
         rank_heads,
     )
     from interv.analysis.similarity import HeadSimilarity, head_similarity
+    from interv.analysis.sinks import SinkProfile, random_tokens, repeated_tokens, sink_profile
+    from interv.analysis.text_effects import TextLoss, text_loss
+    from interv.analysis.token_flow import TokenAttention, token_attention
     from interv.engine.attribution import approximate_head_patching_scores

@@ -15,10 +15,12 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interv._checks import read_json
+from interv._inert import inert_frame
 from interv._outputs import claim_dir
 from interv.errors import IntervError
 
@@ -58,7 +60,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from interv.report.render import save_report  # torch: on use (CLI start-up)
+    from interv.report.render import write_report  # torch: on use (CLI start-up)
 
     directory = Path(args.directory)
     if not directory.exists():
@@ -68,6 +70,13 @@ def _run_report(args: argparse.Namespace) -> int:
             f"{str(directory)!r} is a file; expected a directory written by interv demo or "
             "interv sweep"
         )
+    for name in ("report.json", "manifest.json"):
+        if (directory / name).is_symlink():
+            raise IntervError(
+                f"{str(directory / name)!r} is a symbolic link; interv reads the files of a "
+                "directory it wrote only as the regular files it wrote (it never follows a "
+                "link there)"
+            )
     is_report = (directory / "report.json").is_file()
     if not is_report and not (directory / "manifest.json").is_file():
         raise IntervError(
@@ -87,49 +96,53 @@ def _run_report(args: argparse.Namespace) -> int:
     except IntervError as error:
         if args.out is not None:
             raise
-        raise IntervError(f"{error}; to render the report elsewhere pass --out DIR") from None
+        killed = "" if is_report else " (a sweep killed mid-run lists its files again when its "
+        killed += "" if is_report else "command is rerun)"
+        raise IntervError(
+            f"{error}; to render the report elsewhere pass --out DIR{killed}"
+        ) from None
     with output:
         if not is_report:
             from interv.report.sweep import report_from_sweep  # torch: on use (CLI start-up)
 
             report = report_from_sweep(directory)
-        with output.staging() as folder:
-            if args.csv or args.parquet:
-                written = _write_tables(report, directory, folder, args.csv, args.parquet)
-            else:
-                written = save_report(report, folder)
+        if args.csv or args.parquet:
+            files = _table_files(report, directory, args.csv, args.parquet)
+            written = {name: output.write_bytes(name, data) for name, data in files.items()}
+        else:
+            written = write_report(report, output)
     if args.csv or args.parquet:
         _print_tables(report, output.path, written)
         return 0
-    paths = {key: output.path / path.name for key, path in written.items()}
-    _print_summary(report, paths, None)
+    _print_summary(report, written, None)
     return 0
 
 
-def _write_tables(
-    report: Report, directory: Path, folder: Path, csv: bool, parquet: bool
-) -> dict[str, Path]:
-    """Write ``rows`` (and, for a sweep, ``effects``) as CSV and/or Parquet into ``folder``;
-    returns the written files by name."""
+def _table_files(report: Report, directory: Path, csv: bool, parquet: bool) -> dict[str, bytes]:
+    """``rows`` (and, for a sweep, ``effects``) as CSV and/or Parquet bytes, by file name.
+    CSV text cells that would start a spreadsheet formula are quoted; numeric columns stay
+    numeric (:func:`interv._inert.csv_cell`)."""
     frames = {"rows": report.to_pandas()}
     if (directory / "manifest.json").is_file():
         from interv.sweeps.collect import load_sweep  # torch: on use (CLI start-up)
 
         frames["effects"] = load_sweep(directory).to_pandas()
-    written = {}
+    files = {}
     for name, frame in frames.items():
         if csv:
-            written[f"{name}.csv"] = folder / f"{name}.csv"
-            frame.to_csv(written[f"{name}.csv"], index=False)
+            # RFC 4180 line ends, so a cell holding a line break (\r included) is quoted
+            text = inert_frame(frame).to_csv(index=False, lineterminator="\r\n")
+            files[f"{name}.csv"] = text.encode("utf-8")
         if parquet:
-            written[f"{name}.parquet"] = folder / f"{name}.parquet"
+            buffer = io.BytesIO()
             try:
-                frame.to_parquet(written[f"{name}.parquet"], index=False)
+                frame.to_parquet(buffer, index=False)
             except ImportError as error:
                 raise IntervError(
                     f"--parquet needs a Parquet engine for pandas: pip install pyarrow ({error})"
                 ) from error
-    return written
+            files[f"{name}.parquet"] = buffer.getvalue()
+    return files
 
 
 def _print_tables(report: Report, out: Path, written: dict[str, Path]) -> None:

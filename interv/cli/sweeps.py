@@ -8,6 +8,10 @@
   :mod:`interv.sweeps.screened`).
 - ``interv sweep-merge DIR... --out DIR`` merges the shard directories of one sweep.
 
+A config's ``kind = "module:Class"`` imports ``module`` only with ``--allow-import module``
+(said on stderr before the import); ``sweep-merge`` and ``interv report`` read the
+manifests of received directories as data and import nothing they name.
+
 Both end with a one-line summary on stdout (unless ``--quiet``); the progress bar is
 drawn on stderr only when it is a terminal. :func:`register` adds the commands to the
 ``interv`` parser (handlers are stored as ``args.handler``).
@@ -16,10 +20,12 @@ drawn on stderr only when it is a terminal. :func:`register` adds the commands t
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from interv.engine.results import InterventionResult
+    from interv.sweeps.config import SweepConfig
 
 __all__ = ["register"]
 
@@ -71,32 +77,40 @@ def _alpha(text: str) -> float | str:
         ) from None
 
 
-def _config(args: argparse.Namespace) -> object:
-    """The config file, with ``[sweep.screen]`` set when a screen flag is given."""
-    from interv.sweeps.config import load_config, with_screen  # torch: on use (CLI start-up)
+def _screened(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
+    """``config`` with ``[sweep.screen]`` set when a screen flag is given."""
+    from interv.sweeps.config import with_screen  # torch: on use (CLI start-up)
 
     given = {key: getattr(args, key) for key in _SCREEN_FLAGS if getattr(args, key) is not None}
     if given.get("alpha") == _ONE_LOOK:
         given["alpha"] = None
     if not args.screen and not given:
-        return args.config
-    return with_screen(load_config(args.config), **given)
+        return config
+    return with_screen(config, **given)
+
+
+def _say_import(module: str) -> None:
+    """Shown before interv imports a module a config names (allowed by --allow-import)."""
+    print(f"interv: importing module {module!r} (allowed by --allow-import)", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from interv.sweeps.execute import as_config  # torch: on use (CLI start-up)
     from interv.sweeps.store import read_manifest  # torch: on use (CLI start-up)
 
     progress = False if args.quiet else None
+    config = as_config(args.config, allow_import=args.allow_import, on_import=_say_import)
+    config = _screened(config, args)
     if args.executor == "ray":
         from interv.sweeps.ray_executor import run_sweep_ray  # torch: on use (CLI start-up)
 
         result = run_sweep_ray(
-            _config(args), args.out, n_workers=args.workers, shard=args.shard, progress=progress
+            config, args.out, n_workers=args.workers, shard=args.shard, progress=progress
         )
     else:
         from interv.sweeps.execute import run_sweep  # torch: on use (CLI start-up)
 
-        result = run_sweep(_config(args), args.out, shard=args.shard, progress=progress)
+        result = run_sweep(config, args.out, shard=args.shard, progress=progress)
     if not args.quiet:
         print(_summary(result, args.out, read_manifest(args.out)))
     return 0
@@ -164,6 +178,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--budget", type=int, default=None, metavar="N", help="most exact evaluations"
     )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
+    sweep.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="let a kind named by import path ('MODULE:Class') import MODULE (or a module "
+        "below it); repeat for several. Without it interv imports no module a config names",
+    )
     sweep.set_defaults(handler=_run)
 
     merge = subparsers.add_parser(

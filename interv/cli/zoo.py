@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interv._outputs import claim_dir
 from interv.zoo import _registry
 from interv.zoo._registry import BackcopyAccuracy, EntropyChangeRecord, TaskAccuracy, card
 
@@ -109,9 +108,9 @@ def _train(args: argparse.Namespace) -> int:
 
     card(args.name)  # an unknown name fails here, naming the zoo's models
     out = Path(args.out) if args.out is not None else Path("interv-zoo") / args.name
-    # checked before the ~3 minutes of training; files appear only when training succeeds
-    with claim_dir(out, what="--out", by="interv zoo train") as output, output.staging() as folder:
-        zoo_card = train(args.name, folder)
+    # train() claims the directory before the ~3 minutes of training; files appear only
+    # when training succeeds
+    zoo_card = train(args.name, out)
     roles = ", ".join(f"{role.role} {role.label}" for role in zoo_card.roles)
     print(
         f"trained {zoo_card.name} into {out} in {zoo_card.training_wall_s:.0f} s (wall clock); "

@@ -9,6 +9,10 @@ float64 whatever the input dtype.
   max weight, top-k mass, number of available keys;
 - :mod:`~interv.metrics.sink`: the exact grouping split of a row's entropy into sink
   and content parts, and of an entropy change between two conditions;
+- :mod:`~interv.metrics.sink_heads`: Gu et al.'s sink score of a key and the share of heads
+  above a threshold (``Sink_k^eps``), over ``[..., query, key]`` rows;
+- :mod:`~interv.metrics.rollout`: attention rollout through the layers (a summary of the
+  weights, not a causal effect);
 - :mod:`~interv.metrics.compositional`: clr, Aitchison distance and its orthogonal
   sink/content split;
 - :mod:`~interv.metrics.compare`: row comparison (cosine, Jensen-Shannon, Aitchison)
@@ -39,6 +43,11 @@ _EXPORTS: dict[str, str] = {
     "entropy_change": "interv.metrics.sink",
     "mean_entropy_change": "interv.metrics.sink",
     "sink_split": "interv.metrics.sink",
+    "GU_EPS": "interv.metrics.sink_heads",
+    "SinkRate": "interv.metrics.sink_heads",
+    "sink_rate": "interv.metrics.sink_heads",
+    "sink_scores": "interv.metrics.sink_heads",
+    "attention_rollout": "interv.metrics.rollout",
 }
 
 
@@ -63,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
         normalized_entropy,
         top_k_mass,
     )
+    from interv.metrics.rollout import attention_rollout
     from interv.metrics.sink import (
         EntropyChange,
         SinkSplit,
@@ -70,3 +80,4 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
         mean_entropy_change,
         sink_split,
     )
+    from interv.metrics.sink_heads import GU_EPS, SinkRate, sink_rate, sink_scores

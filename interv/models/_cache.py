@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from interv.errors import IntervError
+
 __all__ = ["cache_root", "ensure_cached_dir", "report_progress"]
 
 CACHE_ENV_VAR = "INTERV_CACHE"
@@ -73,7 +75,18 @@ def _exclusive(lock_path: Path, *, waiting_for: str) -> Iterator[bool]:
     except ImportError:  # no advisory locks here; the atomic rename still protects
         yield False
         return
-    with open(lock_path, "a") as handle:
+    # never through a link: a link planted at the lock's name would otherwise be opened
+    # (and, dangling, create its target)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        descriptor = os.open(lock_path, flags, 0o644)
+    except OSError as error:
+        raise IntervError(
+            f"cannot open the cache lock {str(lock_path)!r}: {error.strerror or error} (a "
+            f"symbolic link there is refused); remove it or set {CACHE_ENV_VAR} to another "
+            "directory"
+        ) from None
+    with os.fdopen(descriptor, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -4,8 +4,11 @@ All formats carry the same content: the scope header, the flag rules, the most
 instructive rows, one row per (site, intervention) with the effect beside the head's
 concentration, and the concentration/causation agreement with its caveat. HTML is the
 explorable page of :mod:`interv.report.page` (self-contained: script, style and PNG
-figures inlined). JSON writes NaN as null. :func:`save_report` writes every format into
-one directory.
+figures inlined; every text escaped). JSON writes NaN as null. Markdown escapes HTML and
+link brackets in every text that comes from a task, a model or a kind; CSV quotes a cell
+that a spreadsheet would run as a formula, numbers staying numbers (:mod:`interv._inert`).
+:func:`save_report` writes every format into one directory, never over a file interv did
+not write unless asked to (``overwrite=True``).
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interv._inert import csv_cell, markdown_text
+from interv._outputs import OutputDir, claim_files
 from interv.analysis.concentration import METRICS
+from interv.errors import IntervError
 from interv.report.page import to_page
 from interv.report.plots import standard_figures
 from interv.report.views import agreement_cells, header_lines, row_cells, row_columns
@@ -27,22 +34,38 @@ if TYPE_CHECKING:
 
     from interv.report.table import Report
 
-__all__ = ["save_report", "to_csv", "to_html", "to_json", "to_markdown"]
+__all__ = [
+    "report_files",
+    "save_report",
+    "to_csv",
+    "to_html",
+    "to_json",
+    "to_markdown",
+    "write_report",
+]
 
 
 def _md_table(columns: list[str], rows: list[list[str]]) -> str:
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(markdown_text(c) for c in cells) + " |"
 
-    return "\n".join([line(columns), line(["---"] * len(columns)), *[line(r) for r in rows]])
+    separator = "| " + " | ".join(["---"] * len(columns)) + " |"
+    return "\n".join([line(columns), separator, *[line(r) for r in rows]])
 
 
 def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
-    """The report as Markdown; ``images`` maps a caption to an image path or URI."""
-    parts = [f"# interv report: {report.header.model} on {report.header.task}", "", "## Scope", ""]
-    parts += [f"- **{key}**: {value}" for key, value in header_lines(report)]
+    """The report as Markdown; ``images`` maps a caption to an image path or URI.
+
+    Every text that comes from the report's data (model and task names, sentences,
+    notes, table cells) goes through :func:`interv._inert.markdown_text`: it cannot open
+    an HTML tag, a link or an image, nor break the document's structure.
+    """
+    md = markdown_text
+    h = report.header
+    parts = [f"# interv report: {md(h.model)} on {md(h.task)}", "", "## Scope", ""]
+    parts += [f"- **{md(key)}**: {md(value)}" for key, value in header_lines(report)]
     parts += ["", "## Flags and their rules", ""]
-    parts += [f"- **{flag}**: {rule}" for flag, rule in report.rules_text.items()]
+    parts += [f"- **{md(flag)}**: {md(rule)}" for flag, rule in report.rules_text.items()]
     parts += [
         "",
         "## Most instructive rows",
@@ -50,7 +73,7 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
         "Largest disagreement between concentration rank and |effect| rank:",
         "",
     ]
-    parts += [f"{i}. {why}" for i, (_, why) in enumerate(report.instructive(), start=1)]
+    parts += [f"{i}. {md(why)}" for i, (_, why) in enumerate(report.instructive(), start=1)]
     parts += ["", "## Effects beside concentration", ""]
     parts += [_md_table(row_columns(report), [row_cells(report, r) for r in report.rows])]
     columns, rows = agreement_cells(report)
@@ -58,21 +81,21 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
         "",
         "## Agreement between concentration and causation",
         "",
-        report.agreement_caveat,
+        md(report.agreement_caveat),
         "",
     ]
     parts += [_md_table(columns, rows) if rows else "No kind has 3 or more heads: no agreement."]
     for table in report.section_tables():
-        parts += ["", f"## {table.title}", "", table.intro, ""]
+        parts += ["", f"## {md(table.title)}", "", md(table.intro), ""]
         parts += [_md_table(list(table.columns), [list(row) for row in table.rows])]
     if report.screens:
         parts += ["", "## Screens and their audits", ""]
-        parts += [f"- {summary.sentence}" for summary in report.screens]
+        parts += [f"- {md(summary.sentence)}" for summary in report.screens]
     for note in report.notes:
-        parts += ["", f"> {note}"]
+        parts += ["", f"> {md(note)}"]
     if images:
         parts += ["", "## Figures", ""]
-        parts += [f"![{caption}]({uri})" for caption, uri in images.items()]
+        parts += [f"![{md(caption)}]({uri})" for caption, uri in images.items()]
     return "\n".join(parts) + "\n"
 
 
@@ -110,7 +133,9 @@ def to_json(report: Report) -> str:
 
 
 def to_csv(report: Report) -> str:
-    """One CSV line per row; column names carry units."""
+    """One CSV line per row; column names carry units. A text cell that a spreadsheet
+    would read as a formula is prefixed with ``'``; numbers are written as numbers
+    (:func:`interv._inert.csv_cell`)."""
     h = report.header
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -138,69 +163,131 @@ def to_csv(report: Report) -> str:
         "n_prompts",
         "metric",
     ]
-    writer.writerow(columns)
+    writer.writerow([csv_cell(c) for c in columns])
     for r in report.rows:
         conc = [None] * len(METRICS) if r.concentration is None else list(r.concentration.values())
-        writer.writerow(
-            [
-                r.index,
-                None if r.site is None else r.site.component,
-                None if r.site is None else r.site.layer,
-                None if r.site is None else r.site.head,
-                ""
-                if r.site is None or r.site.positions is None
-                else " ".join(map(str, r.site.positions)),
-                r.kind,
-                r.semantics,
-                r.status,
-                r.base_run,
-                r.effect_mean,
-                r.effect_ci_low,
-                r.effect_ci_high,
-                r.effect_std,
-                r.effect_min,
-                r.effect_max,
-                r.recovery,
-                *conc,
-                "; ".join(r.flags),
-                h.model,
-                h.task,
-                h.n_prompts,
-                h.metric_name,
-            ]
-        )
+        cells = [
+            r.index,
+            None if r.site is None else r.site.component,
+            None if r.site is None else r.site.layer,
+            None if r.site is None else r.site.head,
+            ""
+            if r.site is None or r.site.positions is None
+            else " ".join(map(str, r.site.positions)),
+            r.kind,
+            r.semantics,
+            r.status,
+            r.base_run,
+            r.effect_mean,
+            r.effect_ci_low,
+            r.effect_ci_high,
+            r.effect_std,
+            r.effect_min,
+            r.effect_max,
+            r.recovery,
+            *conc,
+            "; ".join(r.flags),
+            h.model,
+            h.task,
+            h.n_prompts,
+            h.metric_name,
+        ]
+        writer.writerow([csv_cell(c) for c in cells])
     return buffer.getvalue()
 
 
+_REPORT_FILES = {
+    "markdown": "report.md",
+    "html": "report.html",
+    "json": "report.json",
+    "csv": "report.csv",
+}
+_FIGURE_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def _extra_figures(figures: dict[str, Figure] | None) -> dict[str, Figure]:
+    extra = dict(figures or {})
+    for stem in extra:
+        if not isinstance(stem, str) or not _FIGURE_STEM.match(stem) or stem.startswith("report"):
+            raise IntervError(
+                f"figure name {stem!r} must be a plain file stem (letters, digits, '_', '.', "
+                "'-'; not a path, not starting with 'report')"
+            )
+    return extra
+
+
+def report_files(
+    report: Report, figures: dict[str, Figure] | None = None
+) -> dict[str, tuple[str, bytes]]:
+    """Every file of a saved report, rendered in memory: format (``"markdown"``,
+    ``"html"``, ``"json"``, ``"csv"``, ``"figure:<stem>"``) -> (file name, bytes).
+
+    ``figures``: extra figures (file stem -> Figure) beside the standard ones; a stem is
+    a plain name (letters, digits, ``_``, ``.``, ``-``), never a path.
+    """
+    extra = _extra_figures(figures)
+    all_figures = {**standard_figures(report), **extra}
+    files: dict[str, tuple[str, bytes]] = {}
+    for stem, figure in all_figures.items():
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=100)
+        files[f"figure:{stem}"] = (f"{stem}.png", buffer.getvalue())
+    texts = {
+        "markdown": to_markdown(report, images={s: f"{s}.png" for s in all_figures}),
+        "html": to_html(report, figures=all_figures),
+        "json": to_json(report),
+        "csv": to_csv(report),
+    }
+    for key, text in texts.items():
+        files[key] = (_REPORT_FILES[key], text.encode("utf-8"))
+    return files
+
+
+def write_report(
+    report: Report, output: OutputDir, *, figures: dict[str, Figure] | None = None
+) -> dict[str, Path]:
+    """Render every file of the report (:func:`report_files`), then write each into the
+    claimed directory ``output`` (:meth:`interv._outputs.OutputDir.write_bytes`: atomic,
+    recorded as interv's). Returns format -> written path."""
+    files = report_files(report, figures)
+    return {key: output.write_bytes(name, data) for key, (name, data) in files.items()}
+
+
 def save_report(
-    report: Report, directory: str | Path, *, figures: dict[str, Figure] | None = None
+    report: Report,
+    directory: str | Path,
+    *,
+    figures: dict[str, Figure] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``report.json``, ``report.csv`` and PNG figures.
 
+    interv's no-overwrite rule holds here as on the command line: each file must be new,
+    or one interv wrote there and nobody changed since (listed with its hash in the
+    directory's ``.interv-files.json``); anything else is refused (the report's own names
+    before anything is rendered), and a refused or failed save removes the files it had
+    written. Other files in the directory are left alone. Every file is written through
+    :func:`interv._outputs.write_file` (never through a link).
+
     Args:
         report: the report.
-        directory: created if missing; existing report files are overwritten.
+        directory: created if missing.
         figures: extra figures (file stem -> Figure) beside the standard ones.
+        overwrite: True replaces the report's files whoever wrote them (still never a
+            link or a directory at those names).
 
     Returns:
         Format (``"markdown"``, ``"html"``, ``"json"``, ``"csv"``, ``"figure:<stem>"``)
         -> written path.
+
+    Raises:
+        IntervError: a file of someone else's at one of the report's names, a directory
+            that cannot be created or written, or a full disk (nothing half-written kept).
     """
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    all_figures = {**standard_figures(report), **(figures or {})}
-    paths: dict[str, Path] = {}
-    for stem, figure in all_figures.items():
-        path = out / f"{stem}.png"
-        figure.savefig(path, dpi=100)
-        paths[f"figure:{stem}"] = path
-    texts = {
-        "markdown": ("report.md", to_markdown(report, images={s: f"{s}.png" for s in all_figures})),
-        "html": ("report.html", to_html(report, figures=all_figures)),
-        "json": ("report.json", to_json(report)),
-        "csv": ("report.csv", to_csv(report)),
-    }
-    for key, (name, text) in texts.items():
-        (out / name).write_text(text, encoding="utf-8")
-        paths[key] = out / name
-    return paths
+    names = [*_REPORT_FILES.values(), *[f"{stem}.png" for stem in _extra_figures(figures)]]
+    output = claim_files(
+        directory, names, what="report file", by="interv save_report", overwrite=overwrite
+    )
+    with output:  # the standard figures' names are checked as they are written
+        files = report_files(report, figures)
+        return {key: output.write_bytes(name, data) for key, (name, data) in files.items()}

@@ -24,13 +24,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interv import __version__
+from interv._checks import from_json
 from interv._pandas import positions_text, require_pandas
-from interv.analysis.concentration import METRICS
+from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.analysis.pairwise import COMPENSATION, head_interactions
 from interv.audit import ESTIMATED
 from interv.engine.registry import kind_of
@@ -41,13 +43,12 @@ from interv.flags import ESTIMATED_FLAG, FlagRules
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
 from interv.report.flags import assign_flags
 from interv.report.page import page_fragment
-from interv.report.render import to_markdown
+from interv.report.render import save_report, to_markdown
 from interv.report.screens import ScreenSummary, estimate_note, summarize
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
     DIRECT_OPPOSED,
     DecompositionRow,
-    Estimate,
     InteractionRow,
     PathRow,
     SectionTable,
@@ -61,8 +62,8 @@ from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
     import pandas
+    from matplotlib.figure import Figure
 
-    from interv.analysis.concentration import HeadConcentration
     from interv.engine.interventions import Intervention
 
 __all__ = ["Report", "ReportHeader", "ReportRow", "build_report"]
@@ -295,88 +296,9 @@ class Report:
                 f"got {type(data).__name__}"
             )
         try:
-            header = ReportHeader(
-                **{**data["header"], "sink_positions": tuple(data["header"]["sink_positions"])}
-            )
-            rows = tuple(
-                ReportRow(
-                    **{
-                        **row,
-                        "site": _site_from_dict(row["site"]),
-                        "concentration": _nan_for_none(row["concentration"]),
-                        "concentration_std": _nan_for_none(row["concentration_std"]),
-                        "flags": tuple(row["flags"]),
-                        "per_prompt_effect": tuple(row["per_prompt_effect"]),
-                    }
-                )
-                for row in data["rows"]
-            )
-            return cls(
-                header=header,
-                rows=rows,
-                flag_rules=FlagRules(**data["flag_rules"]),
-                rules_text=dict(data["rules_text"]),
-                agreement=tuple(
-                    Agreement(
-                        **{
-                            **entry,
-                            **_nan_for_none({k: entry[k] for k in ("rho", "ci_low", "ci_high")}),
-                        }
-                    )
-                    for entry in data["agreement"]
-                ),
-                agreement_caveat=data["agreement_caveat"],
-                notes=tuple(data["notes"]),
-                decomposition=tuple(
-                    DecompositionRow(
-                        **{
-                            **row,
-                            **{k: _estimate(row[k]) for k in ("total", "direct", "indirect")},
-                            "flags": tuple(row["flags"]),
-                            **_nan_for_none(
-                                {k: row[k] for k in ("normalized_entropy", "sink_mass")}
-                            ),
-                        }
-                    )
-                    for row in data.get("decomposition", ())
-                ),
-                paths=tuple(
-                    PathRow(
-                        **{
-                            **row,
-                            "effect": _estimate(row["effect"]),
-                            "receivers": tuple(row["receivers"]),
-                            **{
-                                k: tuple(math.nan if v is None else v for v in row[k])
-                                for k in ("receivers_normalized_entropy", "receivers_sink_mass")
-                            },
-                            **_nan_for_none(
-                                {
-                                    k: row[k]
-                                    for k in (
-                                        "recovery",
-                                        "sender_normalized_entropy",
-                                        "sender_sink_mass",
-                                    )
-                                }
-                            ),
-                        }
-                    )
-                    for row in data.get("paths", ())
-                ),
-                interactions=tuple(
-                    InteractionRow(**{**row, "interaction": _estimate(row["interaction"])})
-                    for row in data.get("interactions", ())
-                ),
-                interaction_semantics=data.get("interaction_semantics", ""),
-                screens=tuple(
-                    ScreenSummary(**_nan_for_none(summary)) for summary in data.get("screens", ())
-                ),
-            )
-        except KeyError as error:
-            raise IntervError(f"not a saved interv report: missing field {error}") from None
-        except (TypeError, ValueError, AttributeError) as error:
-            raise IntervError(f"not a saved interv report: a malformed field ({error})") from None
+            return from_json(cls, data, "report")
+        except IntervError as error:
+            raise IntervError(f"not a saved interv report: {error}") from None
 
     def section_tables(self) -> tuple[SectionTable, ...]:
         """The joined sections (decomposition, paths, interactions) as renderable tables."""
@@ -388,6 +310,17 @@ class Report:
             self.header.metric_unit,
             self.header.ci_level,
         )
+
+    def save(
+        self,
+        directory: str | Path,
+        *,
+        figures: dict[str, Figure] | None = None,
+        overwrite: bool = False,
+    ) -> dict[str, Path]:
+        """Write the report's files into ``directory``: :func:`interv.report.render.save_report`
+        (each file new or interv's own unchanged one; ``overwrite=True`` replaces them)."""
+        return save_report(self, directory, figures=figures, overwrite=overwrite)
 
     def _repr_markdown_(self) -> str:
         return to_markdown(self)
@@ -458,28 +391,26 @@ class Report:
         return frame
 
 
-def _estimate(data: dict[str, Any]) -> Estimate:
-    return Estimate(**_nan_for_none(data))
-
-
-def _site_from_dict(data: dict[str, Any] | None) -> Site | None:
-    """A saved row's site (None: the row is not filed under one site)."""
-    return None if data is None else Site.from_dict(data)
-
-
-def _nan_for_none(values: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Strict JSON writes NaN as null; read those nulls back as NaN."""
-    if values is None:
-        return None
-    return {k: math.nan if v is None else v for k, v in values.items()}
-
-
 def _combine(
     effects: InterventionResult | Sequence[InterventionResult],
 ) -> tuple[InterventionResult, ...]:
-    results = (effects,) if hasattr(effects, "values") else tuple(effects)
+    if isinstance(effects, InterventionResult):
+        results: tuple[Any, ...] = (effects,)
+    elif isinstance(effects, Sequence) and not isinstance(effects, str | bytes):
+        results = tuple(effects)
+    else:
+        raise IntervError(
+            "build_report's effects must be an InterventionResult (from interv.run or "
+            f"interv.load_sweep) or a list of them; got {type(effects).__name__}"
+        )
     if not results:
         raise IntervError("build_report needs at least one InterventionResult; got none")
+    wrong = [i for i, r in enumerate(results) if not isinstance(r, InterventionResult)]
+    if wrong:
+        raise IntervError(
+            f"build_report's effects must all be InterventionResults; item {wrong[0]} is a "
+            f"{type(results[wrong[0]]).__name__}"
+        )
     first = results[0]
     for other in results[1:]:
         if (other.scope, other.metric) != (first.scope, first.metric):
@@ -542,6 +473,16 @@ def build_report(
             model or another number of prompts, or a wrong number of interventions.
     """
     results = _combine(effects)
+    if not isinstance(concentration, HeadConcentration):
+        raise IntervError(
+            "build_report's concentration must be a HeadConcentration (from "
+            f"interv.concentration on the same model and prompts); got "
+            f"{type(concentration).__name__}"
+        )
+    if flag_rules is not None and not isinstance(flag_rules, FlagRules):
+        raise IntervError(
+            f"flag_rules must be an interv.flags.FlagRules; got {type(flag_rules).__name__}"
+        )
     rules = FlagRules() if flag_rules is None else flag_rules
     scope = results[0].scope
     metric = results[0].metric

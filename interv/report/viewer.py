@@ -28,8 +28,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
-import secrets
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -504,30 +502,11 @@ def _preview(tokens: tuple[str, ...], real: torch.Tensor, limit: int = 48) -> st
 
 
 def _write(path: str | Path, produce: Callable[[], bytes], overwrite: bool, what: str) -> Path:
-    """Claim ``path`` (unless ``overwrite``), then write what ``produce`` returns atomically."""
-    path = Path(path).expanduser()
-    if overwrite:
-        if path.is_dir():
-            raise IntervError(f"{what} {str(path)!r} is a directory; expected a file name")
-        return _write_plain(path, produce())
-    with claim_file(path, what=what, by="interv view_attention") as out:
-        return out.write_bytes(path.name, produce())
-
-
-def _write_plain(path: Path, data: bytes) -> Path:
-    """Atomic write without the authorship check (``overwrite=True``): a temporary created
-    exclusively beside the target (a new random name, never through a link; its mode
-    follows the umask), then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    try:
-        with temporary.open("xb") as stream:
-            stream.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
+    """Claim ``path`` (a new file, or interv's own unchanged one; ``overwrite=True``: any
+    regular file, never a link or a directory), then write what ``produce`` returns with
+    interv's one safe-write primitive (:func:`interv._outputs.write_file`)."""
+    with claim_file(path, what=what, by="interv view_attention", overwrite=overwrite) as out:
+        return out.write_bytes(Path(path).expanduser().name, produce())
 
 
 def _effects_of(result: Any) -> Report | tuple[InterventionResult, ...] | None:

@@ -19,13 +19,21 @@ from typing import Any
 
 import torch
 
+from interv._checks import from_json
 from interv.engine.results import InterventionResult, MetricInfo, Scope
 from interv.engine.sites import Site
 from interv.errors import IntervError
-from interv.sweeps.config import config_diff, parse_config
-from interv.sweeps.plan import Shard, unit_id
+from interv.sweeps.config import config_diff, stored_config
+from interv.sweeps.plan import unit_id
 from interv.sweeps.screened import assemble_screened
-from interv.sweeps.store import SweepStore, read_baselines, read_manifest, read_units
+from interv.sweeps.store import (
+    SweepStore,
+    expected_units,
+    read_baselines,
+    read_manifest,
+    read_units,
+    rerun_advice,
+)
 
 __all__ = ["load_sweep", "merge_sweeps"]
 
@@ -41,34 +49,40 @@ def load_sweep(directory: str | Path) -> InterventionResult:
             (an interrupted sweep: rerun the same command to resume it).
     """
     manifest = read_manifest(directory)
-    n_units = manifest["n_units"]
-    if n_units is None:
+    expected = expected_units(manifest)
+    if expected is None:
         raise IntervError(
             f"sweep directory {str(directory)!r} has no planned units yet (interrupted before "
-            "the model was loaded); rerun the same command to resume it"
+            f"the model was loaded); {rerun_advice(directory, manifest)}"
         )
     if "screen" in manifest["config"]["sweep"]:
         baselines = read_baselines(directory)
         records = read_units(directory, manifest["config_hash"])
         if baselines is None:
             raise IntervError(
-                f"screened sweep directory {str(directory)!r} has no finished entry yet; rerun "
-                "the same command to resume it"
+                f"screened sweep directory {str(directory)!r} has no finished entry yet; "
+                f"{rerun_advice(directory, manifest)}"
             )
-        return assemble_screened(records, n_units, baselines)
-    shard = None if manifest["shard"] is None else Shard.parse(manifest["shard"])
-    expected = [unit_id(k) for k in range(n_units) if shard is None or shard.owns(k)]
+        return assemble_screened(records, manifest["n_units"], baselines)
     records = read_units(directory, manifest["config_hash"])
     missing = [uid for uid in expected if uid not in records]
-    if missing:
-        raise IntervError(
-            f"sweep directory {str(directory)!r} misses {len(missing)} of its {len(expected)} "
-            f"units (first: {missing[:3]}); rerun the same command to resume it"
-        )
     baselines = read_baselines(directory)
-    if baselines is None:
-        raise IntervError(f"sweep directory {str(directory)!r} has units but no baselines.json")
-    return _assemble([records[uid] for uid in expected], baselines)
+    if missing or baselines is None:
+        lacks = (
+            f"misses {len(missing)} of its {len(expected)} units (first: {missing[:3]})"
+            if missing
+            else "has its units but no baselines.json"
+        )
+        why = (
+            " although its manifest says the sweep completed (a file was cut short, edited or "
+            "removed)"
+            if manifest["status"] == "complete"
+            else f" (status {manifest['status']!r}: the sweep was stopped)"
+        )
+        raise IntervError(
+            f"sweep directory {str(directory)!r} {lacks}{why}; {rerun_advice(directory, manifest)}"
+        )
+    return _assemble([records[uid] for uid in expected], baselines, Path(directory))
 
 
 def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> InterventionResult:
@@ -125,7 +139,7 @@ def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> Inte
             f"missing units {missing[:5] if missing else 'unknown (no plan stored)'}; "
             "run the missing shards first"
         )
-    config = parse_config(first["config"])
+    config = stored_config(first["config"], first["config_hash"])  # data: imports nothing
     with SweepStore.open(out_dir, config, None, first["task_fingerprint"]) as store:
         stored = store.completed()
         store.write_baselines(baselines)
@@ -138,15 +152,37 @@ def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> Inte
 
 
 def _assemble(
-    records: Sequence[Mapping[str, Any]], baselines: Mapping[str, Any]
+    records: Sequence[Mapping[str, Any]], baselines: Mapping[str, Any], directory: Path
 ) -> InterventionResult:
+    """The typed result of checked records and baselines (:mod:`interv.sweeps.store`); a
+    value that does not fit the rest (a row of another length, a malformed site, scope or
+    metric) is named as damage, not met as a traceback."""
     dtype = getattr(torch, baselines["dtype"])
     clean = torch.tensor(baselines["clean"], dtype=dtype)
     corrupted = torch.tensor(baselines["corrupted"], dtype=dtype)
+    n_prompts = clean.shape[0]
+    for record in records:
+        if any(len(row) != n_prompts for row in record["values"]):
+            raise IntervError(
+                f"sweep directory {str(directory)!r} is damaged: unit {record['unit']} holds "
+                f"values for another number of prompts than the baselines' {n_prompts}; "
+                "rerun the sweep into a new --out"
+            )
     rows = [row for record in records for row in record["values"]]
-    values = torch.tensor(rows, dtype=dtype).reshape(len(rows), clean.shape[0])
-    scope = dict(baselines["scope"])
-    scope["answer_positions"] = tuple(scope["answer_positions"])
+    values = torch.tensor(rows, dtype=dtype).reshape(len(rows), n_prompts)
+    try:
+        metric = from_json(MetricInfo, baselines["metric"], "metric")
+        scope = from_json(Scope, baselines["scope"], "scope")
+        sites = [
+            None if site is None else from_json(Site, site, f"unit {record['unit']} site")
+            for record in records
+            for site in record.get("sites", [None] * len(record["kinds"]))
+        ]
+    except IntervError as error:
+        raise IntervError(
+            f"sweep directory {str(directory)!r} is damaged: {error}; rerun the sweep into a "
+            "new --out"
+        ) from None
     return InterventionResult.build(
         values,
         clean,
@@ -154,17 +190,13 @@ def _assemble(
         kinds=[k for record in records for k in record["kinds"]],
         descriptions=[d for record in records for d in record["descriptions"]],
         base_runs=[b for record in records for b in record["base_runs"]],
-        sites=[
-            None if site is None else Site.from_dict(site)
-            for record in records
-            for site in record.get("sites", [None] * len(record["kinds"]))
-        ],
+        sites=sites,
         params=[
             params
             for record in records
             for params in record.get("params", [{"kind": k} for k in record["kinds"]])
         ],
-        metric=MetricInfo(**baselines["metric"]),
-        scope=Scope(**scope),
+        metric=metric,
+        scope=scope,
         recovery_atol=float(baselines["recovery_atol"]),
     )

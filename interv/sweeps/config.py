@@ -32,7 +32,10 @@ registered name (``zero_ablation``, ``mean_ablation``, ``resample_ablation``,
 ``activation_patch`` and its fixed-direction forms ``denoise`` / ``noise``,
 ``value_scale``, ``value_replace``, ``knockout``, ``pattern_patch``, ``value_patch``,
 ``add_vector``, ``project_out``, ``subspace_patch``, and any kind a user registered), or
-a class named by its import path, ``kind = "my_package.kinds:MyIntervention"``. An
+a class named by its import path, ``kind = "my_package.kinds:MyIntervention"``: resolved
+against the modules already imported, and imported only when the user allows the module
+(``allow_import=`` here, ``--allow-import MODULE`` on the command line), never because a
+file names it (:func:`interv.engine.registry.get_kind`). An
 entry's other keys are the class's fields, with the class's defaults (or the kind's
 sweep defaults, e.g. ``component = "z"`` for the patch kinds); ``layer`` and ``head``
 come from ``sites``, and ``seed`` defaults to ``sweep.seed``.
@@ -63,7 +66,8 @@ are accepted then (:data:`~interv.engine.screening.SCREENABLE_KINDS`)::
 
 The normalized config (:attr:`SweepConfig.normalized`, every default filled in) is
 what the manifest stores and what :attr:`SweepConfig.config_hash` hashes, so two
-configs that differ only in omitted defaults are the same sweep.
+configs that differ only in omitted defaults are the same sweep. A stored config is read
+back as data by :func:`stored_config`, which looks up no kind and imports nothing.
 """
 
 from __future__ import annotations
@@ -72,20 +76,27 @@ import dataclasses
 import hashlib
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interv._checks import as_finite, as_int, read_text
+from interv._checks import as_finite, as_int, as_path, read_text
 from interv.audit import Screen
 from interv.engine.protocol import Intervention, Kind
-from interv.engine.registry import get_kind
+from interv.engine.registry import get_kind, parse_import_path
 from interv.engine.screening import check_screenable
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
 
-__all__ = ["SweepConfig", "config_diff", "load_config", "parse_config", "with_screen"]
+__all__ = [
+    "SweepConfig",
+    "config_diff",
+    "load_config",
+    "parse_config",
+    "stored_config",
+    "with_screen",
+]
 
 _TOP_KEYS = ("model", "task", "sweep")
 _MODEL_DEFAULTS: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
@@ -98,6 +109,7 @@ _SWEEP_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "recovery_atol": 1e-6,
 }
+_SWEEP_KEYS = (*_SWEEP_DEFAULTS, "interventions")
 _HEAD_SITE_KEYS = ("layers", "heads")
 _SCREEN_KEYS = ("top_k", "audit", "alpha", "budget", "step", "level", "seed")
 
@@ -112,10 +124,14 @@ class SweepConfig:
         base_dir: the folder a relative ``task.path`` is resolved against (the config
             file's folder; None = the working directory). Not part of the config's
             identity, so shards run from different folders still merge.
+        allowed_imports: modules the user allowed interv to import for this config's
+            kinds (``allow_import=``), and the modules of kinds it found already imported
+            (so Ray workers, fresh processes, may import them); not part of the identity.
     """
 
     normalized: Mapping[str, Any]
     base_dir: str | None = field(default=None, compare=False)
+    allowed_imports: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def config_hash(self) -> str:
@@ -158,37 +174,69 @@ class SweepConfig:
         return Screen(**values)
 
 
-def load_config(path: str | Path) -> SweepConfig:
+def load_config(
+    path: str | Path,
+    *,
+    allow_import: Iterable[str] = (),
+    on_import: Callable[[str], None] | None = None,
+) -> SweepConfig:
     """Read and validate a TOML sweep config file (see the module docstring).
 
-    A relative ``task.path`` is resolved against the config file's folder.
+    A relative ``task.path`` is resolved against the config file's folder; a UTF-8
+    byte-order mark at the start of the file is ignored. ``allow_import`` and
+    ``on_import`` as in :func:`parse_config`.
     """
-    path = Path(path)
+    path = as_path(path, "sweep config")
     try:
         raw = tomllib.loads(read_text(path, "sweep config"))
     except tomllib.TOMLDecodeError as error:
-        raise IntervError(f"sweep config {str(path)!r} is not valid TOML: {error}") from error
-    return parse_config(raw, base_dir=path.parent.resolve())
+        raise IntervError(f"sweep config {str(path)!r} is not valid TOML: {error}") from None
+    return parse_config(
+        raw, base_dir=path.parent.resolve(), allow_import=allow_import, on_import=on_import
+    )
 
 
-def parse_config(raw: Mapping[str, Any], *, base_dir: str | Path | None = None) -> SweepConfig:
-    """Validate a sweep config given as nested dicts (the parsed TOML); pure.
+def parse_config(
+    raw: Mapping[str, Any],
+    *,
+    base_dir: str | Path | None = None,
+    allow_import: Iterable[str] = (),
+    on_import: Callable[[str], None] | None = None,
+) -> SweepConfig:
+    """Validate a sweep config given as nested dicts (the parsed TOML); pure, except that
+    it imports the modules of ``kind = "module:Class"`` entries that ``allow_import``
+    allows (and only those).
 
-    ``base_dir`` is the folder a relative ``task.path`` is resolved against (None =
-    the working directory).
+    Args:
+        raw: the parsed TOML.
+        base_dir: the folder a relative ``task.path`` is resolved against (None = the
+            working directory).
+        allow_import: modules (with their submodules) that kinds named by import path
+            may be imported from; a path into any other module resolves only if the
+            module is already imported (see :func:`interv.engine.registry.get_kind`).
+        on_import: called with a module's name just before interv imports it (the command
+            line prints it).
 
     Raises:
         IntervError: naming the offending key path (e.g. ``sweep.interventions[1].kind``)
             and the allowed keys or values.
     """
     _check_table(raw, "config", _TOP_KEYS, required=_TOP_KEYS)
+    allowed = tuple(_module_names(allow_import))
+    sweep = _parse_sweep(raw["sweep"], allowed, on_import)
+    found = [
+        parse_import_path(entry["kind"])[0]
+        for entry in sweep["interventions"]
+        if ":" in entry["kind"]
+    ]
     return SweepConfig(
         normalized={
             "model": _parse_model(raw["model"]),
             "task": _parse_task(raw["task"]),
-            "sweep": _parse_sweep(raw["sweep"]),
+            "sweep": sweep,
         },
         base_dir=None if base_dir is None else str(base_dir),
+        allowed_imports=tuple(dict.fromkeys([*allowed, *found])),
     )
 
 
@@ -208,7 +256,53 @@ def with_screen(config: SweepConfig, **overrides: Any) -> SweepConfig:
             table[key] = value
     sweep["screen"] = table
     raw = {**config.normalized, "sweep": sweep}
-    return parse_config(raw, base_dir=config.base_dir)
+    return parse_config(raw, base_dir=config.base_dir, allow_import=config.allowed_imports)
+
+
+def _module_names(allow_import: Iterable[str]) -> list[str]:
+    if isinstance(allow_import, str):
+        allow_import = (allow_import,)
+    names = []
+    for name in allow_import:
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+            raise IntervError(f"allow_import names modules ('package.module'); got {name!r}")
+        names.append(name)
+    return names
+
+
+def stored_config(normalized: Any, config_hash: str | None = None) -> SweepConfig:
+    """A config interv stored (a sweep manifest's), read as *data*.
+
+    Its model and task tables are checked like a config file's; its interventions only
+    for their shape (tables with a string ``kind``): no kind is looked up, so no module a
+    received manifest names is ever imported. With ``config_hash``, the stored config
+    must hash to it (an edited manifest is refused).
+
+    Raises:
+        IntervError: a malformed config, or one that does not hash to ``config_hash``.
+    """
+    _check_table(normalized, "config", _TOP_KEYS, required=_TOP_KEYS)
+    _parse_model(normalized["model"])
+    _parse_task(normalized["task"])
+    sweep = normalized["sweep"]
+    _check_table(
+        sweep, "sweep", (*_SWEEP_DEFAULTS, "interventions", "screen"), required=_SWEEP_KEYS
+    )
+    entries = sweep["interventions"]
+    if not isinstance(entries, list) or not all(
+        isinstance(entry, Mapping) and isinstance(entry.get("kind"), str) for entry in entries
+    ):
+        raise IntervError(
+            "sweep.interventions of a stored config must be a list of tables with a string "
+            f"'kind'; got {entries!r}"
+        )
+    config = SweepConfig(normalized=normalized)
+    if config_hash is not None and config.config_hash != config_hash:
+        raise IntervError(
+            f"the stored config hashes to {config.config_hash}, not to the stored hash "
+            f"{config_hash}: the manifest was edited"
+        )
+    return config
 
 
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -326,7 +420,9 @@ def _parse_task(table: Any) -> dict[str, Any]:
     return task
 
 
-def _parse_sweep(table: Any) -> dict[str, Any]:
+def _parse_sweep(
+    table: Any, allow_import: tuple[str, ...], on_import: Callable[[str], None] | None
+) -> dict[str, Any]:
     _check_table(
         table, "sweep", (*_SWEEP_DEFAULTS, "interventions", "screen"), required=("interventions",)
     )
@@ -347,7 +443,9 @@ def _parse_sweep(table: Any) -> dict[str, Any]:
             f"got {entries!r}"
         )
     sweep["interventions"] = [
-        _parse_intervention(entry, f"sweep.interventions[{i}]", sweep["seed"])
+        _parse_intervention(
+            entry, f"sweep.interventions[{i}]", sweep["seed"], allow_import, on_import
+        )
         for i, entry in enumerate(entries)
     ]
     if "screen" in table:  # absent: no key, so configs without a screen keep their hash
@@ -355,7 +453,8 @@ def _parse_sweep(table: Any) -> dict[str, Any]:
         metric = METRICS[sweep["metric"]]
         for i, entry in enumerate(sweep["interventions"]):
             try:
-                check_screenable([_representative(get_kind(entry["kind"]), entry)], metric)
+                kind = get_kind(entry["kind"], allow_import=allow_import, on_import=on_import)
+                check_screenable([_representative(kind, entry)], metric)
             except IntervError as error:
                 raise IntervError(f"sweep.interventions[{i}] with sweep.screen: {error}") from None
     return sweep
@@ -408,7 +507,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any]:
+def _parse_intervention(
+    entry: Any,
+    path: str,
+    sweep_seed: int,
+    allow_import: tuple[str, ...],
+    on_import: Callable[[str], None] | None,
+) -> dict[str, Any]:
     if not isinstance(entry, Mapping) or "kind" not in entry:
         raise IntervError(
             f"{path} must be a table with a 'kind' (a registered kind name or "
@@ -416,7 +521,7 @@ def _parse_intervention(entry: Any, path: str, sweep_seed: int) -> dict[str, Any
         )
     name = _str(entry["kind"], f"{path}.kind")
     try:
-        kind = get_kind(name)
+        kind = get_kind(name, allow_import=allow_import, on_import=on_import)
     except IntervError as error:
         raise IntervError(f"{path}.kind: {error}") from error
     fields = kind.fields

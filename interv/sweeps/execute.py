@@ -27,7 +27,7 @@ import hashlib
 import itertools
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ __all__ = [
     "SweepWorker",
     "as_config",
     "as_shard",
+    "load_model_and_task",
     "run_sweep",
     "store_units",
     "task_fingerprint",
@@ -62,13 +63,19 @@ __all__ = [
 ]
 
 
-def as_config(config: SweepConfig | Mapping[str, Any] | str | Path) -> SweepConfig:
-    """A validated config from a :class:`SweepConfig`, parsed TOML data or a TOML path."""
+def as_config(
+    config: SweepConfig | Mapping[str, Any] | str | Path,
+    *,
+    allow_import: Iterable[str] = (),
+    on_import: Callable[[str], None] | None = None,
+) -> SweepConfig:
+    """A validated config from a :class:`SweepConfig`, parsed TOML data or a TOML path
+    (``allow_import``, ``on_import``: see :func:`interv.sweeps.config.parse_config`)."""
     if isinstance(config, SweepConfig):
         return config
     if isinstance(config, Mapping):
-        return parse_config(config)
-    return load_config(config)
+        return parse_config(config, allow_import=allow_import, on_import=on_import)
+    return load_config(config, allow_import=allow_import, on_import=on_import)
 
 
 def as_shard(shard: Shard | str | None) -> Shard | None:
@@ -103,6 +110,25 @@ def task_fingerprint(pairs: PromptPairs) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def load_model_and_task(
+    config: SweepConfig, model: Any = None, pairs: PromptPairs | None = None
+) -> tuple[Any, TokenizedPairs]:
+    """The model of ``config`` (unless ``model`` is given) and its task tokenized for it
+    (from ``pairs`` if given, else :func:`task_pairs`). Needs no intervention kind, so it
+    serves a config read as data (:func:`interv.sweeps.config.stored_config`)."""
+    if pairs is None:
+        pairs = task_pairs(config)
+    model_spec, task_spec = config.model, config.task
+    if model is None:
+        model = load_model(
+            model_spec["spec"], device=model_spec["device"], dtype=model_spec["dtype"]
+        )
+    task = pairs.tokenize(
+        model, prepend_bos=task_spec["prepend_bos"], padding_side=task_spec["padding_side"]
+    )
+    return model, task
+
+
 @dataclass(frozen=True, eq=False)
 class SweepWorker:
     """A loaded model and task with the sweep's plan: computes unit records by index.
@@ -129,16 +155,7 @@ class SweepWorker:
     ) -> SweepWorker:
         """Load the model (unless ``model`` is given) and the task of ``config`` (unless its
         ``pairs`` are given, from :func:`task_pairs`); plan its units."""
-        if pairs is None:
-            pairs = task_pairs(config)
-        model_spec, task_spec = config.model, config.task
-        if model is None:
-            model = load_model(
-                model_spec["spec"], device=model_spec["device"], dtype=model_spec["dtype"]
-            )
-        task = pairs.tokenize(
-            model, prepend_bos=task_spec["prepend_bos"], padding_side=task_spec["padding_side"]
-        )
+        model, task = load_model_and_task(config, model, pairs)
         per_entry = expand_entries(config, model.cfg, task.n_positions)
         interventions = tuple(iv for entry in per_entry for iv in entry)
         starts = [0]
@@ -232,6 +249,8 @@ def run_sweep(
     shard: Shard | str | None = None,
     progress: bool | None = None,
     model: Any = None,
+    allow_import: Iterable[str] = (),
+    on_import: Callable[[str], None] | None = None,
 ) -> InterventionResult:
     """Run (or resume) a sweep into ``out_dir`` and return its typed result.
 
@@ -244,6 +263,10 @@ def run_sweep(
         progress: show a progress bar on stderr; None = only when stderr is a terminal.
         model: the already loaded model named by the config's ``model.spec`` (skips
             loading it again; the caller vouches that it is that model, in eval mode).
+        allow_import: modules that kinds named by import path (``"module:Class"``) may
+            be imported from; any other module must be imported by your own code first
+            (see :func:`interv.engine.registry.get_kind`).
+        on_import: called with a module's name before interv imports it.
 
     Returns:
         The :class:`~interv.engine.results.InterventionResult` of the directory's units
@@ -255,7 +278,7 @@ def run_sweep(
             is a file or cannot be written (all before any model is loaded), a directory
             of another sweep, or sites outside the model or the task.
     """
-    config = as_config(config_or_path)
+    config = as_config(config_or_path, allow_import=allow_import, on_import=on_import)
     shard = as_shard(shard)
     screen = config.screen
     if screen is not None and shard is not None and shard.count > 1:
@@ -267,9 +290,11 @@ def run_sweep(
     pairs = task_pairs(config)  # a bad task fails here, before any directory or model
     check_model_spec(config.model["spec"])  # so does a model that cannot exist
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
-        if store.manifest["status"] == "complete":
+        if store.manifest["status"] == "complete" and store.is_whole():
             store.note_no_work()
         else:
+            if store.manifest["status"] == "complete":
+                store.reopen()  # complete on paper, a unit or the baselines gone
             with stages(("loading the model and the task",), enabled=progress) as bar:
                 bar.start("loading the model and the task")
                 worker = SweepWorker.load(config, model, pairs)
@@ -288,5 +313,7 @@ def run_sweep(
             store_units(
                 store, computed, n_done=len(mine) - len(todo), n_todo=len(todo), progress=progress
             )
+            if store.baselines() is None and mine:  # every unit stored, the baselines lost
+                store.write_baselines(worker.compute(mine[0].index)[1])
             store.finish(computed_in_last_run=len(todo))
     return load_sweep(out_dir)

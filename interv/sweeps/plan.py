@@ -128,16 +128,17 @@ def expand_entries(
     for i, entry in enumerate(config.sweep["interventions"]):
         path = f"sweep.interventions[{i}]"
         try:
-            expanded.append(tuple(_expand_entry(entry, model_cfg, n_positions)))
+            cells = _expand_entry(entry, model_cfg, n_positions, config.allowed_imports)
+            expanded.append(tuple(cells))
         except IntervError as error:
             raise IntervError(f"{path} (kind {entry['kind']!r}): {error}") from error
     return tuple(expanded)
 
 
 def _expand_entry(
-    entry: Mapping[str, Any], model_cfg: Any, n_positions: int
+    entry: Mapping[str, Any], model_cfg: Any, n_positions: int, allow_import: Sequence[str]
 ) -> Iterator[Intervention]:
-    kind = get_kind(entry["kind"])
+    kind = get_kind(entry["kind"], allow_import=allow_import)
     positions = entry.get("positions")
     concrete = None if positions == "each" else positions
     per_head = kind.takes_head(entry)

@@ -15,7 +15,7 @@ dashboard, and shut down at the end.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,15 +74,18 @@ def run_sweep_ray(
     n_workers: int = 2,
     shard: Shard | str | None = None,
     progress: bool | None = None,
+    allow_import: Iterable[str] = (),
 ) -> InterventionResult:
     """Run (or resume) a sweep into ``out_dir`` on ``n_workers`` Ray actors.
 
     Same arguments, directory and result as :func:`interv.sweeps.run_sweep`, plus
-    ``n_workers`` (>= 1), the number of actors (each holds one copy of the model).
+    ``n_workers`` (>= 1), the number of actors (each holds one copy of the model). The
+    actors may import the modules ``allow_import`` allows and those of kinds this process
+    found already imported (:attr:`~interv.sweeps.config.SweepConfig.allowed_imports`).
     """
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
         raise IntervError(f"n_workers must be an integer >= 1; got {n_workers!r}")
-    config = as_config(config_or_path)
+    config = as_config(config_or_path, allow_import=allow_import)
     shard = as_shard(shard)
     if config.screen is not None:
         raise IntervError(
@@ -94,9 +97,11 @@ def run_sweep_ray(
     check_model_spec(config.model["spec"])
     ray = _import_ray()
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
-        if store.manifest["status"] == "complete":
+        if store.manifest["status"] == "complete" and store.is_whole():
             store.note_no_work()
         else:
+            if store.manifest["status"] == "complete":
+                store.reopen()  # complete on paper, a unit or the baselines gone
             started_ray = not ray.is_initialized()
             if started_ray:
                 ray.init(num_cpus=n_workers, include_dashboard=False, log_to_driver=False)
@@ -124,6 +129,8 @@ def _run_on_actors(
     todo = [k for k in mine if unit_id(k) not in done]
     computed = _dispatch(ray, actors, todo)
     store_units(store, computed, n_done=len(mine) - len(todo), n_todo=len(todo), progress=progress)
+    if store.baselines() is None and mine:  # every unit stored, the baselines lost
+        store.write_baselines(ray.get(actors[0].compute.remote(mine[0]))[1])
     store.finish(computed_in_last_run=len(todo))
 
 

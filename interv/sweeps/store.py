@@ -19,14 +19,20 @@ A sweep directory holds three files:
   ``"failed"`` / ``"interrupted"`` with the ``error`` that stopped the run (a rerun
   resumes any of these; a SIGKILL leaves ``"running"``).
 
-``baselines.json`` and ``manifest.json`` are written atomically (temporary file,
-``fsync``, rename). A directory belongs to one config and one shard: opening it with
+``baselines.json`` and ``manifest.json`` are written atomically and durably with
+:func:`interv._outputs.write_file` (an exclusive temporary, ``fsync``, rename); the unit
+log is opened with ``O_APPEND | O_NOFOLLOW``. No file of a sweep directory is read or
+written through a link (one there is refused), and every file read is checked against what
+interv writes (a damaged field is named, with what to do). A manifest that says complete
+while a unit line or the baselines are gone is completed by rerunning the sweep's command
+(:func:`rerun_advice` names it). A directory belongs to one config and one shard: opening it with
 another is refused with the differing keys, unless no unit was computed in it yet
 (say the model failed to load): then it starts afresh. A run that fails before storing
 anything in a directory it created removes that directory again. One process at a time
 may write a directory (an advisory lock, released by the kernel when the process dies).
-The directory's ``.interv-files.json`` lists these files as interv's (see
-:mod:`interv._outputs`), so ``interv report DIR`` may write its report beside them.
+The directory's ``.interv-files.json`` lists these files with the hashes of their content
+when the store closes (see :mod:`interv._outputs`), so ``interv report DIR`` may write its
+report beside them.
 """
 
 from __future__ import annotations
@@ -36,24 +42,27 @@ import datetime
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from interv._checks import read_json
-from interv._outputs import MARKER, OutputDir, claim_dir
+from interv._checks import as_path, read_json
+from interv._outputs import MARKER, OutputDir, claim_dir, failure, is_scratch, write_file
 from interv.errors import IntervError
 from interv.sweeps.config import SweepConfig, config_diff
-from interv.sweeps.plan import Shard
+from interv.sweeps.plan import Shard, unit_id
 
 __all__ = [
     "FORMAT",
     "SweepStore",
+    "expected_units",
     "now",
     "read_baselines",
     "read_manifest",
     "read_units",
+    "rerun_advice",
     "versions",
     "write_json_atomic",
 ]
@@ -65,6 +74,8 @@ MANIFEST = "manifest.json"
 BASELINES = "baselines.json"
 UNITS = "units.jsonl"
 _LOCK = ".lock"
+_FILES = (MANIFEST, BASELINES, UNITS, _LOCK)
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def now() -> str:
@@ -78,19 +89,27 @@ def versions() -> dict[str, str]:
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically: temporary file, fsync, rename."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
+    """Write ``payload`` as JSON to ``path`` atomically and durably with
+    :func:`interv._outputs.write_file` (an exclusive temporary, fsync, rename over the old
+    entry, never through a link)."""
+    text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
+    write_file(path, text.encode("utf-8"), replace=True, durable=True)
+
+
+def _no_link(path: Path, what: str) -> bool:
+    """Whether ``path`` exists as a regular file; a link or another kind of entry there is
+    refused (a sweep directory's files are interv's, and interv never creates links)."""
     try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(info.st_mode):
+        return True
+    kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+    raise IntervError(
+        f"{what} {str(path)!r} is {kind}; interv reads and writes a sweep directory's files "
+        "only as the regular files it wrote (it never follows a link there)"
+    )
 
 
 _MANIFEST_KEYS = (
@@ -106,6 +125,131 @@ _MANIFEST_KEYS = (
 _BASELINE_KEYS = ("config_hash", "clean", "corrupted", "dtype", "recovery_atol", "metric", "scope")
 
 
+def _as_dir(directory: Any) -> Path:
+    return as_path(directory, "sweep directory")
+
+
+_STATUSES = ("running", "complete", "failed", "interrupted")
+
+
+def _damaged(path: Path, what: str) -> IntervError:
+    return IntervError(
+        f"{path} is damaged: {what}; interv wrote it otherwise (rerun the sweep into a new --out, "
+        "or restore the file)"
+    )
+
+
+def _check_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
+    """The types of the manifest's entries (what interv wrote), or a message naming one."""
+    expected: dict[str, tuple[type, ...]] = {
+        "config": (dict,),
+        "config_hash": (str,),
+        "shard": (str, type(None)),
+        "task_fingerprint": (str,),
+        "status": (str,),
+        "resumed": (list,),
+        "n_units": (int, type(None)),
+        "n_interventions": (int, type(None)),
+    }
+    for key, types_ in expected.items():
+        value = manifest[key]
+        if isinstance(value, bool) or not isinstance(value, types_):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in types_)
+            raise _damaged(path, f"{key!r} is {value!r}, expected {names}")
+    if manifest["status"] not in _STATUSES:
+        raise _damaged(path, f"status {manifest['status']!r} is not one of {_STATUSES}")
+    for key in ("n_units", "n_interventions"):
+        if manifest[key] is not None and manifest[key] < 0:
+            raise _damaged(path, f"{key!r} is {manifest[key]}, expected a count >= 0")
+    if manifest["shard"] is not None:
+        try:
+            Shard.parse(manifest["shard"])
+        except IntervError as error:
+            raise _damaged(path, str(error)) from None
+
+
+def _check_baselines(path: Path, baselines: Mapping[str, Any]) -> None:
+    for key in ("clean", "corrupted"):
+        values = baselines[key]
+        if not isinstance(values, list) or not values or not all(_is_number(v) for v in values):
+            raise _damaged(path, f"{key!r} is not a non-empty list of numbers")
+    if len(baselines["clean"]) != len(baselines["corrupted"]):
+        raise _damaged(path, "'clean' and 'corrupted' hold different numbers of prompts")
+    if baselines["dtype"] not in _DTYPES:
+        raise _damaged(path, f"dtype {baselines['dtype']!r} is not one of {_DTYPES}")
+    if not _is_number(baselines["recovery_atol"]) or not baselines["recovery_atol"] >= 0:
+        raise _damaged(path, f"recovery_atol {baselines['recovery_atol']!r} is not a number >= 0")
+    for key in ("metric", "scope"):
+        if not isinstance(baselines[key], dict):
+            raise _damaged(path, f"{key!r} is not a JSON object")
+
+
+_DTYPES = ("float32", "float64", "float16", "bfloat16")
+_RECORD_LISTS = ("kinds", "descriptions", "base_runs")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_table(rows: Any) -> bool:
+    """A list of lists of numbers (``[n, n_prompts]`` metric values or estimates)."""
+    return isinstance(rows, list) and all(
+        isinstance(row, list) and all(_is_number(v) for v in row) for row in rows
+    )
+
+
+def _record_problem(record: Mapping[str, Any]) -> str | None:
+    """What is wrong with a unit record's structure (None: nothing).
+
+    A screened sweep's records (:mod:`interv.sweeps.screened`: ids ``e...`` estimates,
+    ``x...`` one forward's exact values, ``a...`` an entry's audit) have their own shapes.
+    """
+    unit = str(record.get("unit", ""))
+    if unit[:1] in ("e", "x", "a"):
+        return _screened_record_problem(unit[0], record)
+    values = record.get("values")
+    if not _is_table(values):
+        return "its 'values' are not a list of lists of numbers"
+    return _fields_problem(record, len(values))
+
+
+def _screened_record_problem(kind: str, record: Mapping[str, Any]) -> str | None:
+    if not isinstance(record.get("entry"), int) or isinstance(record.get("entry"), bool):
+        return "its 'entry' is not an integer"
+    if kind == "a":
+        return None if isinstance(record.get("outcome"), dict) else "its 'outcome' is no table"
+    if kind == "x":
+        indices, values = record.get("indices"), record.get("values")
+        if not isinstance(indices, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in indices
+        ):
+            return "its 'indices' are not a list of integers"
+        if not _is_table(values) or len(values) != len(indices):
+            return f"its 'values' are not {len(indices)} lists of numbers (one per index)"
+        return None
+    estimates = record.get("estimates")
+    if not _is_table(estimates):
+        return "its 'estimates' are not a list of lists of numbers"
+    return _fields_problem(record, len(estimates))
+
+
+def _fields_problem(record: Mapping[str, Any], n: int) -> str | None:
+    """The per-row fields of a record of ``n`` rows."""
+    for key in _RECORD_LISTS:
+        items = record.get(key)
+        if not isinstance(items, list) or len(items) != n:
+            return f"its {key!r} are not a list of {n} entries (one per row of values)"
+        if not all(isinstance(item, str) for item in items):
+            return f"its {key!r} are not strings"
+    for key in ("sites", "params"):
+        if key in record and (not isinstance(record[key], list) or len(record[key]) != n):
+            return f"its {key!r} are not a list of {n} entries"
+    if not isinstance(record.get("start"), int | None):
+        return "its 'start' is not an integer"
+    return None
+
+
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest of a sweep directory.
 
@@ -113,8 +257,8 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         IntervError: no manifest, a manifest that is not JSON (truncated) or lacks keys,
             or another format.
     """
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
+    path = _as_dir(directory) / MANIFEST
+    if not _no_link(path, "sweep manifest"):
         raise IntervError(f"{str(directory)!r} is not a sweep directory: it has no {MANIFEST}")
     manifest = read_json(path, "sweep manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -126,6 +270,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             f"sweep manifest {str(path)!r} is incomplete: it lacks {missing}; the directory is "
             "damaged (rerun the sweep into a new --out)"
         )
+    _check_manifest(path, manifest)
     return manifest
 
 
@@ -135,8 +280,8 @@ def read_baselines(directory: str | Path) -> dict[str, Any] | None:
     Raises:
         IntervError: a baselines file that is not JSON or lacks keys.
     """
-    path = Path(directory) / BASELINES
-    if not path.is_file():
+    path = _as_dir(directory) / BASELINES
+    if not _no_link(path, "sweep baselines"):
         return None
     baselines = read_json(path, "sweep baselines")
     missing = [
@@ -147,6 +292,7 @@ def read_baselines(directory: str | Path) -> dict[str, Any] | None:
             f"sweep baselines {str(path)!r} are incomplete: they lack {missing}; the directory "
             "is damaged (rerun the sweep into a new --out)"
         )
+    _check_baselines(path, baselines)
     return baselines
 
 
@@ -157,8 +303,8 @@ def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, A
         IntervError: a complete line that is not JSON, a record of another config,
             or two different records with the same id.
     """
-    path = Path(directory) / UNITS
-    if not path.is_file():
+    path = _as_dir(directory) / UNITS
+    if not _no_link(path, "sweep units"):
         return {}
     records: dict[str, dict[str, Any]] = {}
     for line_number, line in _complete_lines(path.read_bytes()):
@@ -166,12 +312,19 @@ def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, A
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise IntervError(
-                f"{path}: line {line_number} is not a JSON record: {error}"
-            ) from error
-        if not isinstance(record, dict) or "unit" not in record:
+                f"{path}: line {line_number} is not a JSON record ({error}); the directory is "
+                "damaged: delete that line and rerun the same command to recompute its unit"
+            ) from None
+        if not isinstance(record, dict) or not isinstance(record.get("unit"), str):
             raise IntervError(
                 f"{path}: line {line_number} is not a unit record (a JSON object with 'unit'); "
                 "the directory is damaged"
+            )
+        problem = _record_problem(record)
+        if problem is not None:
+            raise IntervError(
+                f"{path}: line {line_number} (unit {record['unit']}) is damaged: {problem}; "
+                "delete that line and rerun the same command to recompute the unit"
             )
         if record.get("config_hash") != config_hash:
             raise IntervError(
@@ -185,6 +338,27 @@ def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, A
                 f"(line {line_number}); the directory is corrupt"
             )
     return records
+
+
+def expected_units(manifest: Mapping[str, Any]) -> list[str] | None:
+    """Ids of the units a sweep directory holds when whole (its shard's share of the
+    planned units), or None before the plan is stored."""
+    if manifest["n_units"] is None:
+        return None
+    shard = None if manifest["shard"] is None else Shard.parse(manifest["shard"])
+    return [unit_id(k) for k in range(manifest["n_units"]) if shard is None or shard.owns(k)]
+
+
+def rerun_advice(directory: str | Path, manifest: Mapping[str, Any]) -> str:
+    """The command that completes a sweep directory: the sweep's own command (it computes
+    only what is missing), or for a merged directory the merge."""
+    merged = manifest.get("merged_from")
+    shard = "" if manifest["shard"] is None else f" --shard {manifest['shard']}"
+    command = f"interv sweep CONFIG.toml --out {directory}{shard}"
+    advice = f"rerun the command that wrote it, `{command}` with the same config"
+    if isinstance(merged, list) and merged and all(isinstance(d, str) for d in merged):
+        advice += f", or the merge, `interv sweep-merge {' '.join(merged)} --out {directory}`"
+    return advice + ": it computes only what is missing"
 
 
 def _complete_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -230,8 +404,16 @@ class SweepStore:
         # what the directory holds is checked by the rules below
         output = claim_dir(directory, what="sweep directory", by="interv sweep", contents=False)
         directory = output.path
-        new_lock = not (directory / _LOCK).exists()
-        lock_fd = os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for name in _FILES:
+                _no_link(directory / name, "sweep file")
+            new_lock = not (directory / _LOCK).exists()
+            lock_fd = os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
+        except (IntervError, OSError) as error:
+            output.abandon()
+            if isinstance(error, OSError):
+                raise failure(error, directory / _LOCK) from None
+            raise
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:
@@ -243,14 +425,14 @@ class SweepStore:
             ) from error
         try:
             manifest = cls._reopen_or_create(directory, config, shard, task_fingerprint)
-            output.record([MANIFEST, BASELINES, UNITS, _LOCK], managed=True)
+            _truncate_torn_tail(directory / UNITS)
+            output.record(_FILES)
         except BaseException:
             os.close(lock_fd)
             if new_lock:
                 (directory / _LOCK).unlink(missing_ok=True)
             output.abandon()
             raise
-        _truncate_torn_tail(directory / UNITS)
         return cls(directory, manifest, lock_fd, output)
 
     @staticmethod
@@ -274,7 +456,7 @@ class SweepStore:
             leftovers = [
                 p.name
                 for p in directory.iterdir()
-                if p.name not in (_LOCK, MARKER, f".{MARKER}.tmp")
+                if p.name not in (_LOCK, MARKER) and not is_scratch(p.name)
             ]
             if leftovers:
                 raise IntervError(
@@ -324,11 +506,21 @@ class SweepStore:
             error=None if error is None else f"{type(error).__name__}: {error}",
             stopped=now(),
         )
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
+        # on a full disk this write fails too: the error that stopped the run is the one
+        # to show, and the stored status ("running") is resumed by a rerun all the same
+        with contextlib.suppress(IntervError):
+            write_json_atomic(self.directory / MANIFEST, self.manifest)
 
     def close(self) -> None:
-        """Release the directory's lock."""
-        if self._lock_fd >= 0:
+        """List the directory's files in its marker with the hashes of their present
+        content (so ``interv report DIR`` may write beside them), then release the lock."""
+        if self._lock_fd < 0:
+            return
+        try:
+            if self._output is not None and (self.directory / MANIFEST).is_file():
+                with contextlib.suppress(IntervError, OSError):  # e.g. a full disk
+                    self._output.record(_FILES)
+        finally:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
@@ -360,14 +552,34 @@ class SweepStore:
     def append(self, record: Mapping[str, Any]) -> None:
         """Append one unit record as one complete line, flushed and fsync-ed."""
         data = (json.dumps(record, sort_keys=True) + "\n").encode()
-        fd = os.open(self.directory / UNITS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        path = self.directory / UNITS
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
+            try:
+                _only_name(fd, path)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:  # a torn line is cut off when the directory is reopened
+            raise failure(error, path) from None
+
+    def is_whole(self) -> bool:
+        """Whether every unit of the plan (this shard's share) and the baselines are stored."""
+        expected = expected_units(self.manifest)
+        if expected is None or self.baselines() is None:
+            return False
+        done = self.completed()
+        return all(uid in done for uid in expected)
+
+    def reopen(self) -> None:
+        """Mark a directory whose manifest says complete but that misses units or its
+        baselines (a file cut or edited) as running again, so the rerun completes it."""
+        self.manifest["resumed"].append(now())
+        self.manifest.update(status="running", finished=None)
+        write_json_atomic(self.directory / MANIFEST, self.manifest)
 
     def note_no_work(self) -> None:
         """Record that a rerun found the sweep complete and computed nothing."""
@@ -415,11 +627,26 @@ def _refuse_other_sweep(
     )
 
 
+def _only_name(fd: int, path: Path) -> None:
+    """The unit log is changed in place, so it must have no other name: a hard link
+    planted there (to a file elsewhere) would be written through as a symbolic link would."""
+    if os.fstat(fd).st_nlink > 1:
+        raise IntervError(
+            f"sweep units {str(path)!r} has other hard links; interv changes it in place and "
+            "writes only a file that is nowhere else (copy the directory without hard links)"
+        )
+
+
 def _truncate_torn_tail(path: Path) -> None:
     """Cut a torn last line (no trailing newline) off ``path``, so appends start clean."""
-    if not path.is_file():
+    try:
+        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
+    except FileNotFoundError:
         return
-    with contextlib.suppress(FileNotFoundError), path.open("rb+") as handle:
+    except OSError as error:
+        raise failure(error, path) from None
+    with os.fdopen(fd, "rb+") as handle:
+        _only_name(handle.fileno(), path)
         data = handle.read()
         keep = data.rfind(b"\n") + 1
         if keep != len(data):

@@ -31,6 +31,7 @@ import inspect
 import json
 import random
 import string
+import typing
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -78,13 +79,27 @@ def load_task(name: str, *, n_pairs: int = 32, seed: int = 0, **options: Any) ->
         raise IntervError(f"unknown task {name!r}; available tasks are {available_tasks()}")
     if isinstance(n_pairs, bool) or not isinstance(n_pairs, int) or n_pairs < 1:
         raise IntervError(f"n_pairs must be an integer >= 1; got {n_pairs!r}")
-    allowed = tuple(inspect.signature(builder).parameters)[2:]
-    for option in options:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise IntervError(f"seed must be an integer; got {seed!r}")
+    parameters = dict(list(inspect.signature(builder).parameters.items())[2:])
+    allowed = tuple(parameters)
+    for option, value in options.items():
         if option not in allowed:
             raise IntervError(
                 f"task {name!r} has no option {option!r}; its options are {allowed or '(none)'}"
             )
+        _check_option_type(name, option, value, typing.get_type_hints(builder).get(option))
     return builder(n_pairs, random.Random(seed), **options)
+
+
+def _check_option_type(task: str, option: str, value: Any, annotation: Any) -> None:
+    """A task option's value has its builder's annotated type (``int`` or ``str``; a
+    sweep config's ``options = {prefix_len = "20"}`` is refused here, not deep inside)."""
+    expected = annotation
+    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise IntervError(f"task {task!r} option {option!r} must be an integer; got {value!r}")
+    if expected is str and not isinstance(value, str):
+        raise IntervError(f"task {task!r} option {option!r} must be a string; got {value!r}")
 
 
 def _ioi(n_pairs: int, rng: random.Random, name_set: str = "mixed") -> PromptPairs:

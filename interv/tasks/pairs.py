@@ -41,7 +41,8 @@ from typing import Any
 
 import torch
 
-from interv._checks import read_text
+from interv._checks import as_path, read_text
+from interv._outputs import claim_file
 from interv.errors import IntervError
 from interv.tasks.tokenized import PADDING_SIDES, TokenizedPairs
 
@@ -134,7 +135,7 @@ class PromptPairs:
         not UTF-8 and malformed lines raise an :class:`~interv.errors.IntervError` naming
         the file, the line number and the key.
         """
-        path = Path(path)
+        path = as_path(path, "task file")
         text = read_text(path, "task file")
         records: list[tuple[int, dict[str, Any]]] = []
         for line_number, line in enumerate(text.splitlines(), start=1):
@@ -164,21 +165,28 @@ class PromptPairs:
             description=description,
         )
 
-    def to_jsonl(self, path: str | Path) -> None:
+    def to_jsonl(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the pairs as JSONL (format in the module docstring); name and
-        description are not stored."""
-        with Path(path).open("w", encoding="utf-8") as handle:
-            for i in range(self.n_pairs):
-                record: dict[str, Any] = {
-                    "clean": self.clean[i],
-                    "corrupted": self.corrupted[i],
-                    "target": self.targets[i],
-                }
-                if self.foils is not None:
-                    record["foil"] = self.foils[i]
-                if self.answer_positions is not None:
-                    record["answer_position"] = self.answer_positions[i]
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        description are not stored. Returns the path.
+
+        interv's no-overwrite rule: ``path`` must be new, or a file interv wrote there and
+        nobody changed since (listed in its folder's ``.interv-files.json``);
+        ``overwrite=True`` replaces any regular file. Never written through a link.
+        """
+        lines = []
+        for i in range(self.n_pairs):
+            record: dict[str, Any] = {
+                "clean": self.clean[i],
+                "corrupted": self.corrupted[i],
+                "target": self.targets[i],
+            }
+            if self.foils is not None:
+                record["foil"] = self.foils[i]
+            if self.answer_positions is not None:
+                record["answer_position"] = self.answer_positions[i]
+            lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+        with claim_file(path, what="task file", by="interv to_jsonl", overwrite=overwrite) as out:
+            return out.write_text(Path(path).expanduser().name, "".join(lines))
 
     def tokenize(
         self,

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from interv.errors import IntervError
+from interv._outputs import claim_dir, write_file
 from interv.zoo._entropy import measure_entropy_change
 from interv.zoo._load import bridge_from_native, load_weights, native_model
 from interv.zoo._probes import assign_roles
@@ -113,25 +113,30 @@ def train_weights(
     return model
 
 
-def train(name: str, out_dir: str | Path, *, progress: bool = True) -> ZooCard:
+def train(
+    name: str, out_dir: str | Path, *, progress: bool = True, overwrite: bool = False
+) -> ZooCard:
     """Train zoo model ``name`` from scratch into ``out_dir`` and return its measured card.
 
     Writes ``model.safetensors`` (final weights), one ``checkpoint-NNNNN.safetensors``
     per recipe checkpoint step, the tokenizer files and ``card.json`` with the accuracy
     and head roles measured on the recipe's held-out sequences.
+
+    ``out_dir`` is claimed before training (:func:`interv._outputs.claim_dir`): new, empty,
+    or holding only files interv wrote there, unchanged (``overwrite=True`` accepts other
+    files and replaces those of the same names, never through a link). The files are
+    written into a private staging folder and appear only when training and measuring
+    succeed; a failed or killed run leaves nothing a rerun would refuse.
     """
     training = recipe(name)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise IntervError(f"out_dir must be a directory; {str(out)!r} is a file")
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    model = train_weights(training, checkpoint_dir=out, progress=progress)
-    wall_s = time.perf_counter() - started
-
-    save_file(model.state_dict(), out / FINAL_WEIGHTS_FILE)
-    task_of(training).tokenizer(training).save_pretrained(out)
-    return measure_card(name, out, training_wall_s=wall_s)
+    output = claim_dir(out_dir, what="output directory", by="interv zoo train", overwrite=overwrite)
+    with output, output.staging() as folder:
+        started = time.perf_counter()
+        model = train_weights(training, checkpoint_dir=folder, progress=progress)
+        wall_s = time.perf_counter() - started
+        save_file(model.state_dict(), folder / FINAL_WEIGHTS_FILE)
+        task_of(training).tokenizer(training).save_pretrained(folder)
+        return measure_card(name, folder, training_wall_s=wall_s)
 
 
 def measure_card(name: str, directory: str | Path, *, training_wall_s: float) -> ZooCard:
@@ -181,5 +186,5 @@ def measure_card(name: str, directory: str | Path, *, training_wall_s: float) ->
         else measure_entropy_change(name, training, bridge_at),
         training_wall_s=round(training_wall_s, 1),
     )
-    (out / CARD_FILE).write_text(zoo_card.to_json())
+    write_file(out / CARD_FILE, zoo_card.to_json().encode("utf-8"))  # a new file only
     return zoo_card

@@ -1,0 +1,307 @@
+"""Gu et al.'s sink rate of a whole model, the first token's key and value norms, and the
+special inputs their claims are about (random tokens, one repeated token).
+
+>>> tokens = random_tokens(model, n_prompts=32, length=64, seed=0)     # BOS + 63 random
+>>> profile = sink_profile(model, tokens)                               # key 0, eps 0.3
+>>> profile.rate, profile.rate_interval()                               # Sink_1^0.3 in Gu et al.
+
+For every prompt, layer and head, :func:`sink_profile` computes the sink score of one key
+position (:func:`interv.metrics.sink_scores`: the mean weight on key ``k`` over the
+queries that can see it) inside the pattern hooks, and the norms of every token's key
+and value vectors in the key and value hooks (per key/value head under grouped-query
+attention; under rotary embeddings the key's norm is the same before and after the
+rotation). Nothing quadratic in the context is kept. Positions are counted from each
+prompt's first real token. The sink rate (Gu et al.'s ``Sink_k^eps``) is the share of
+(prompt, layer, head) scores above ``eps``: a concentration number, about where the
+heads put their mass, not about what that mass does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv._checks import as_int
+from interv.analysis._inputs import prompt_batch
+from interv.engine.forward import Prompts, forward
+from interv.engine.sites import Site
+from interv.errors import IntervError
+from interv.metrics.sink_heads import GU_EPS, check_eps, sink_scores
+from interv.stats import bootstrap_indices, percentile_interval
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["SinkProfile", "random_tokens", "repeated_tokens", "sink_profile"]
+
+
+@dataclass(frozen=True, eq=False)
+class SinkProfile:
+    """Sink scores of every head and the key/value norms of one key position, per prompt.
+
+    Attributes:
+        scores: ``[batch, layer, head_index]`` float64 sink scores ``alpha_k`` in [0, 1]
+            (fraction of a row's mass; NaN where no query sees the key).
+        key_norms: ``[batch, layer, kv_head]`` float64 ``||k||`` of the key position's
+            key vector divided by the mean ``||k||`` of the prompt's other real tokens
+            (dimensionless; < 1 = smaller than the others).
+        value_norms: the same ratio for the value vectors.
+        key: the key position, counted from each prompt's first real token (0-based;
+            Gu et al.'s ``k`` is ``key + 1``).
+        eps: the threshold of :attr:`rate`, in (0, 1).
+        model_name: name of the model (scope).
+        inputs: what the prompts are (e.g. "32 random-token prompts"), for the scope.
+        prompt_lengths: real tokens per prompt.
+        causal: whether the causal mask applied (False for a bidirectional encoder).
+    """
+
+    scores: torch.Tensor
+    key_norms: torch.Tensor
+    value_norms: torch.Tensor
+    key: int
+    eps: float
+    model_name: str
+    inputs: str
+    prompt_lengths: tuple[int, ...]
+    causal: bool = True
+
+    @property
+    def n_prompts(self) -> int:
+        """Number of prompts."""
+        return int(self.scores.shape[0])
+
+    @property
+    def per_prompt(self) -> torch.Tensor:
+        """``[batch]`` float64 share of the prompt's heads whose score exceeds ``eps``."""
+        defined = ~self.scores.isnan()
+        above = (self.scores > self.eps) & defined
+        counts = defined.flatten(1).sum(dim=1)
+        share = above.flatten(1).sum(dim=1).to(torch.float64) / counts.clamp(min=1)
+        return torch.where(counts > 0, share, torch.nan)
+
+    @property
+    def rate(self) -> float:
+        """Gu et al.'s ``Sink_k^eps``: share of (prompt, layer, head) scores above ``eps``
+        (fraction of heads in [0, 1]; every prompt has the same heads, so this is also the
+        mean of :attr:`per_prompt`)."""
+        defined = ~self.scores.isnan()
+        if not bool(defined.any()):
+            return math.nan
+        return float((self.scores[defined] > self.eps).to(torch.float64).mean())
+
+    @property
+    def per_layer(self) -> torch.Tensor:
+        """``[layer]`` float64 share of each layer's (prompt, head) scores above ``eps``."""
+        defined = ~self.scores.isnan()
+        above = ((self.scores > self.eps) & defined).sum(dim=(0, 2)).to(torch.float64)
+        return above / defined.sum(dim=(0, 2)).clamp(min=1)
+
+    def rate_interval(
+        self, *, level: float = 0.95, n_bootstrap: int = 1000, seed: int = 0
+    ) -> tuple[float, float]:
+        """Percentile bootstrap interval of :attr:`rate` over prompts (fraction of heads)."""
+        values = self.per_prompt
+        indices = bootstrap_indices(self.n_prompts, n_bootstrap, seed)
+        return percentile_interval(values[indices].nanmean(dim=-1), level)
+
+    def norm_ratio(self, which: str = "value") -> torch.Tensor:
+        """``[layer]`` float64 mean over prompts and key/value heads of the key position's
+        norm ratio (``which``: ``"key"`` or ``"value"``; dimensionless)."""
+        if which not in ("key", "value"):
+            raise IntervError(f"which must be 'key' or 'value'; got {which!r}")
+        ratios = self.key_norms if which == "key" else self.value_norms
+        return ratios.nanmean(dim=(0, 2))
+
+    def norm_ratio_interval(
+        self, which: str = "value", *, level: float = 0.95, n_bootstrap: int = 1000, seed: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([layer], [layer])`` percentile bootstrap interval over prompts of
+        :meth:`norm_ratio`."""
+        self.norm_ratio(which)  # validates ``which``
+        ratios = (self.key_norms if which == "key" else self.value_norms).nanmean(dim=2)
+        indices = bootstrap_indices(self.n_prompts, n_bootstrap, seed)
+        samples = ratios[indices].nanmean(dim=1)  # [n_bootstrap, layer]
+        bounds = [percentile_interval(samples[:, layer], level) for layer in range(ratios.shape[1])]
+        low, high = zip(*bounds, strict=True)
+        return torch.tensor(low, dtype=torch.float64), torch.tensor(high, dtype=torch.float64)
+
+    @property
+    def scope(self) -> str:
+        """Model, inputs, lengths, key, threshold, mask rule and unit."""
+        lengths = sorted(self.prompt_lengths)
+        mask = "causal AND padding" if self.causal else "bidirectional: padding only"
+        return (
+            f"model {self.model_name}; {self.inputs}: {self.n_prompts} prompts of "
+            f"{lengths[0]}..{lengths[-1]} tokens; sink score of key position {self.key} "
+            f"(from each prompt's first real token) = mean weight on it over the queries that "
+            f"see it (fraction of the row), rate = share of (prompt, layer, head) scores above "
+            f"eps = {self.eps:g}; mask: {mask}"
+        )
+
+
+def sink_profile(
+    model: TransformerBridge,
+    prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    key: int = 0,
+    eps: float = GU_EPS,
+    inputs: str | None = None,
+) -> SinkProfile:
+    """Sink scores of every head for one key position, and that key's key and value norms.
+
+    Args:
+        model: a transformer-lens ``TransformerBridge``; ``model.cfg.attention_dir ==
+            "bidirectional"`` turns the causal mask off.
+        prompts_or_tokens: strings (BOS prepended, right-padded), a ``[batch, pos]`` int
+            token tensor (e.g. :func:`random_tokens`) or a :class:`~interv.TokenizedPairs`.
+        attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+        key: the key position, counted from each prompt's first real token; it must lie
+            inside the shortest prompt, which needs another real token.
+        eps: the threshold of the rate, in (0, 1) (default 0.3, Gu et al.'s).
+        inputs: how the prompts are named in the scope (default: "N prompts").
+
+    Returns:
+        A :class:`SinkProfile`.
+    """
+    eps = check_eps(eps)
+    key = as_int(key, "key", minimum=0)
+    batch = prompt_batch(model, prompts_or_tokens, attention_mask)
+    shortest = int(batch.lengths.min())
+    if key >= shortest - 1:
+        raise IntervError(
+            f"key position {key} is beyond the prompt: the shortest prompt has {shortest} "
+            f"real tokens, and a key's norm ratio needs another token (valid keys "
+            f"0..{shortest - 2})"
+        )
+    causal = getattr(model.cfg, "attention_dir", "causal") != "bidirectional"
+    n_layers = model.cfg.n_layers
+    real = batch.real
+    key_abs = batch.first_real + key  # [batch]
+    rows = torch.arange(real.shape[0])
+    scores: list[torch.Tensor] = []
+    norms: dict[str, list[torch.Tensor]] = {"k": [], "v": []}
+
+    def norm_hook(component: str) -> Any:
+        def hook(activation: torch.Tensor, hook: Any) -> None:
+            lengths = activation.detach().to(torch.float64).norm(dim=-1).cpu()  # [b, pos, kv]
+            at_key = lengths[rows, key_abs]  # [batch, kv_head]
+            others = real.clone()
+            others[rows, key_abs] = False
+            weights = others.to(torch.float64).unsqueeze(-1)
+            mean_others = (lengths * weights).sum(dim=1) / weights.sum(dim=1)
+            norms[component].append(at_key / mean_others)
+
+        return hook
+
+    def pattern_hook(activation: torch.Tensor, hook: Any) -> None:
+        pattern = activation.detach().cpu()  # [batch, head, query, key]
+        key_mask = real[:, None, None, :] & real[:, None, :, None]
+        if bool((key_abs == key_abs[0]).all()):  # the same key in every prompt: one call
+            scores.append(sink_scores(pattern, int(key_abs[0]), key_mask=key_mask, causal=causal))
+            return
+        per_prompt = [
+            sink_scores(
+                pattern[b : b + 1], int(key_abs[b]), key_mask=key_mask[b : b + 1], causal=causal
+            )[0]
+            for b in range(pattern.shape[0])
+        ]
+        scores.append(torch.stack(per_prompt))  # [batch, head]
+
+    hooks = []
+    for layer in range(n_layers):
+        hooks += [
+            (Site("k", layer), norm_hook("k")),
+            (Site("v", layer), norm_hook("v")),
+            (Site("pattern", layer), pattern_hook),
+        ]
+    forward(
+        model,
+        Prompts(batch.tokens, real),
+        hooks=hooks,
+        readout=None,
+        stop_after=Site("pattern", n_layers - 1),
+    )
+    return SinkProfile(
+        scores=torch.stack(scores, dim=1),
+        key_norms=torch.stack(norms["k"], dim=1),
+        value_norms=torch.stack(norms["v"], dim=1),
+        key=key,
+        eps=eps,
+        model_name=str(getattr(model.cfg, "model_name", "unknown")),
+        inputs=inputs or f"{batch.tokens.shape[0]} prompts",
+        prompt_lengths=tuple(int(n) for n in batch.lengths),
+        causal=causal,
+    )
+
+
+def _ordinary_ids(model: TransformerBridge) -> torch.Tensor:
+    """Token ids of the vocabulary that are not special tokens (BOS, EOS, padding, ...)."""
+    n_vocab = int(model.cfg.d_vocab)
+    tokenizer = model.tokenizer
+    special = set(getattr(tokenizer, "all_special_ids", None) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
+    ids = torch.tensor([i for i in range(n_vocab) if i not in special], dtype=torch.int64)
+    if ids.numel() == 0:
+        raise IntervError(f"model {model.cfg.model_name!r} has no ordinary (non-special) tokens")
+    return ids
+
+
+def _with_bos(model: TransformerBridge, tokens: torch.Tensor, bos: bool) -> torch.Tensor:
+    if not bos:
+        return tokens
+    bos_id = getattr(model.tokenizer, "bos_token_id", None)
+    if bos_id is None:
+        raise IntervError(f"model {model.cfg.model_name!r} has no BOS token; pass bos=False")
+    return torch.cat([torch.full((tokens.shape[0], 1), int(bos_id)), tokens], dim=1)
+
+
+def _check_shape(n_prompts: int, length: int, bos: bool) -> tuple[int, int]:
+    n_prompts = as_int(n_prompts, "n_prompts", minimum=1)
+    length = as_int(length, "length", minimum=2)
+    if not isinstance(bos, bool):
+        raise IntervError(f"bos must be True or False; got {bos!r}")
+    return n_prompts, length
+
+
+def random_tokens(
+    model: TransformerBridge, n_prompts: int, length: int, *, seed: int = 0, bos: bool = True
+) -> torch.Tensor:
+    """``[n_prompts, length]`` int64 prompts of tokens drawn uniformly (with replacement,
+    seeded) from the vocabulary's ordinary (non-special) tokens; with ``bos`` the first of
+    the ``length`` tokens is the model's BOS token. Gu et al.'s "random tokens" input."""
+    n_prompts, length = _check_shape(n_prompts, length, bos)
+    ids = _ordinary_ids(model)
+    generator = torch.Generator().manual_seed(as_int(seed, "seed"))
+    picks = torch.randint(ids.numel(), (n_prompts, length - int(bos)), generator=generator)
+    return _with_bos(model, ids[picks], bos)
+
+
+def repeated_tokens(
+    model: TransformerBridge, n_prompts: int, length: int, *, seed: int = 0, bos: bool = False
+) -> torch.Tensor:
+    """``[n_prompts, length]`` int64 prompts each made of one ordinary token repeated (one
+    token per prompt, drawn uniformly without replacement where the vocabulary allows,
+    seeded); with ``bos`` the first token is the model's BOS token instead.
+
+    Without BOS every position holds the same token, the input of Gu et al.'s
+    propositions: a model whose positions are told apart only by rotary (or no)
+    position embeddings then computes the same hidden state at every position.
+    """
+    n_prompts, length = _check_shape(n_prompts, length, bos)
+    ids = _ordinary_ids(model)
+    generator = torch.Generator().manual_seed(as_int(seed, "seed"))
+    if n_prompts <= ids.numel():
+        picks = torch.randperm(ids.numel(), generator=generator)[:n_prompts]
+    else:
+        picks = torch.randint(ids.numel(), (n_prompts,), generator=generator)
+    tokens = ids[picks][:, None].expand(n_prompts, length - int(bos)).clone()
+    return _with_bos(model, tokens, bos)

@@ -1,0 +1,215 @@
+"""How much each token's attention update draws on each key, per layer: by weight, by norm
+(Kobayashi et al., EMNLP 2020), and rolled out over the layers (Abnar & Zuidema, ACL 2020).
+
+>>> flow = token_attention(model, ["The cat sat on the mat."])
+>>> flow.weights.shape            # [batch, layer, query_pos, key_pos], head-averaged weights
+>>> flow.norm_shares()            # Kobayashi's norm-based weighting, as shares of each row
+>>> flow.rollout()                # attention rollout (not causal), [batch, query_pos, key_pos]
+
+For layer ``l``, query ``t`` and key ``j``, with head ``h``'s weight ``a^h_tj`` and
+transformed value ``f^h(x_j) = v^h_j W_O^h`` (the value vector, bias included, through the
+head's output projection; residual-stream units):
+
+- weight-based: ``w_tj = mean_h a^h_tj`` (a fraction of the row, rows sum to 1);
+- norm-based: ``n_tj = || sum_h a^h_tj f^h(x_j) ||``, the size of what key ``j``
+  contributes to the layer's attention output at ``t`` (residual-stream units), and its
+  share ``n_tj / sum_j' n_tj'`` of the row (Kobayashi et al.'s norm-based analysis; the
+  output bias, which no key contributes, is left out);
+- rollout: ``R = A~_L ... A~_1`` with ``A~_l = r I + (1 - r) w_l``
+  (:func:`interv.metrics.attention_rollout`).
+
+All three are computed from the weights and the values of one forward; none is an
+intervention, so none measures what a token *does* for the output. Compare them with an
+exact effect, e.g. :class:`~interv.engine.masks.KeyKnockout` of the token in every layer.
+Positions are absolute (padded) positions; ``key_mask`` says which keys each query sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv.analysis._inputs import prompt_batch
+from interv.engine.forward import Prompts, forward
+from interv.engine.sites import Site, kv_head_of
+from interv.errors import IntervError
+from interv.metrics.rollout import attention_rollout
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["TokenAttention", "token_attention"]
+
+ROLLOUT_CAVEAT = (
+    "attention rollout (Abnar & Zuidema 2020) multiplies head-averaged attention matrices "
+    "through the layers, with the residual connection as a fixed share of attention to the "
+    "token itself; it ignores values, output projections, MLPs and norms, and is a "
+    "concentration-side summary of the weights, not a causal effect"
+)
+
+# Upper bound on the elements of one chunk [batch, query chunk, key, d_model] of the
+# norm-based contributions (float32: 64 MiB).
+_CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass(frozen=True, eq=False)
+class TokenAttention:
+    """Weight-based and norm-based attention of every layer, for a prompt set.
+
+    Attributes:
+        weights: ``[batch, layer, query_pos, key_pos]`` float64 head-averaged attention
+            weights (fraction of the row).
+        norms: ``[batch, layer, query_pos, key_pos]`` float64 ``||sum_h a^h f^h(x_j)||``
+            (residual-stream units).
+        key_mask: ``[batch, query_pos, key_pos]`` bool, True = key available to the query
+            (causal AND padding, or padding only for a bidirectional encoder).
+        real: ``[batch, pos]`` bool, True at real tokens.
+        model_name: name of the model (scope).
+        causal: whether the causal mask applied.
+    """
+
+    weights: torch.Tensor
+    norms: torch.Tensor
+    key_mask: torch.Tensor
+    real: torch.Tensor
+    model_name: str
+    causal: bool
+
+    @property
+    def n_prompts(self) -> int:
+        """Number of prompts."""
+        return int(self.weights.shape[0])
+
+    def norm_shares(self) -> torch.Tensor:
+        """``[batch, layer, query, key]`` float64 norm-based weights as shares of each row
+        (``n_tj / sum_j' n_tj'``, fractions; 0 in rows with no available key)."""
+        total = self.norms.sum(dim=-1, keepdim=True)
+        return torch.where(total > 0, self.norms / total.clamp(min=1e-300), 0.0)
+
+    def rollout(self, residual: float = 0.5) -> torch.Tensor:
+        """``[batch, query, key]`` float64 attention rollout of :attr:`weights` over every
+        layer (see :data:`ROLLOUT_CAVEAT`: not a causal effect)."""
+        return attention_rollout(self.weights, residual=residual, key_mask=self.key_mask[:, None])
+
+    def shares_on(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each prompt's mean share, over its real query rows, of the row on ``keys``.
+
+        Args:
+            keys: ``[batch, key_pos]`` bool, the keys of interest of each prompt (e.g. its
+                [CLS] and [SEP] tokens).
+
+        Returns:
+            ``(weight_share, norm_share)``, each ``[batch, layer]`` float64 fractions:
+            ``sum_{j in keys} w_tj`` and ``sum_{j in keys} n_tj / sum_j n_tj``, averaged
+            over the prompt's real queries.
+        """
+        if keys.dtype != torch.bool or keys.shape != self.real.shape:
+            raise IntervError(
+                f"keys must be a bool tensor of shape {tuple(self.real.shape)} [batch, key_pos]; "
+                f"got {keys.dtype} of shape {tuple(keys.shape)}"
+            )
+        chosen = keys[:, None, None, :].to(torch.float64)
+        weight = (self.weights * chosen).sum(dim=-1)  # [batch, layer, query]
+        norm = (self.norm_shares() * chosen).sum(dim=-1)
+        queries = (self.real & self.key_mask.any(dim=-1)).to(torch.float64)[:, None, :]
+        count = queries.sum(dim=-1)
+        return (weight * queries).sum(dim=-1) / count, (norm * queries).sum(dim=-1) / count
+
+    @property
+    def rollout_caveat(self) -> str:
+        """What :meth:`rollout` is and is not, in one sentence (:data:`ROLLOUT_CAVEAT`)."""
+        return ROLLOUT_CAVEAT
+
+    @property
+    def scope(self) -> str:
+        """Model, prompts, mask rule and units."""
+        lengths = sorted(int(n) for n in self.real.sum(dim=1))
+        mask = "causal AND padding" if self.causal else "bidirectional: padding only"
+        return (
+            f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
+            f"tokens; per layer, weight = head-averaged attention weight (fraction of the "
+            f"row), norm = ||sum_h a^h_tj v^h_j W_O^h|| (residual-stream units); mask: {mask}"
+        )
+
+
+def token_attention(
+    model: TransformerBridge,
+    prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
+    *,
+    attention_mask: torch.Tensor | None = None,
+) -> TokenAttention:
+    """Weight-based and norm-based attention of every layer, from one forward.
+
+    Args:
+        model: a transformer-lens ``TransformerBridge``.
+        prompts_or_tokens: strings (BOS prepended, right-padded), a ``[batch, pos]`` int
+            token tensor or a :class:`~interv.TokenizedPairs` (its clean prompts).
+        attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+
+    Returns:
+        A :class:`TokenAttention` (memory: two ``[batch, layer, pos, pos]`` float64 arrays).
+    """
+    batch = prompt_batch(model, prompts_or_tokens, attention_mask)
+    cfg = model.cfg
+    causal = getattr(cfg, "attention_dir", "causal") != "bidirectional"
+    real = batch.real
+    n_pos = real.shape[1]
+    key_mask = real[:, None, :] & real[:, :, None]
+    if causal:
+        key_mask = key_mask & torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
+    heads = [kv_head_of(cfg, h) for h in range(cfg.n_heads)]
+    weights: list[torch.Tensor] = []
+    norms: list[torch.Tensor] = []
+    transformed: dict[int, torch.Tensor] = {}
+
+    def value_hook(layer: int) -> Any:
+        def hook(values: torch.Tensor, hook: Any) -> None:
+            w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
+            per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
+            transformed[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
+
+        return hook
+
+    def pattern_hook(layer: int) -> Any:
+        def hook(pattern: torch.Tensor, hook: Any) -> None:
+            pattern = pattern.detach()  # [batch, head, query, key]
+            f = transformed.pop(layer)  # [batch, head, key, d_model]
+            weights.append(pattern.to(torch.float64).mean(dim=1).cpu())
+            step = max(1, _CHUNK_ELEMENTS // max(1, pattern.shape[0] * n_pos * f.shape[-1]))
+            rows = []
+            for start in range(0, n_pos, step):
+                chunk = pattern[:, :, start : start + step]  # [batch, head, q, key]
+                summed = torch.einsum("bhqk,bhkm->bqkm", chunk, f.to(chunk))
+                rows.append(summed.norm(dim=-1).to(torch.float64).cpu())
+            norms.append(torch.cat(rows, dim=1))
+
+        return hook
+
+    hooks = []
+    for layer in range(cfg.n_layers):
+        hooks += [
+            (Site("v", layer), value_hook(layer)),
+            (Site("pattern", layer), pattern_hook(layer)),
+        ]
+    forward(
+        model,
+        Prompts(batch.tokens, real),
+        hooks=hooks,
+        readout=None,
+        stop_after=Site("pattern", cfg.n_layers - 1),
+    )
+    mask = key_mask[:, None].to(torch.float64)
+    return TokenAttention(
+        weights=torch.stack(weights, dim=1) * mask,
+        norms=torch.stack(norms, dim=1) * mask,
+        key_mask=key_mask,
+        real=real,
+        model_name=str(getattr(cfg, "model_name", "unknown")),
+        causal=causal,
+    )

@@ -1,0 +1,247 @@
+"""Edits of the attention mask of every head: a sliding window with sink tokens, and keys
+hidden from every query.
+
+>>> streaming = WindowAttention(window=32, sink_tokens=4)   # StreamingLLM's mask
+>>> result = interv.run(model, task, [WindowAttention(32), streaming])
+
+Both kinds change which keys every head of the chosen layers may attend to, in the clean
+run, and renormalize each query row over the keys that stay. Renormalizing the weights is
+exactly masking the scores before the softmax::
+
+    softmax(s)_j restricted to M, divided by its mass on M  =  exp(s_j) / sum_{i in M} exp(s_i)
+
+so the result equals a forward whose attention mask was changed (checked against the
+native model run with that mask, and against Hugging Face's 4-D masks). They are written
+at the z level, like :class:`~interv.engine.interventions.AttentionKnockout`: from each
+layer's observed pattern ``A`` and values ``V``, every head's output becomes
+``z + (A' - A) V``, with ``A'`` the masked, renormalized pattern. Later layers see the
+edited residual stream, so the edit of layer ``L`` changes the patterns of layers after
+``L`` the way a changed mask would. Positions are counted from each prompt's first real
+token; position ids (learned or rotary) are left as they were, so a window keeps every
+key's original distance to the query (StreamingLLM's rolling cache instead renumbers the
+cached keys; on prompts shorter than the model's training context both distances are ones
+the model was trained on).
+
+- :class:`WindowAttention` [``window_attention``]: each query sees its ``window`` most
+  recent tokens (itself included) and the first ``sink_tokens`` tokens.
+- :class:`KeyKnockout` [``key_knockout``]: the chosen key positions are hidden from every
+  query but their own; with every layer edited, nothing a token holds reaches another
+  position (attention is the only path between positions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv._checks import as_int, as_positions
+from interv.engine.protocol import EditContext, Intervention, register
+from interv.engine.sites import Site, check_layer, check_positions, kv_head_of
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["KeyKnockout", "WindowAttention"]
+
+
+def _layers_phrase(layers: tuple[int, ...] | None) -> str:
+    if layers is None:
+        return "every layer"
+    if len(layers) == 1:
+        return f"layer {layers[0]}"
+    return f"layers {list(layers)}"
+
+
+@dataclass(frozen=True)
+class _MaskEdit(Intervention):
+    """A changed key mask for every head of ``layers`` (None = all), written at the z level.
+
+    Subclasses define :meth:`allowed`, the ``[n, query, key]`` bool keys that stay. With
+    ``layers=None`` the sites are known only once :meth:`check` has seen the model (the
+    runner checks every intervention before it asks for its sites); ``edits()`` before that
+    raises a clear error.
+    """
+
+    family = "routing"
+
+    def __post_init__(self) -> None:
+        layers = self.layers
+        if layers is not None:
+            layers = tuple(sorted(as_positions(layers, "layers", allow_empty=False)))
+        object.__setattr__(self, "layers", layers)
+
+    def _layers(self, n_layers: int) -> tuple[int, ...]:
+        return tuple(range(n_layers)) if self.layers is None else self.layers
+
+    @property
+    def start_layer(self) -> int | None:
+        return 0 if self.layers is None else self.layers[0]
+
+    @property
+    def site(self) -> None:
+        return None
+
+    def edits(self) -> tuple[Site, ...]:
+        # the layers are known only with a model; edits() is asked for before one exists
+        # only to find the start layer, which start_layer answers, so every edit is
+        # declared from the stored layers (or the model's, in check())
+        return tuple(Site("z", layer) for layer in self._declared_layers())
+
+    def observes(self) -> tuple[Site, ...]:
+        return tuple(
+            site
+            for layer in self._declared_layers()
+            for site in (Site("pattern", layer), Site("v", layer))
+        )
+
+    def _declared_layers(self) -> tuple[int, ...]:
+        if self.layers is not None:
+            return self.layers
+        n_layers = getattr(self, "_n_layers", None)
+        if n_layers is None:
+            raise IntervError(
+                f"{type(self).__name__} with layers=None needs the model's number of layers; "
+                "run it through interv.run (which checks it against the model first), or "
+                "pass layers explicitly"
+            )
+        return tuple(range(n_layers))
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        if self.layers is None:
+            object.__setattr__(self, "_n_layers", int(cfg.n_layers))
+        for layer in self._declared_layers():
+            check_layer(cfg, layer)
+        super().check(cfg, n_positions)
+
+    def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
+        """``[n, query, key]`` bool: the keys each query may still attend to.
+
+        ``real`` is ``[n, pos]`` bool (True at real tokens, one contiguous run per row).
+        """
+        raise NotImplementedError
+
+    def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
+        pattern = context.observed(Site("pattern", site.layer))  # [n, head, query, key]
+        values = context.observed(Site("v", site.layer))  # [n, key, kv_head, d_head]
+        key = ("mask", id(self))
+        allowed = context.state.get(key)
+        if allowed is None:
+            allowed = self.allowed(context.mask.to(pattern.device), pattern.shape[-1])
+            context.state[key] = allowed
+        kept = pattern * allowed[:, None].to(pattern.dtype)
+        mass = kept.sum(dim=-1, keepdim=True)
+        new = torch.where(mass > 0, kept / torch.where(mass > 0, mass, 1.0), 0.0)
+        heads = [kv_head_of(context.cfg, h) for h in range(pattern.shape[1])]
+        per_head = values[:, :, heads]  # [n, key, head, d_head]
+        delta = torch.einsum("nhqk,nkhd->nqhd", new - pattern, per_head.to(pattern.dtype))
+        return activation + delta.to(activation.dtype)
+
+
+def _first_real(real: torch.Tensor) -> torch.Tensor:
+    """``[n]`` position of each row's first real token."""
+    return real.to(torch.int64).argmax(dim=1)
+
+
+@register("window_attention")
+@dataclass(frozen=True)
+class WindowAttention(_MaskEdit):
+    """Sliding-window attention with sink tokens, in every head of ``layers``, in the clean run.
+
+    Query ``t`` (counted from the prompt's first real token) keeps the keys
+    ``t - window + 1 .. t`` and ``0 .. sink_tokens - 1``; every other key is removed and
+    the row renormalized over the kept ones (exactly the mask applied before the
+    softmax). ``sink_tokens = 0`` is a plain sliding window (StreamingLLM's "window
+    attention"); ``sink_tokens = 4`` with ``window`` recent tokens is StreamingLLM's mask.
+    A window at least as long as the prompt is the identity.
+
+    Attributes:
+        window: recent tokens each query sees, itself included (``>= 1``).
+        sink_tokens: first tokens every query also sees (``>= 0``).
+        layers: the layers whose heads are edited; None = every layer.
+    """
+
+    window: int
+    sink_tokens: int = 0
+    layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "window", as_int(self.window, "window", minimum=1))
+        object.__setattr__(self, "sink_tokens", as_int(self.sink_tokens, "sink_tokens", minimum=0))
+        super().__post_init__()
+
+    def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
+        first = _first_real(real)[:, None, None]  # [n, 1, 1]
+        query = torch.arange(n_positions, device=real.device)[None, :, None]
+        key = torch.arange(n_positions, device=real.device)[None, None, :]
+        recent = (key <= query) & (key > query - self.window)
+        sinks = ((key - first) < self.sink_tokens) & (key <= query)
+        return (recent | sinks) & real[:, None, :]
+
+    def describe(self, task: TokenizedPairs | None = None) -> str:
+        if self.sink_tokens == 0:
+            sinks = " only"
+        elif self.sink_tokens == 1:
+            sinks = " and to the first token"
+        else:
+            sinks = f" and to the first {self.sink_tokens} tokens"
+        return (
+            f"every head of {_layers_phrase(self.layers)} attends to its "
+            f"{self.window} most recent token{'' if self.window == 1 else 's'} (itself "
+            f"included){sinks}, each query "
+            "row renormalized over those keys (the attention mask changed before the "
+            "softmax; position ids unchanged)"
+        )
+
+
+@register("key_knockout")
+@dataclass(frozen=True)
+class KeyKnockout(_MaskEdit):
+    """Keys hidden from every query but their own, in every head of ``layers``, in the clean run.
+
+    No query attends to ``key_positions`` (counted from each prompt's first real token)
+    except the query at the same position; every row is renormalized over its remaining
+    keys (the mask applied before the softmax). With every layer edited this removes
+    every path from those tokens to other positions; their own positions still compute.
+
+    Attributes:
+        key_positions: the hidden key positions.
+        layers: the layers whose heads are edited; None = every layer.
+    """
+
+    key_positions: tuple[int, ...]
+    layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        positions = as_positions(self.key_positions, "key_positions", allow_empty=False)
+        object.__setattr__(self, "key_positions", positions)
+        super().__post_init__()
+
+    def check(self, cfg: Any, n_positions: int) -> None:
+        super().check(cfg, n_positions)
+        check_positions(self.key_positions, n_positions, "key position")
+
+    def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
+        first = _first_real(real)[:, None]  # [n, 1]
+        key = torch.arange(n_positions, device=real.device)[None, :]  # [1, key]
+        hidden = torch.zeros(real.shape, dtype=torch.bool, device=real.device)
+        for position in self.key_positions:
+            hidden |= key - first == position
+        query = torch.arange(n_positions, device=real.device)[:, None]
+        own = query == torch.arange(n_positions, device=real.device)[None, :]  # [query, key]
+        return (~hidden[:, None, :] | own[None]) & real[:, None, :]
+
+    def describe(self, task: TokenizedPairs | None = None) -> str:
+        positions = self.key_positions
+        what = (
+            f"key position {positions[0]}"
+            if len(positions) == 1
+            else f"key positions {list(positions)}"
+        )
+        return (
+            f"{what} hidden from every query but its own in every head of "
+            f"{_layers_phrase(self.layers)}, each query row renormalized over the remaining "
+            "keys (the attention mask changed before the softmax)"
+        )
