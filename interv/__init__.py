@@ -64,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     # the runner and its result
     "run": "interv.engine.runner",
     "InterventionResult": "interv.engine.results",
+    "Screen": "interv.audit",
     # intervention kinds
     "ZeroAblation": "interv.engine.interventions",
     "MeanAblation": "interv.engine.interventions",
@@ -107,6 +108,7 @@ __getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.analysis.concentration import HeadConcentration, concentration
+    from interv.audit import Screen
     from interv.engine.directions import AddVector, ProjectOut, SubspacePatch
     from interv.engine.interventions import (
         ActivationPatch,

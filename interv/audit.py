@@ -40,9 +40,11 @@ Pure tensors; no model. The caller's ``evaluate`` does the interventions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -302,6 +304,55 @@ class Audit:
         if not unverified.any():
             return 0.0
         return float((exact_all[unverified].abs() > self.threshold).double().mean())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (NaN exact values as None); :meth:`from_dict` inverts it."""
+
+        def floats(values: torch.Tensor) -> list[float | None]:
+            return [None if math.isnan(v) else v for v in values.tolist()]
+
+        return {
+            "screen": dataclasses.asdict(self.screen),
+            "estimates": self.estimates.tolist(),
+            "exact": floats(self.exact),
+            "status": list(self.status),
+            "order": self.order.tolist(),
+            "n_verified": self.n_verified,
+            "audited": self.audited.tolist(),
+            "threshold": self.threshold,
+            "misses": self.misses,
+            "miss_bound": self.miss_bound,
+            "looks": self.looks,
+            "stopped_by": self.stopped_by,
+            "rank_agreement": None if math.isnan(self.rank_agreement) else self.rank_agreement,
+            "rank_interval": [None if math.isnan(v) else v for v in self.rank_interval],
+            "method": self.method,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Audit:
+        """The audit :meth:`to_dict` wrote."""
+
+        def number(value: float | None) -> float:
+            return float("nan") if value is None else float(value)
+
+        return cls(
+            screen=Screen(**data["screen"]),
+            estimates=torch.tensor(data["estimates"], dtype=torch.float64),
+            exact=torch.tensor([number(v) for v in data["exact"]], dtype=torch.float64),
+            status=tuple(data["status"]),
+            order=torch.tensor(data["order"], dtype=torch.long),
+            n_verified=int(data["n_verified"]),
+            audited=torch.tensor(data["audited"], dtype=torch.long),
+            threshold=float(data["threshold"]),
+            misses=int(data["misses"]),
+            miss_bound=float(data["miss_bound"]),
+            looks=int(data["looks"]),
+            stopped_by=str(data["stopped_by"]),
+            rank_agreement=number(data["rank_agreement"]),
+            rank_interval=(number(data["rank_interval"][0]), number(data["rank_interval"][1])),
+            method=str(data["method"]),
+        )
 
     def describe(self) -> str:
         """What was checked and what the audit says, in one sentence."""

@@ -14,6 +14,8 @@ the size of the behaviour the prompt pairs separate.
 - **baseline-sensitive**: the head has rows of two or more ablation baselines (kinds of
   family ``"ablation"``: zero, mean, resample, or a registered one) and their mean effects
   span more than ``baseline_margin_fraction * scale`` (max - min).
+- **estimated, not intervened**: a screened run left the row as a first-order estimate
+  (attribution), not an intervention result; such rows are never ranked with exact ones.
 
 Concentration flags use the head's mean over prompts at the report's query positions.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "BASELINE_SENSITIVE",
     "CONCENTRATED_LITTLE_EFFECT",
     "DIFFUSE_LARGE_EFFECT",
+    "ESTIMATED_FLAG",
     "FLAGS",
     "SINK_DOMINATED",
     "FlagRules",
@@ -37,11 +40,13 @@ CONCENTRATED_LITTLE_EFFECT = "concentrated, little effect"
 DIFFUSE_LARGE_EFFECT = "diffuse, large effect"
 SINK_DOMINATED = "sink-dominated"
 BASELINE_SENSITIVE = "baseline-sensitive"
+ESTIMATED_FLAG = "estimated, not intervened"
 FLAGS: tuple[str, ...] = (
     CONCENTRATED_LITTLE_EFFECT,
     DIFFUSE_LARGE_EFFECT,
     SINK_DOMINATED,
     BASELINE_SENSITIVE,
+    ESTIMATED_FLAG,
 )
 """Every flag a report can raise."""
 
@@ -112,5 +117,11 @@ class FlagRules:
                 "two or more ablation baselines of the head (zero, mean, resample) differ in "
                 f"mean effect by more than {self.baseline_margin_fraction:g} x effect scale = "
                 f"{margin:.4g} {unit} (max - min)"
+            ),
+            ESTIMATED_FLAG: (
+                "a screen left the value as a first-order estimate by attribution, not an "
+                "intervention result; estimated rows are listed but never ranked: the "
+                "agreement, the most instructive rows, the heatmaps, scatters and the wide "
+                "table use exact rows only, and the table sorts them after the exact ones"
             ),
         }

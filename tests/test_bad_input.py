@@ -135,6 +135,7 @@ def _populate(root: Path) -> None:
         "notask.toml": _sweep_config(task='path = "missing.jsonl"'),
         "unknownkey.toml": _sweep_config(sweep='metrik = "logit_diff"'),
         "badlayer.toml": _sweep_config(extra="sites = {layers = [7]}"),
+        "valuescale.toml": _sweep_config(kind="value_scale"),
     }
     for name, text in configs.items():
         (root / name).write_text(text)
@@ -250,6 +251,20 @@ CLI_CASES = [
     (["sweep", "badtask.toml", "--out", "s"], r"task file .*notutf8\.jsonl' is not UTF-8", True),
     (["sweep", "notask.toml", "--out", "s"], r"task\.path 'missing\.jsonl' does not exist", True),
     (["sweep", "badlayer.toml", "--out", "s"], r"layer 7 is out of range; .* 0\.\.1", False),
+    (["sweep", "ok.toml", "--out", "s", "--top-k", "0"], r"screen\.top_k must be >= 1", True),
+    (["sweep", "ok.toml", "--out", "s", "--alpha", "1.5"], r"alpha must lie in \(0, 1\)", True),
+    (["sweep", "ok.toml", "--out", "s", "--alpha", "x"], r"--alpha must be a number", True),
+    (
+        ["sweep", "valuescale.toml", "--out", "s", "--screen"],
+        r"cannot estimate .*value_scale.*'zero_ablation', 'mean_ablation', 'resample_ablation'",
+        True,
+    ),
+    (["sweep", "ok.toml", "--out", "s", "--screen", "--shard", "0/2"], r"cannot be sharded", True),
+    (
+        ["sweep", "ok.toml", "--out", "s", "--top-k", "9"],
+        r"top_k \(9\) must be at most the number of interventions screened \(8\)",
+        False,
+    ),
     (["sweep-merge", "mine", "--out", "s"], r"'mine' is not a sweep directory", True),
     # similarity, pruning, entropy-change, zoo
     (["similarity", "./models/nope"], r"model directory './models/nope' does not exist", True),

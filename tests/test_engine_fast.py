@@ -180,6 +180,52 @@ def test_suffix_from_every_block_reproduces_the_full_forward(gqa_model, padding_
         torch.testing.assert_close(stacked, expected.repeat(2, 1), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("readout", ["position_logits", "logits", "final_residual"])
+def test_a_staggered_suffix_equals_each_copys_own_suffix(gqa_model, readout):
+    """Copies joining at blocks 0, 1, 1, 2 and after the last block (n_layers) give what a
+    suffix from each copy's block gives, with an edit hooked on a copy that joined late."""
+    task = make_task(lengths=(7, 4, 6))
+    prompts = Prompts.of(task.clean_tokens, task.attention_mask)
+    base = forward(gqa_model, prompts, record_prefix=True)
+    n_layers = gqa_model.cfg.n_layers
+    starts = (0, 1, 1, n_layers - 1, n_layers)
+
+    def double_copy_2(activation, hook):  # copy 2 holds rows 2n..3n-1 from block 1 on
+        activation = activation.clone()
+        activation[2 * N_PROMPTS : 3 * N_PROMPTS] *= 2
+        return activation
+
+    def double_alone(activation, hook):
+        return activation * 2
+
+    positions = {"positions": task.answer_positions} if readout == "position_logits" else {}
+    repeat = {"positions": task.answer_positions.repeat(5)} if positions else {}
+    staggered = forward(
+        gqa_model,
+        Suffix((base.prefix,) * 5, 0, starts=starts),
+        hooks=[(Site("z", 1), double_copy_2)],
+        readout=readout,
+        **repeat,
+    ).readout
+    for k, start in enumerate(starts):
+        hooks = [(Site("z", 1), double_alone)] if k == 2 else []
+        alone = forward(
+            gqa_model, Suffix((base.prefix,), start), hooks=hooks, readout=readout, **positions
+        ).readout
+        rows = slice(k * N_PROMPTS, (k + 1) * N_PROMPTS)
+        torch.testing.assert_close(staggered[rows], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_staggered_suffixes_are_refused(gqa_model):
+    prefix = forward(gqa_model, Prompts.of(make_task().clean_tokens), record_prefix=True).prefix
+    with pytest.raises(IntervError, match="must not decrease"):
+        Suffix((prefix, prefix), 1, starts=(1, 0))
+    with pytest.raises(IntervError, match="the first equal to start_layer"):
+        Suffix((prefix, prefix), 0, starts=(1, 1))
+    with pytest.raises(IntervError, match="entries need starts"):
+        Suffix((prefix,), 0, entries=(None,))
+
+
 def test_block_recording_hooks_are_removed_when_the_forward_raises(gqa_model):
     def n_block_pre_hooks():
         return sum(len(block._forward_pre_hooks) for block in gqa_model.blocks)

@@ -38,3 +38,20 @@ def test_paths_sweep_example_reports_decomposition_paths_and_interactions(tmp_pa
     assert [(row.head_a, row.head_b) for row in report.interactions] == [("L1H1", "L1H3")]
     together = next(path for path in report.paths if len(path.receivers) == 4)
     assert together.sender == "L0H2" and together.effect.mean < -3
+
+
+def test_screened_sweep_example_reports_its_audits_and_flags_its_estimates(tmp_path):
+    from interv.flags import ESTIMATED_FLAG
+    from interv.report.sweep import report_from_sweep
+    from interv.sweeps import run_sweep
+
+    result = run_sweep(EXAMPLES / "sweep_screen.toml", tmp_path / "sweep", progress=False)
+    assert result.n_interventions == 2 * 224 and len(result.screens) == 2
+    report = report_from_sweep(tmp_path / "sweep", n_bootstrap=50)
+    assert [s.label for s in report.screens] == [
+        "224 zero_ablation interventions",
+        "224 activation_patch interventions",
+    ]
+    estimated = [row for row in report.rows if not row.exact]
+    assert estimated and all(ESTIMATED_FLAG in row.flags for row in estimated)
+    assert len(estimated) == sum(s.n_candidates - s.n_checked for s in report.screens)

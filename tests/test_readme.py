@@ -10,8 +10,9 @@ README = Path(__file__).parent.parent / "README.md"
 
 def test_readme_python_examples_run_and_show_what_the_prose_says(capsys, tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 3, (
-        "README holds the one-screen example, 'Your own intervention' and the attention viewer"
+    assert len(blocks) == 4, (
+        "README holds the one-screen example, 'Your own intervention', the attention viewer "
+        "and the screened sweep"
     )
     namespace: dict = {}
     exec(compile(blocks[0], str(README), "exec"), namespace)
@@ -39,3 +40,25 @@ def test_readme_python_examples_run_and_show_what_the_prose_says(capsys, tmp_pat
     assert namespace["viewer"].view.head_labels == ("L0H2", "L1H0")
     assert (tmp_path / "attention.html").stat().st_size > 10_000
     assert (tmp_path / "attention.png").read_bytes()[:4] == b"\x89PNG"
+    # the screened sweep: what the prose says about its audit and the site it missed
+    exec(compile(blocks[3], str(README), "exec"), namespace)
+    printed = capsys.readouterr().out
+    screened, each = namespace["screened"], namespace["each"]
+    audit = screened.screens[0].audit
+    assert "149 of 224 left as estimates" in printed
+    assert (audit.n_verified, int(audit.audited.numel()), audit.looks) == (15, 60, 3)
+    assert "miss rate <= 0.0487" in printed and "stopped by bound" in printed
+    assert "over the 75 checked 0.57 [0.32, 0.79]" in printed
+    full = interv_run(namespace, each)
+    exact_top = full.effect.mean(-1).abs().argsort(descending=True)[:5].tolist()
+    missed = next(i for i in exact_top if i not in audit.top(5).tolist())
+    assert each[missed].describe() == "L0H1 output (z) set to zero at position 7"
+    assert exact_top.index(missed) == 3 and round(float(full.effect[missed].mean()), 2) == -0.70
+    rank = audit.order.tolist().index(missed)
+    assert rank == 20 and screened.status[missed] == "estimated"
+    assert 0 < audit.estimates[missed] < 0.1
+
+
+def interv_run(namespace: dict, interventions: list):
+    """The full exact sweep of the README's screened example."""
+    return namespace["interv"].run(namespace["model"], namespace["task"], interventions)

@@ -2,7 +2,10 @@
 
 - ``interv sweep CONFIG.toml --out DIR [--shard i/n] [--executor local|ray]
   [--workers N] [--quiet]`` runs or resumes a sweep (see :mod:`interv.sweeps`);
-  rerunning the same command after an interruption resumes it.
+  rerunning the same command after an interruption resumes it. ``--screen`` (or any of
+  ``--top-k``, ``--audit``, ``--alpha``, ``--budget``) screens every entry instead
+  (the config's ``[sweep.screen]`` with these keys set; see
+  :mod:`interv.sweeps.screened`).
 - ``interv sweep-merge DIR... --out DIR`` merges the shard directories of one sweep.
 
 A config's ``kind = "module:Class"`` imports ``module`` only with ``--allow-import module``
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from interv.engine.results import InterventionResult
+    from interv.sweeps.config import SweepConfig
 
 __all__ = ["register"]
 
@@ -36,12 +40,53 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
         fresh = ", none computed by this run (every unit was stored already)"
     else:
         fresh = f", {computed} computed by this run"
+    if result.screened:
+        fresh = "" if computed is None else f"; {computed} exact evaluations by this run"
+        n_exact = int(result.exact.sum())
+        audits = "\n".join(f"  {outcome.describe()}" for outcome in result.screens)
+        return (
+            f"screened sweep complete: {result.n_interventions} interventions x "
+            f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
+            f"{result.scope.model_name!r}, metric {result.metric.name} in "
+            f"{result.metric.unit}; {n_exact} intervened on exactly, "
+            f"{result.n_interventions - n_exact} estimated (first-order, not intervened)"
+            f"{fresh}; results in {directory}\n{audits}"
+        )
     return (
         f"sweep complete ({share}): {result.n_interventions} interventions x "
         f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
         f"{result.scope.model_name!r}, metric {result.metric.name} in {result.metric.unit}; "
         f"{manifest['n_units']} units in the whole sweep{fresh}; results in {directory}"
     )
+
+
+_SCREEN_FLAGS = ("top_k", "audit", "alpha", "budget")
+
+
+_ONE_LOOK = "none"
+
+
+def _alpha(text: str) -> float | str:
+    if text.lower() == _ONE_LOOK:
+        return _ONE_LOOK
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
+        ) from None
+
+
+def _screened(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
+    """``config`` with ``[sweep.screen]`` set when a screen flag is given."""
+    from interv.sweeps.config import with_screen  # torch: on use (CLI start-up)
+
+    given = {key: getattr(args, key) for key in _SCREEN_FLAGS if getattr(args, key) is not None}
+    if given.get("alpha") == _ONE_LOOK:
+        given["alpha"] = None
+    if not args.screen and not given:
+        return config
+    return with_screen(config, **given)
 
 
 def _say_import(module: str) -> None:
@@ -55,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
 
     progress = False if args.quiet else None
     config = as_config(args.config, allow_import=args.allow_import, on_import=_say_import)
+    config = _screened(config, args)
     if args.executor == "ray":
         from interv.sweeps.ray_executor import run_sweep_ray  # torch: on use (CLI start-up)
 
@@ -108,6 +154,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="compute units in this process (default) or on Ray workers (needs interv[ray])",
     )
     sweep.add_argument("--workers", type=int, default=2, help="number of Ray workers (default: 2)")
+    screen = sweep.add_argument_group(
+        "screening",
+        "estimate every site to first order and intervene exactly only on the top by "
+        "|estimate| and a random audit sample (sets the config's [sweep.screen]; rerun with "
+        "the same flags to resume)",
+    )
+    screen.add_argument("--screen", action="store_true", help="screen every entry")
+    screen.add_argument(
+        "--top-k", type=int, default=None, metavar="K", help="verified top (default 20)"
+    )
+    screen.add_argument(
+        "--audit", type=int, default=None, metavar="N", help="audit sample size (default 60)"
+    )
+    screen.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=None,
+        metavar="A",
+        help="stop once the 95%% bound on the miss rate is below A (default 0.05; none: once)",
+    )
+    screen.add_argument(
+        "--budget", type=int, default=None, metavar="N", help="most exact evaluations"
+    )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
     sweep.add_argument(
         "--allow-import",

@@ -32,6 +32,7 @@ injected residual.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -143,11 +144,41 @@ class Suffix:
     block keyword arguments agree). ``start_layer`` may be ``n_layers`` (only the final
     norm and the readout run). ``hidden`` replaces the stacked residual stream entering
     ``start_layer`` (``[rows, pos, d_model]``), e.g. with edits already added.
+
+    *Staggered* copies (``starts`` given, one non-decreasing block index per copy, the
+    first equal to ``start_layer``): copy ``k`` joins the batch at block ``starts[k]``,
+    appended after the copies already running, from ``entries[k]`` (its residual stream
+    entering that block; None = its prefix's), so copies that need different suffixes
+    share one forward and no block runs for a copy before it can differ from its prefix.
+    Copy ``k`` holds rows ``k * n .. (k + 1) * n - 1`` from the block it joins on.
     """
 
     prefixes: tuple[Prefix, ...]
     start_layer: int
     hidden: torch.Tensor | None = None
+    starts: tuple[int, ...] | None = None
+    entries: tuple[torch.Tensor | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.starts is None:
+            if self.entries is not None:
+                raise IntervError("Suffix entries need starts (the block each copy joins at)")
+            return
+        starts = tuple(self.starts)
+        if len(starts) != len(self.prefixes) or starts[0] != self.start_layer:
+            raise IntervError(
+                f"Suffix starts must give one block per copy ({len(self.prefixes)}), the first "
+                f"equal to start_layer ({self.start_layer}); got {starts}"
+            )
+        if any(later < earlier for earlier, later in itertools.pairwise(starts)):
+            raise IntervError(f"Suffix starts must not decrease; got {starts}")
+        if self.hidden is not None:
+            raise IntervError("a staggered Suffix takes entries per copy, not hidden")
+        if self.entries is not None and len(self.entries) != len(starts):
+            raise IntervError(
+                f"Suffix entries must give one residual (or None) per copy ({len(starts)}); "
+                f"got {len(self.entries)}"
+            )
 
     @property
     def n(self) -> int:
@@ -241,14 +272,16 @@ def forward(
         try:
             if isinstance(inputs, Suffix):
                 hidden = _run_suffix(model, inputs)
-                seen.setdefault(last_block, hidden)  # no block ran when starting after the last
-                normed = model.ln_final(hidden)
-                if readout == "logits":
-                    logits = model.unembed(normed)
+                if hidden is not None:  # None: no block ran (every copy starts after the last)
+                    seen.setdefault(last_block, hidden)
             else:
                 logits = _run_full(model, inputs, device, readout == "logits")
         except _Stopped:
             pass
+        if isinstance(inputs, Suffix) and readout is not None:
+            _join_after_last_block(inputs, seen, last_block, model.cfg.n_layers)
+            if readout == "logits":
+                logits = model.unembed(model.ln_final(seen[last_block]))
         out: torch.Tensor | None = logits
         if readout == "final_residual":
             out = seen[last_block]
@@ -301,21 +334,77 @@ def _run_full(model: Any, prompts: Prompts, device: torch.device, want_logits: b
     return None
 
 
-def _run_suffix(model: Any, suffix: Suffix) -> torch.Tensor:
-    """Blocks ``start_layer..`` on the stacked prefixes; returns the last block's output."""
+def _run_suffix(model: Any, suffix: Suffix) -> torch.Tensor | None:
+    """Blocks ``start_layer..`` on the stacked prefixes; returns the last block's output
+    (of the copies that ran a block; None when none did)."""
+    if suffix.starts is not None:
+        return _run_staggered(model, suffix)
     first = suffix.prefixes[0]
-    copies, n_prompts = len(suffix.prefixes), first.n_prompts
+    copies = len(suffix.prefixes)
+    if suffix.start_layer >= len(model.blocks):
+        return None
     hidden = suffix.hidden
     if hidden is None:
         hidden = torch.cat([prefix.residuals[suffix.start_layer] for prefix in suffix.prefixes])
     for layer in range(suffix.start_layer, len(model.blocks)):
-        kwargs = {
-            name: _repeat_batch(value, copies, n_prompts)
-            for name, value in first.kwargs[layer].items()
-        }
-        output = model.blocks[layer](hidden, **kwargs)
-        hidden = output[0] if isinstance(output, tuple) else output
+        hidden = _block(model, layer, hidden, first, copies)
     return hidden
+
+
+def _block(model: Any, layer: int, hidden: torch.Tensor, first: Prefix, copies: int) -> Any:
+    kwargs = {
+        name: _repeat_batch(value, copies, first.n_prompts)
+        for name, value in first.kwargs[layer].items()
+    }
+    output = model.blocks[layer](hidden, **kwargs)
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _run_staggered(model: Any, suffix: Suffix) -> torch.Tensor | None:
+    """A staggered suffix: each copy joins at its own block (see :class:`Suffix`)."""
+    first = suffix.prefixes[0]
+    entries = suffix.entries or (None,) * len(suffix.prefixes)
+    hidden: torch.Tensor | None = None
+    active = 0
+
+    def join(layer: int) -> None:
+        nonlocal hidden, active
+        joining = []
+        while active < len(suffix.starts) and suffix.starts[active] == layer:
+            entry = entries[active]
+            joining.append(suffix.prefixes[active].residuals[layer] if entry is None else entry)
+            active += 1
+        if joining:
+            hidden = torch.cat(joining if hidden is None else [hidden, *joining])
+
+    for layer in range(suffix.start_layer, len(model.blocks)):
+        join(layer)
+        hidden = _block(model, layer, hidden, first, active)
+    return hidden
+
+
+def _join_after_last_block(
+    suffix: Suffix, seen: dict[str, torch.Tensor], last_block: str, n_layers: int
+) -> None:
+    """Append the copies that start after the last block (their residual stream is the
+    last block's output already) to what the last block produced, or start from them."""
+    if suffix.starts is None:
+        if last_block not in seen:  # start_layer == n_layers: no block ran
+            seen[last_block] = (
+                suffix.hidden
+                if suffix.hidden is not None
+                else torch.cat([prefix.residuals[n_layers] for prefix in suffix.prefixes])
+            )
+        return
+    entries = suffix.entries or (None,) * len(suffix.prefixes)
+    late = [
+        prefix.residuals[n_layers] if entry is None else entry
+        for start, prefix, entry in zip(suffix.starts, suffix.prefixes, entries, strict=True)
+        if start >= n_layers
+    ]
+    if late:
+        ran = [seen[last_block]] if last_block in seen else []
+        seen[last_block] = torch.cat([*ran, *late])
 
 
 def _repeat_batch(value: Any, copies: int, n_prompts: int) -> Any:

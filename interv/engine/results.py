@@ -16,15 +16,18 @@ in :attr:`InterventionResult.n_undefined_recovery`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interv._pandas import positions_text, require_pandas
+from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Audit
 from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
 from interv.engine.sites import Site
+from interv.errors import IntervError
 
 if TYPE_CHECKING:
     import pandas
@@ -33,13 +36,23 @@ if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
+    "EXACT",
+    "STATUSES",
     "InterventionResult",
     "MetricInfo",
     "Scope",
+    "ScreenOutcome",
     "intervention_fields",
     "intervention_params",
     "normalized_recovery",
 ]
+
+
+EXACT = "exact"
+"""The status of a value from an exact intervention in a run without a screen."""
+
+STATUSES: tuple[str, ...] = (EXACT, EXACT_VERIFIED, EXACT_AUDIT, ESTIMATED)
+"""Every status a result's value can have; only :data:`~interv.audit.ESTIMATED` is not exact."""
 
 
 def normalized_recovery(
@@ -145,6 +158,47 @@ def intervention_fields(
 
 
 @dataclass(frozen=True, eq=False)
+class ScreenOutcome:
+    """How one screen checked some of a result's interventions (see :mod:`interv.audit`).
+
+    Attributes:
+        indices: the result rows (interventions) the screen covered, in the audit's
+            candidate order.
+        audit: the verification and audit of their prompt-mean effects.
+        label: what the candidates are, in words (e.g. "zero_ablation, 270 heads").
+    """
+
+    indices: tuple[int, ...]
+    audit: Audit
+    label: str
+
+    def describe(self) -> str:
+        """The audit's outcome in one sentence: what was checked, the misses, the bound,
+        the rank agreement of estimate and exact with its interval, what stopped it."""
+        audit = self.audit
+        level = f"{audit.screen.level:.0%}"
+        if math.isnan(audit.rank_agreement):
+            rank = "rank agreement n/a (fewer than 5 checked)"
+        else:
+            low, high = audit.rank_interval
+            rank = (
+                f"Spearman rho of estimate and exact over the {audit.n_checked} checked "
+                f"{audit.rank_agreement:.2f} [{low:.2f}, {high:.2f}] ({level} bootstrap)"
+            )
+        return f"{self.label}: {audit.describe()}; {rank}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; :meth:`from_dict` inverts it."""
+        return {"indices": list(self.indices), "label": self.label, "audit": self.audit.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScreenOutcome:
+        """The outcome :meth:`to_dict` wrote."""
+        indices = tuple(int(i) for i in data["indices"])
+        return cls(indices, Audit.from_dict(data["audit"]), str(data["label"]))
+
+
+@dataclass(frozen=True, eq=False)
 class InterventionResult:
     """Per-intervention, per-prompt target metric values with their baselines.
 
@@ -167,6 +221,13 @@ class InterventionResult:
             e.g. the second head of a pair ablation or the receivers of a path patch.
         metric: the metric's name, unit and definition.
         scope: model, task, prompts and positions.
+        status: per intervention, how its values were obtained (:data:`STATUSES`):
+            ``"exact"`` (a run without a screen), ``"exact (verified)"`` or ``"exact
+            (audit)"`` (intervened on by a screen's verification or audit), or
+            ``"estimated"``: a first-order estimate (the base run's value plus the
+            estimated change), not intervened on
+            (:data:`~interv.audit.ESTIMATE_SENTENCE`).
+        screens: the screens that chose what was intervened on, with their audits.
     """
 
     values: torch.Tensor
@@ -182,6 +243,18 @@ class InterventionResult:
     params: tuple[dict[str, Any], ...]
     metric: MetricInfo
     scope: Scope
+    status: tuple[str, ...] = ()
+    screens: tuple[ScreenOutcome, ...] = ()
+
+    def __post_init__(self) -> None:
+        n = int(self.values.shape[0])
+        if not self.status:
+            object.__setattr__(self, "status", (EXACT,) * n)
+        if len(self.status) != n or not set(self.status) <= set(STATUSES):
+            raise IntervError(
+                f"status must give one of {STATUSES} per intervention ({n}); got "
+                f"{len(self.status)} values {sorted(set(self.status))}"
+            )
 
     @classmethod
     def build(
@@ -198,6 +271,8 @@ class InterventionResult:
         metric: MetricInfo | TargetMetric,
         scope: Scope,
         recovery_atol: float,
+        status: Sequence[str] = (),
+        screens: Sequence[ScreenOutcome] = (),
     ) -> InterventionResult:
         """A result from metric values and per-intervention fields; recovery is derived.
 
@@ -218,12 +293,33 @@ class InterventionResult:
             params=tuple(params),
             metric=MetricInfo(metric.name, metric.unit, metric.definition),
             scope=scope,
+            status=tuple(status),
+            screens=tuple(screens),
         )
 
     @property
     def n_interventions(self) -> int:
         """Number of interventions (rows of :attr:`values`)."""
         return int(self.values.shape[0])
+
+    @property
+    def exact(self) -> torch.Tensor:
+        """``[n_interventions]`` bool: True where the values come from an intervention,
+        False where they are a screen's first-order estimate."""
+        return torch.tensor([status != ESTIMATED for status in self.status], dtype=torch.bool)
+
+    @property
+    def screened(self) -> bool:
+        """True when a screen chose which interventions to run exactly."""
+        return bool(self.screens)
+
+    def sentence(self, index: int) -> str:
+        """The sentence of intervention ``index``'s values: its intervention's sentence, and
+        for an estimate, :data:`~interv.audit.ESTIMATE_SENTENCE` after it."""
+        sentence = self.descriptions[index]
+        if self.status[index] == ESTIMATED:
+            return f"{sentence}; {ESTIMATE_SENTENCE}"
+        return sentence
 
     def mean(self) -> torch.Tensor:
         """``[n_interventions]`` mean metric over prompts, in the metric's unit."""
@@ -259,7 +355,8 @@ class InterventionResult:
     def to_records(self) -> list[dict[str, Any]]:
         """One plain dict per intervention x prompt, for tables and reports.
 
-        Keys: ``intervention`` (index), ``kind``, ``semantics``, ``base_run``,
+        Keys: ``intervention`` (index), ``kind``, ``semantics`` (:meth:`sentence`: an
+        estimate says so), ``status`` and ``exact`` (False for an estimate), ``base_run``,
         ``component``, ``layer``, ``head``, ``positions`` (the site; None where the
         intervention has no single site), ``prompt`` (index), ``answer_position``,
         ``value``, ``clean``, ``corrupted``, ``recovery``, ``metric``, ``unit``,
@@ -278,7 +375,9 @@ class InterventionResult:
                     {
                         "intervention": j,
                         "kind": self.kinds[j],
-                        "semantics": self.descriptions[j],
+                        "semantics": self.sentence(j),
+                        "status": self.status[j],
+                        "exact": self.status[j] != ESTIMATED,
                         "base_run": self.base_runs[j],
                         **where,
                         "prompt": i,

@@ -15,19 +15,20 @@ reference path). The runner never prints; hooks never outlive a call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from interv._checks import as_finite, as_int
+from interv.audit import Screen
 from interv.engine.protocol import RUNS, Intervention, semantics
-from interv.engine.results import InterventionResult, Scope, intervention_fields
+from interv.engine.results import InterventionResult, Scope, ScreenOutcome, intervention_fields
+from interv.engine.screening import check_screen, exact_values, pool_label, screened_values
 from interv.engine.stacking import (
     BaseRunCache,
     BaseRuns,
     capture_base_runs,
-    intervened_readouts,
     planned_reads,
     task_runs,
 )
@@ -35,7 +36,7 @@ from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["check_task", "run", "warm_cache"]
+__all__ = ["check_task", "run", "run_screened", "warm_cache"]
 
 
 def _checked_interventions(
@@ -121,8 +122,16 @@ def run(
     recovery_atol: float = 1e-6,
     reuse_prefix: bool = True,
     cache: BaseRunCache | None = None,
+    screen: Screen | None = None,
 ) -> InterventionResult:
     """Measure ``metric`` on ``task`` under each intervention, with both baselines.
+
+    With ``screen``, the interventions are candidates of one screen
+    (:mod:`interv.engine.screening`): every one is estimated to first order from one
+    forward and one backward per base run, and only the screen's verified top and its
+    audit sample are run exactly; the others' values are estimates, marked so in
+    :attr:`~interv.engine.results.InterventionResult.status`, and the audit travels in
+    :attr:`~interv.engine.results.InterventionResult.screens`.
 
     Args:
         model: a transformer-lens ``TransformerBridge`` (in eval mode for
@@ -144,6 +153,10 @@ def run(
         cache: a :class:`~interv.engine.stacking.BaseRunCache` shared by several calls on
             the same model and task: their clean and corrupted forwards (and captured
             activations) are computed once.
+        screen: an :class:`~interv.audit.Screen` (how many to verify, audit, the miss-rate
+            target) to screen the interventions instead of running all of them; None
+            (default) runs every one exactly. Screenable kinds:
+            :data:`~interv.engine.screening.SCREENABLE_KINDS`.
 
     Returns:
         An :class:`~interv.engine.results.InterventionResult` with ``values``
@@ -152,7 +165,9 @@ def run(
     Raises:
         IntervError: a task that is not tokenized, an unknown metric, a metric needing a
             foil on a task without one, an intervention without a semantics sentence or
-            that does not fit the model or the task, or a bad ``max_batch_size``.
+            that does not fit the model or the task, a bad ``max_batch_size``, or a
+            ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
+            ``top_k`` beyond the interventions.
     """
     task = check_task(task)
     target_metric = get_metric(metric)
@@ -162,7 +177,81 @@ def run(
     if not isinstance(reuse_prefix, bool):
         raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
     checked = _checked_interventions(interventions, model.cfg, task)
+    if screen is not None:
+        check_screen(screen, checked, target_metric)
+    return _measure(
+        model,
+        task,
+        checked,
+        target_metric,
+        max_batch_size=max_batch_size,
+        recovery_atol=recovery_atol,
+        reuse_prefix=reuse_prefix,
+        cache=cache,
+        screen=screen,
+    )
 
+
+def run_screened(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    metric: str | TargetMetric,
+    screen: Screen,
+    *,
+    max_batch_size: int = 32,
+    recovery_atol: float = 1e-6,
+    cache: BaseRunCache | None = None,
+    known: torch.Tensor | None = None,
+    estimates: torch.Tensor | None = None,
+    on_estimates: Callable[[torch.Tensor], None] | None = None,
+    on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
+) -> InterventionResult:
+    """:func:`run` with ``screen=``, resumable: what a screened sweep calls.
+
+    ``estimates`` (``[n, n_prompts]``, from an earlier call's ``on_estimates``) and
+    ``known`` exact values (``[n, n_prompts]``, NaN rows where not computed, from its
+    ``on_exact``) make an interrupted screen continue exactly where it stopped: same
+    ranking, same audit sample, no exact work repeated (see
+    :func:`interv.engine.screening.screened_values`).
+    """
+    task = check_task(task)
+    target_metric = get_metric(metric)
+    target_metric.check_foil(task.foil_ids)
+    checked = _checked_interventions(interventions, model.cfg, task)
+    check_screen(screen, checked, target_metric)
+    return _measure(
+        model,
+        task,
+        checked,
+        target_metric,
+        max_batch_size=max_batch_size,
+        recovery_atol=recovery_atol,
+        reuse_prefix=True,
+        cache=cache,
+        screen=screen,
+        resume={
+            "known": known,
+            "estimates": estimates,
+            "on_estimates": on_estimates,
+            "on_exact": on_exact,
+        },
+    )
+
+
+def _measure(
+    model: Any,
+    task: TokenizedPairs,
+    checked: Sequence[Intervention],
+    target_metric: TargetMetric,
+    *,
+    max_batch_size: int,
+    recovery_atol: float,
+    reuse_prefix: bool,
+    cache: BaseRunCache | None,
+    screen: Screen | None,
+    resume: dict[str, Any] | None = None,
+) -> InterventionResult:
     base = _base_runs(model, task, checked, reuse_prefix, cache)
     clean_logits = base.readouts["clean"].cpu()
 
@@ -178,18 +267,36 @@ def run(
 
     clean = score(clean_logits)[0]
     corrupted = score(base.readouts["corrupted"].cpu())[0]
-    values = torch.empty(len(checked), task.n_pairs, dtype=clean.dtype)
-    for indices, logits in intervened_readouts(
-        model,
-        checked,
-        base,
-        readout="position_logits",
-        positions=task.answer_positions,
-        max_batch_size=max_batch_size,
-        reuse_prefix=reuse_prefix,
-        task=task,
-    ):
-        values[indices] = score(logits.cpu())
+    status: tuple[str, ...] = ()
+    screens: tuple[ScreenOutcome, ...] = ()
+    if screen is None:
+        values = exact_values(
+            model,
+            task,
+            checked,
+            base,
+            score,
+            max_batch_size=max_batch_size,
+            reuse_prefix=reuse_prefix,
+        )
+    else:
+        screened = screened_values(
+            model,
+            task,
+            checked,
+            base,
+            target_metric,
+            screen,
+            {"clean": clean, "corrupted": corrupted},
+            score,
+            max_batch_size=max_batch_size,
+            reuse_prefix=reuse_prefix,
+            **(resume or {}),
+        )
+        values = screened.values.to(clean.dtype)
+        status = screened.status
+        indices = tuple(range(len(checked)))
+        screens = (ScreenOutcome(indices, screened.audit, pool_label(checked)),)
     return InterventionResult.build(
         values,
         clean,
@@ -198,4 +305,6 @@ def run(
         metric=target_metric,
         scope=Scope.of(model, task),
         recovery_atol=recovery_atol,
+        status=status,
+        screens=screens,
     )

@@ -402,14 +402,17 @@ def intervened_readouts(
     Yields ``(indices, readout)`` where rows ``j * n .. (j + 1) * n - 1`` of ``readout``
     belong to ``interventions[indices[j]]`` (``n`` prompts per copy). ``positions``
     (``[n]``, for ``readout="position_logits"``) applies to every copy. With
-    ``reuse_prefix`` and recorded prefixes, groups that share an earliest block start
-    there; otherwise every forward starts at the embedding.
+    ``reuse_prefix`` and recorded prefixes, each copy starts at the earliest block it
+    touches: the interventions are taken in order of that block, ``max_batch_size`` rows
+    per forward, and each copy joins its forward at its own block (a staggered
+    :class:`~interv.engine.forward.Suffix`); otherwise every forward starts at the
+    embedding.
     """
     n = next(iter(base.prompts.values())).n
     per_forward = max(1, max_batch_size // n)
     use_prefix = reuse_prefix and all(base.prefixes.get(iv.base_run) for iv in interventions)
     masks = base.source_masks()
-    by_start: dict[int, list[int]] = {}
+    starts: list[int] = []
     shortcut: dict[int, int] = {}  # intervention index -> the head-output layer it skips
     last = model.cfg.n_layers - 1
     for index, intervention in enumerate(interventions):
@@ -418,49 +421,51 @@ def intervened_readouts(
         skipped = head_output_layer(model, intervention) if use_prefix else None
         if skipped is not None:
             shortcut[index], layer = skipped, skipped + 1
-        by_start.setdefault(layer, []).append(index)
-    for layer, indices in sorted(by_start.items()):
-        for start in range(0, len(indices), per_forward):
-            chunk = indices[start : start + per_forward]
-            contexts = [
-                EditContext(
-                    model=model,
-                    mask=base.prompts[interventions[i].base_run].mask,
-                    task=task,
-                    captured=base.captured,
-                    source_masks=masks,
-                )
-                for i in chunk
-            ]
-            copies = [
-                (slice(k * n, (k + 1) * n), interventions[i], context)
-                for k, (i, context) in enumerate(zip(chunk, contexts, strict=True))
-                if i not in shortcut
-            ]
-            group = [interventions[i] for i in chunk]
-            if use_prefix:
-                prefixes = tuple(base.prefixes[iv.base_run] for iv in group)
-                hidden = None
-                if any(i in shortcut for i in chunk):
-                    hidden = torch.cat(
-                        [
-                            _shortcut_hidden(model, interventions[i], shortcut[i], base, context)
-                            if i in shortcut
-                            else base.prefixes[interventions[i].base_run].residuals[layer]
-                            for i, context in zip(chunk, contexts, strict=True)
-                        ]
-                    )
-                inputs: Prompts | Suffix = Suffix(prefixes, layer, hidden)
-            else:
-                inputs = Prompts.stack([base.prompts[iv.base_run] for iv in group])
-            out = forward(
-                model,
-                inputs,
-                hooks=edit_hooks(model.cfg, copies),
-                readout=readout,
-                positions=None if positions is None else positions.repeat(len(group)),
+        starts.append(layer)
+    # by the block each starts at; one forward takes consecutive ones (staggered: each
+    # copy joins at its own block), so forwards stay full whatever the mix of layers
+    ordered = sorted(range(len(interventions)), key=lambda i: starts[i])
+    for begin in range(0, len(ordered), per_forward):
+        chunk = ordered[begin : begin + per_forward]
+        contexts = [
+            EditContext(
+                model=model,
+                mask=base.prompts[interventions[i].base_run].mask,
+                task=task,
+                captured=base.captured,
+                source_masks=masks,
             )
-            yield chunk, out.readout
+            for i in chunk
+        ]
+        copies = [
+            (slice(k * n, (k + 1) * n), interventions[i], context)
+            for k, (i, context) in enumerate(zip(chunk, contexts, strict=True))
+            if i not in shortcut
+        ]
+        group = [interventions[i] for i in chunk]
+        if use_prefix:
+            entries = tuple(
+                _shortcut_hidden(model, interventions[i], shortcut[i], base, context)
+                if i in shortcut
+                else None
+                for i, context in zip(chunk, contexts, strict=True)
+            )
+            inputs: Prompts | Suffix = Suffix(
+                tuple(base.prefixes[iv.base_run] for iv in group),
+                starts[chunk[0]],
+                starts=tuple(starts[i] for i in chunk),
+                entries=entries,
+            )
+        else:
+            inputs = Prompts.stack([base.prompts[iv.base_run] for iv in group])
+        out = forward(
+            model,
+            inputs,
+            hooks=edit_hooks(model.cfg, copies),
+            readout=readout,
+            positions=None if positions is None else positions.repeat(len(group)),
+        )
+        yield chunk, out.readout
 
 
 def forward_under(

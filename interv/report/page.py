@@ -251,6 +251,19 @@ def _joined_sections(report: Report) -> str:
     return "".join(parts)
 
 
+def _screen_section(report: Report) -> str:
+    """The screens behind the rows: what was intervened on, the audit, and the estimates."""
+    if not report.screens:
+        return ""
+    items = "".join(f"<li>{_e(summary.sentence)}</li>" for summary in report.screens)
+    notes = "".join(f"<p class='iv-caveat'>{_e(note)}</p>" for note in report.notes)
+    return (
+        "<section class='iv-section' data-part='screens'>"
+        f"<h2>Screens and their audits ({len(report.screens)})</h2><ul>{items}</ul>{notes}"
+        "</section>"
+    )
+
+
 def _scope_section(report: Report) -> str:
     scope = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_lines(report))
     rules = "".join(f"<dt>{_e(f)}</dt><dd>{_e(r)}</dd>" for f, r in report.rules_text.items())
@@ -298,6 +311,7 @@ def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> s
         "<div class='interv-report'>",
         f"<style>{_asset('report.css')}{hidden_column_css(report)}</style>",
         _headline(report),
+        _screen_section(report),
         _heatmap_section(report),
         _scatter_section(report),
         _table_section(report),

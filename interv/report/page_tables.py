@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from interv.analysis.concentration import METRICS
 from interv.engine.sites import COMPONENTS
 from interv.flags import FLAGS
-from interv.report.views import SHORT, fmt, head_groups, reports_recovery
+from interv.report.views import SHORT, effect_text, fmt, head_groups, reports_recovery
 
 if TYPE_CHECKING:
     from interv.report.table import Report, ReportRow
@@ -114,7 +114,9 @@ def _concentration_cells(row: ReportRow) -> list[str]:
 
 
 def _effect_text(row: ReportRow) -> str:
-    return f"{fmt(row.effect_mean)} [{fmt(row.effect_ci_low)}, {fmt(row.effect_ci_high)}]"
+    # an estimate's text starts with a word, so the page sorts it as n/a: after every
+    # exact row, never ranked among them
+    return effect_text(row)
 
 
 def _site_order(report: Report) -> dict[int, int]:
@@ -183,12 +185,16 @@ def long_table(report: Report) -> str:
         attrs += f' data-f="{_attr("|".join(row.flags))}"'
         if row.head is not None:
             attrs += f' data-h="{row.label}"'
+        spread = (
+            f"{fmt(row.effect_std, 3)} ({fmt(row.effect_min, 3)} … {fmt(row.effect_max, 3)})"
+            if row.exact
+            else "n/a (estimate)"
+        )
         cells = [
             f'<td data-v="{order[row.index]}">{html.escape(row.label)}</td>',
             f"<td>{html.escape(row.kind)}</td>",
             f"<td>{_effect_text(row)}</td>",
-            f"<td>{fmt(row.effect_std, 3)} ({fmt(row.effect_min, 3)} … "
-            f"{fmt(row.effect_max, 3)})</td>",
+            f"<td>{spread}</td>",
             f"<td>{fmt(row.recovery, 3)}</td>",
             *_concentration_cells(row),
             f"<td>{flag_badges(row.flags)}</td>",

@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 _HEATMAP_METRICS = ("normalized_entropy", "sink_mass", "content_entropy")
-_FLAG_COLORS = dict(zip(FLAGS, ("tab:blue", "tab:red", "tab:purple", "tab:orange"), strict=True))
+_FLAG_COLORS = dict(
+    zip(FLAGS, ("tab:blue", "tab:red", "tab:purple", "tab:orange", "tab:gray"), strict=True)
+)
 _FONT = 7  # points: the smallest text of any figure
 _MAX_BARS_HEADS = 40  # heads drawn by baseline_comparison
 _MAX_LABELS = 40  # labels tried by concentration_vs_effect

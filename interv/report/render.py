@@ -88,6 +88,9 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
     for table in report.section_tables():
         parts += ["", f"## {md(table.title)}", "", md(table.intro), ""]
         parts += [_md_table(list(table.columns), [list(row) for row in table.rows])]
+    if report.screens:
+        parts += ["", "## Screens and their audits", ""]
+        parts += [f"- {md(summary.sentence)}" for summary in report.screens]
     for note in report.notes:
         parts += ["", f"> {md(note)}"]
     if images:
@@ -144,6 +147,7 @@ def to_csv(report: Report) -> str:
         "positions",
         "kind",
         "semantics",
+        "status",
         "base_run",
         f"effect_mean_{h.metric_unit}",
         "effect_ci_low",
@@ -172,6 +176,7 @@ def to_csv(report: Report) -> str:
             else " ".join(map(str, r.site.positions)),
             r.kind,
             r.semantics,
+            r.status,
             r.base_run,
             r.effect_mean,
             r.effect_ci_low,

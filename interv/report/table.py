@@ -34,15 +34,17 @@ from interv._checks import from_json
 from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.analysis.pairwise import COMPENSATION, head_interactions
+from interv.audit import ESTIMATED
 from interv.engine.registry import kind_of
-from interv.engine.results import InterventionResult
+from interv.engine.results import EXACT, InterventionResult
 from interv.engine.sites import Site
 from interv.errors import IntervError
-from interv.flags import FlagRules
+from interv.flags import ESTIMATED_FLAG, FlagRules
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
 from interv.report.flags import assign_flags
 from interv.report.page import page_fragment
 from interv.report.render import save_report, to_markdown
+from interv.report.screens import ScreenSummary, estimate_note, summarize
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
     DIRECT_OPPOSED,
@@ -133,6 +135,9 @@ class ReportRow:
         concentration_std: metric name -> standard deviation over prompts.
         flags: the flags this row raises.
         per_prompt_effect: the effect on each prompt, metric unit.
+        status: how the effect was obtained: ``"exact"``, ``"exact (verified)"``,
+            ``"exact (audit)"`` (intervened on) or ``"estimated"`` (a screen's first-order
+            estimate, not intervened: flagged, never ranked).
     """
 
     index: int
@@ -151,6 +156,12 @@ class ReportRow:
     concentration_std: dict[str, float] | None
     flags: tuple[str, ...]
     per_prompt_effect: tuple[float, ...]
+    status: str = EXACT
+
+    @property
+    def exact(self) -> bool:
+        """False for a screen's first-order estimate (not an intervention result)."""
+        return self.status != ESTIMATED
 
     @property
     def label(self) -> str:
@@ -187,6 +198,7 @@ class Report:
     paths: tuple[PathRow, ...] = field(default=())
     interactions: tuple[InteractionRow, ...] = field(default=())
     interaction_semantics: str = ""
+    screens: tuple[ScreenSummary, ...] = field(default=())
 
     def head_grid(self, values: dict[tuple[int, int], float]) -> torch.Tensor:
         """``[layer, head_index]`` float64 grid of per-head values (NaN where missing)."""
@@ -206,12 +218,13 @@ class Report:
         )
 
     def effect_grid(self, kind: str) -> torch.Tensor:
-        """``[layer, head_index]`` mean effect of the head rows of ``kind`` (metric unit)."""
+        """``[layer, head_index]`` mean effect of the head rows of ``kind`` (metric unit);
+        NaN where a screen left only an estimate."""
         return self.head_grid(
             {
                 row.head: row.effect_mean
                 for row in self.rows
-                if row.kind == kind and row.head is not None
+                if row.kind == kind and row.head is not None and row.exact
             }
         )
 
@@ -228,7 +241,8 @@ class Report:
         disagreement is ``|concentration rank - effect rank| / n_heads`` (0..1); ties
         are broken by the number of flags. Kinds whose largest |effect| is "near zero"
         (the flag rule's threshold) are skipped: ranking noise says nothing. Each site
-        appears once (its most disagreeing row). Returns (row, explanation) pairs.
+        appears once (its most disagreeing row). Estimated rows (a screen's first-order
+        estimates) are never ranked. Returns (row, explanation) pairs.
         """
         near_zero = self.flag_rules.near_zero_fraction * self.header.effect_scale
         scored = []
@@ -237,6 +251,7 @@ class Report:
                 row
                 for row in self.rows
                 if row.kind == kind
+                and row.exact
                 and row.concentration is not None
                 and not math.isnan(row.concentration["normalized_entropy"])
             ]
@@ -337,6 +352,8 @@ class Report:
                 "kind": row.kind,
                 "family": None if kind is None else kind.cls.family,
                 "semantics": row.semantics,
+                "status": row.status,
+                "exact": row.exact,
                 "base_run": row.base_run,
                 "effect_mean": row.effect_mean,
                 "effect_ci_low": row.effect_ci_low,
@@ -495,6 +512,7 @@ def build_report(
         mean_recovery, effects = result.mean_recovery(), result.effect
         for j in range(result.n_interventions):
             partial.append((result, j, float(mean_recovery[j]), effects[j]))
+    statuses = [result.status[j] for result, j, _, _ in partial]
     drafts = []
     effect_rows = []
     for (result, j, recovery, effect), site in zip(partial, sites, strict=True):
@@ -504,7 +522,8 @@ def build_report(
         drafts.append(
             {
                 "kind": result.kinds[j],
-                "semantics": result.descriptions[j],
+                "semantics": result.sentence(j),
+                "status": result.status[j],
                 "base_run": result.base_runs[j],
                 "site": site,
                 "effect_mean": float(effect.mean()),
@@ -548,6 +567,10 @@ def build_report(
         effect_scale=effect_scale,
         rules=rules,
     )
+    flags = [
+        (*row_flags, ESTIMATED_FLAG) if status == ESTIMATED else row_flags
+        for row_flags, status in zip(flags, statuses, strict=True)
+    ]
     rows = tuple(
         ReportRow(index=i, flags=row_flags, **draft)
         for i, (draft, row_flags) in enumerate(zip(drafts, flags, strict=True))
@@ -558,7 +581,10 @@ def build_report(
         members = [
             i
             for i, row in enumerate(rows)
-            if row.kind == kind and row.concentration is not None and row.head is not None
+            if row.kind == kind
+            and row.exact
+            and row.concentration is not None
+            and row.head is not None
         ]
         if len(members) < 3:
             continue
@@ -610,6 +636,10 @@ def build_report(
         rules_text[COMPENSATION] = found.rule.split(": ", 1)[1]
     if decomposition:
         rules_text.update(_decomposition_rules(rules, effect_scale, metric.unit))
+    n_estimated = statuses.count(ESTIMATED)
+    if not n_estimated:
+        rules_text.pop(ESTIMATED_FLAG, None)
+    notes = (estimate_note(n_estimated, len(rows)),) if n_estimated else ()
 
     header = ReportHeader(
         model=scope.model_name,
@@ -652,6 +682,8 @@ def build_report(
         paths=paths,
         interactions=interactions,
         interaction_semantics=interaction_semantics,
+        notes=notes,
+        screens=tuple(summarize(outcome) for result in results for outcome in result.screens),
     )
 
 

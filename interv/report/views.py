@@ -26,6 +26,7 @@ __all__ = [
     "SHORT",
     "HeadGroup",
     "agreement_cells",
+    "effect_text",
     "fmt",
     "head_groups",
     "header_lines",
@@ -112,15 +113,25 @@ def row_columns(report: Report) -> list[str]:
     ]
 
 
+def effect_text(row: ReportRow, unit: str = "") -> str:
+    """The effect cell: mean [interval], or for an estimate ``estimate ≈ mean`` (no
+    interval, so it never reads as a measured number)."""
+    suffix = f" {unit}" if unit else ""
+    if not row.exact:
+        return f"estimate ≈ {fmt(row.effect_mean)}{suffix} (first-order, not intervened)"
+    return f"{fmt(row.effect_mean)} [{fmt(row.effect_ci_low)}, {fmt(row.effect_ci_high)}]{suffix}"
+
+
 def row_cells(report: Report, row: ReportRow) -> list[str]:
     """One row of the report as text cells (effects carry the metric's unit)."""
     unit = report.header.metric_unit
+    spread = f"sd {fmt(row.effect_std)}, {fmt(row.effect_min)}..{fmt(row.effect_max)} {unit}"
     cells = [
         row.label,
         row.kind,
         row.semantics,
-        f"{fmt(row.effect_mean)} [{fmt(row.effect_ci_low)}, {fmt(row.effect_ci_high)}] {unit}",
-        f"sd {fmt(row.effect_std)}, {fmt(row.effect_min)}..{fmt(row.effect_max)} {unit}",
+        effect_text(row, unit),
+        spread if row.exact else "n/a (estimate)",
         fmt(row.recovery, 3),
     ]
     for name in METRICS:
@@ -177,10 +188,11 @@ class HeadGroup:
 
 def head_groups(report: Report) -> tuple[HeadGroup, ...]:
     """One :class:`HeadGroup` per (kind, component, base run) with whole-head rows, in
-    order of first appearance."""
+    order of first appearance; exact rows only (a screen's estimates are never drawn or
+    compared with intervention results)."""
     grouped: dict[tuple[str, str, str], dict[tuple[int, int], ReportRow]] = {}
     for row in report.rows:
-        if row.head is not None:
+        if row.head is not None and row.exact:
             grouped.setdefault((row.kind, row.site.component, row.base_run), {})[row.head] = row
     per_kind: dict[str, int] = {}
     for kind, _, _ in grouped:

@@ -20,7 +20,8 @@ Modules: :mod:`~interv.sweeps.config` (the TOML schema, validated before any mod
 loaded), :mod:`~interv.sweeps.plan` (interventions, work units, shards),
 :mod:`~interv.sweeps.store` (the directory format), :mod:`~interv.sweeps.execute`
 (the loop), :mod:`~interv.sweeps.collect` (reading back, merging),
-:mod:`~interv.sweeps.ray_executor` (optional Ray workers).
+:mod:`~interv.sweeps.ray_executor` (optional Ray workers), :mod:`~interv.sweeps.screened`
+(``[sweep.screen]``: each entry screened, resumable).
 
 Importing this package is cheap: torch is imported on first use of a public name.
 """

@@ -25,6 +25,7 @@ from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.sweeps.config import config_diff, stored_config
 from interv.sweeps.plan import unit_id
+from interv.sweeps.screened import assemble_screened
 from interv.sweeps.store import (
     SweepStore,
     expected_units,
@@ -54,6 +55,15 @@ def load_sweep(directory: str | Path) -> InterventionResult:
             f"sweep directory {str(directory)!r} has no planned units yet (interrupted before "
             f"the model was loaded); {rerun_advice(directory, manifest)}"
         )
+    if "screen" in manifest["config"]["sweep"]:
+        baselines = read_baselines(directory)
+        records = read_units(directory, manifest["config_hash"])
+        if baselines is None:
+            raise IntervError(
+                f"screened sweep directory {str(directory)!r} has no finished entry yet; "
+                f"{rerun_advice(directory, manifest)}"
+            )
+        return assemble_screened(records, manifest["n_units"], baselines)
     records = read_units(directory, manifest["config_hash"])
     missing = [uid for uid in expected if uid not in records]
     baselines = read_baselines(directory)
@@ -92,6 +102,11 @@ def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> Inte
         raise IntervError("merge_sweeps needs at least one sweep directory; got none")
     manifests = [read_manifest(directory) for directory in directories]
     first = manifests[0]
+    if "screen" in first["config"]["sweep"]:
+        raise IntervError(
+            f"{str(directories[0])!r} is a screened sweep ([sweep.screen]): it runs unsharded, "
+            "in one directory, so there is nothing to merge; read it with load_sweep"
+        )
     for directory, manifest in zip(directories[1:], manifests[1:], strict=True):
         if manifest["config_hash"] != first["config_hash"]:
             differences = "\n  ".join(config_diff(first["config"], manifest["config"]))

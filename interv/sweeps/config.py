@@ -52,6 +52,18 @@ the allowed keys or values. Layer, head and position *ranges* depend on the mode
 the task; they are checked when the sweep expands its sites against the loaded model
 (:mod:`interv.sweeps.plan`), with the engine's messages.
 
+``[sweep.screen]`` (or ``screen = true`` for the defaults) screens every entry instead of
+running all its interventions exactly: each entry's sites are the candidates of one
+:class:`~interv.audit.Screen` (keys ``top_k``, ``audit``, ``alpha`` (``false``: one look),
+``budget``, ``step``, ``level``, ``seed`` [default ``sweep.seed``]; see
+:mod:`interv.engine.screening` and :mod:`interv.sweeps.screened`). Only screenable kinds
+are accepted then (:data:`~interv.engine.screening.SCREENABLE_KINDS`)::
+
+    [sweep.screen]
+    top_k = 20
+    audit = 60
+    alpha = 0.05
+
 The normalized config (:attr:`SweepConfig.normalized`, every default filled in) is
 what the manifest stores and what :attr:`SweepConfig.config_hash` hashes, so two
 configs that differ only in omitted defaults are the same sweep. A stored config is read
@@ -70,11 +82,21 @@ from pathlib import Path
 from typing import Any
 
 from interv._checks import as_finite, as_int, as_path, read_text
+from interv.audit import Screen
+from interv.engine.protocol import Intervention, Kind
 from interv.engine.registry import get_kind, parse_import_path
+from interv.engine.screening import check_screenable
 from interv.engine.targets import METRICS
 from interv.errors import IntervError
 
-__all__ = ["SweepConfig", "config_diff", "load_config", "parse_config", "stored_config"]
+__all__ = [
+    "SweepConfig",
+    "config_diff",
+    "load_config",
+    "parse_config",
+    "stored_config",
+    "with_screen",
+]
 
 _TOP_KEYS = ("model", "task", "sweep")
 _MODEL_DEFAULTS: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
@@ -89,6 +111,7 @@ _SWEEP_DEFAULTS: dict[str, Any] = {
 }
 _SWEEP_KEYS = (*_SWEEP_DEFAULTS, "interventions")
 _HEAD_SITE_KEYS = ("layers", "heads")
+_SCREEN_KEYS = ("top_k", "audit", "alpha", "budget", "step", "level", "seed")
 
 
 @dataclass(frozen=True)
@@ -138,6 +161,17 @@ class SweepConfig:
     def sweep(self) -> Mapping[str, Any]:
         """The ``[sweep]`` table (interventions included)."""
         return self.normalized["sweep"]
+
+    @property
+    def screen(self) -> Screen | None:
+        """The ``[sweep.screen]`` table as a :class:`~interv.audit.Screen`; None: no screen."""
+        table = self.sweep.get("screen")
+        if table is None:
+            return None
+        values = dict(table)
+        if values.get("alpha") is False:
+            values["alpha"] = None
+        return Screen(**values)
 
 
 def load_config(
@@ -206,6 +240,25 @@ def parse_config(
     )
 
 
+def with_screen(config: SweepConfig, **overrides: Any) -> SweepConfig:
+    """``config`` with its ``[sweep.screen]`` set: the stored keys (none if it had no
+    screen), then ``overrides`` (``top_k``, ``audit``, ``alpha`` (None: one look),
+    ``budget``, ``step``, ``level``, ``seed``; a None ``budget`` or ``step`` is dropped).
+    Validated like a config file's table."""
+    sweep = dict(config.normalized["sweep"])
+    table = dict(sweep.get("screen", {}))
+    for key, value in overrides.items():
+        if key == "alpha":
+            table[key] = False if value is None else value
+        elif value is None and key in ("budget", "step"):
+            table.pop(key, None)
+        else:
+            table[key] = value
+    sweep["screen"] = table
+    raw = {**config.normalized, "sweep": sweep}
+    return parse_config(raw, base_dir=config.base_dir, allow_import=config.allowed_imports)
+
+
 def _module_names(allow_import: Iterable[str]) -> list[str]:
     if isinstance(allow_import, str):
         allow_import = (allow_import,)
@@ -232,7 +285,9 @@ def stored_config(normalized: Any, config_hash: str | None = None) -> SweepConfi
     _parse_model(normalized["model"])
     _parse_task(normalized["task"])
     sweep = normalized["sweep"]
-    _check_table(sweep, "sweep", (*_SWEEP_DEFAULTS, "interventions"), required=_SWEEP_KEYS)
+    _check_table(
+        sweep, "sweep", (*_SWEEP_DEFAULTS, "interventions", "screen"), required=_SWEEP_KEYS
+    )
     entries = sweep["interventions"]
     if not isinstance(entries, list) or not all(
         isinstance(entry, Mapping) and isinstance(entry.get("kind"), str) for entry in entries
@@ -368,7 +423,9 @@ def _parse_task(table: Any) -> dict[str, Any]:
 def _parse_sweep(
     table: Any, allow_import: tuple[str, ...], on_import: Callable[[str], None] | None
 ) -> dict[str, Any]:
-    _check_table(table, "sweep", (*_SWEEP_DEFAULTS, "interventions"), required=("interventions",))
+    _check_table(
+        table, "sweep", (*_SWEEP_DEFAULTS, "interventions", "screen"), required=("interventions",)
+    )
     merged = {**_SWEEP_DEFAULTS, **table}
     sweep = {
         "metric": _choice(merged["metric"], "sweep.metric", tuple(METRICS)),
@@ -391,7 +448,56 @@ def _parse_sweep(
         )
         for i, entry in enumerate(entries)
     ]
+    if "screen" in table:  # absent: no key, so configs without a screen keep their hash
+        sweep["screen"] = _parse_screen(table["screen"], sweep["seed"])
+        metric = METRICS[sweep["metric"]]
+        for i, entry in enumerate(sweep["interventions"]):
+            try:
+                kind = get_kind(entry["kind"], allow_import=allow_import, on_import=on_import)
+                check_screenable([_representative(kind, entry)], metric)
+            except IntervError as error:
+                raise IntervError(f"sweep.interventions[{i}] with sweep.screen: {error}") from None
     return sweep
+
+
+def _parse_screen(value: Any, sweep_seed: int) -> dict[str, Any]:
+    """``[sweep.screen]`` (or ``true``) as its normalized table; checked by building the
+    :class:`~interv.audit.Screen`."""
+    if value is True:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise IntervError(
+            f"sweep.screen must be a table with keys {_SCREEN_KEYS} or true (the defaults); "
+            f"got {value!r}"
+        )
+    _check_table(value, "sweep.screen", _SCREEN_KEYS)
+    defaults = Screen()
+    table: dict[str, Any] = {
+        "top_k": _int(value.get("top_k", defaults.top_k), "sweep.screen.top_k", minimum=1),
+        "audit": _int(value.get("audit", defaults.audit), "sweep.screen.audit", minimum=0),
+        "level": _float(value.get("level", defaults.level), "sweep.screen.level"),
+        "seed": _int(value.get("seed", sweep_seed), "sweep.screen.seed"),
+    }
+    alpha = value.get("alpha", defaults.alpha)
+    table["alpha"] = False if alpha is False else _float(alpha, "sweep.screen.alpha")
+    for key in ("budget", "step"):
+        if key in value:
+            table[key] = _int(value[key], f"sweep.screen.{key}", minimum=1)
+    try:
+        Screen(**{**table, "alpha": None if table["alpha"] is False else table["alpha"]})
+    except IntervError as error:
+        raise IntervError(f"sweep.screen: {error}") from None
+    return table
+
+
+def _representative(kind: Kind, parsed: Mapping[str, Any]) -> Intervention:
+    """One value of an entry at layer 0 (head 0 if it takes one), for checks before any
+    model is loaded."""
+    probe = dict(parsed)
+    if probe.get("positions") == "each":
+        probe["positions"] = None
+    head = 0 if kind.takes_head(probe) else None
+    return kind.at(kind.expand(probe, layer=0, head=head, cfg=None)[0], layer=0, head=head)
 
 
 def _plain(value: Any) -> Any:
@@ -447,9 +553,8 @@ def _parse_intervention(
         parsed["positions"] = _parse_positions(parsed["positions"], f"{path}.positions")
         probe["positions"] = None if parsed["positions"] == "each" else parsed["positions"]
     per_head = kind.takes_head(probe)
-    head = 0 if per_head else None
     try:  # builds one representative value, so every option is checked before a model loads
-        kind.at(kind.expand(probe, layer=0, head=head, cfg=None)[0], layer=0, head=head)
+        _representative(kind, probe)
     except IntervError as error:
         raise IntervError(f"{where}: {error}") from error
     parsed["sites"] = _parse_sites(

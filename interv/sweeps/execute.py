@@ -24,6 +24,7 @@ A progress bar with an ETA (tqdm, on stderr) is shown when stderr is a terminal,
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -40,7 +41,8 @@ from interv.errors import IntervError
 from interv.models.loading import check_model_spec, load_model
 from interv.sweeps.collect import load_sweep
 from interv.sweeps.config import SweepConfig, load_config, parse_config
-from interv.sweeps.plan import Shard, WorkUnit, expand_interventions, plan_units
+from interv.sweeps.plan import Shard, WorkUnit, expand_entries, plan_units
+from interv.sweeps.screened import run_screened_entries
 from interv.sweeps.store import SweepStore
 from interv.tasks.builtin import load_task
 from interv.tasks.pairs import PromptPairs
@@ -136,6 +138,8 @@ class SweepWorker:
         model: the transformer-lens bridge named by ``config.model``.
         task: the tokenized task named by ``config.task``.
         units: every work unit of the sweep, in order.
+        entries: the sweep indices of each ``[[sweep.interventions]]`` entry's
+            interventions (a screened sweep screens each entry separately).
     """
 
     config: SweepConfig
@@ -143,6 +147,7 @@ class SweepWorker:
     task: TokenizedPairs
     units: tuple[WorkUnit, ...]
     cache: BaseRunCache = field(default_factory=BaseRunCache)
+    entries: tuple[range, ...] = ()
 
     @classmethod
     def load(
@@ -151,8 +156,14 @@ class SweepWorker:
         """Load the model (unless ``model`` is given) and the task of ``config`` (unless its
         ``pairs`` are given, from :func:`task_pairs`); plan its units."""
         model, task = load_model_and_task(config, model, pairs)
-        interventions = expand_interventions(config, model.cfg, task.n_positions)
-        return cls(config, model, task, plan_units(interventions, config.sweep["unit_size"]))
+        per_entry = expand_entries(config, model.cfg, task.n_positions)
+        interventions = tuple(iv for entry in per_entry for iv in entry)
+        starts = [0]
+        for entry in per_entry:
+            starts.append(starts[-1] + len(entry))
+        entries = tuple(range(a, b) for a, b in itertools.pairwise(starts))
+        units = plan_units(interventions, config.sweep["unit_size"])
+        return cls(config, model, task, units, entries=entries)
 
     @property
     def n_interventions(self) -> int:
@@ -269,6 +280,13 @@ def run_sweep(
     """
     config = as_config(config_or_path, allow_import=allow_import, on_import=on_import)
     shard = as_shard(shard)
+    screen = config.screen
+    if screen is not None and shard is not None and shard.count > 1:
+        raise IntervError(
+            f"a screened sweep ([sweep.screen]) cannot be sharded (--shard {shard}): its "
+            "verification extends in order and its audit draws from every site, so it runs in "
+            "one process; drop --shard (it resumes after an interruption all the same)"
+        )
     pairs = task_pairs(config)  # a bad task fails here, before any directory or model
     check_model_spec(config.model["spec"])  # so does a model that cannot exist
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
@@ -280,6 +298,13 @@ def run_sweep(
             with stages(("loading the model and the task",), enabled=progress) as bar:
                 bar.start("loading the model and the task")
                 worker = SweepWorker.load(config, model, pairs)
+            if screen is not None:
+                store.record_plan(len(worker.entries), worker.n_interventions)
+                computed = run_screened_entries(
+                    worker, store, screen, worker.entries, progress=progress
+                )
+                store.finish(computed_in_last_run=computed)
+                return load_sweep(out_dir)
             store.record_plan(len(worker.units), worker.n_interventions)
             done = store.completed()
             mine = [u for u in worker.units if shard is None or shard.owns(u.index)]

@@ -27,7 +27,7 @@ from interv.engine.registry import get_kind
 from interv.errors import IntervError
 from interv.sweeps.config import SweepConfig
 
-__all__ = ["Shard", "WorkUnit", "expand_interventions", "plan_units", "unit_id"]
+__all__ = ["Shard", "WorkUnit", "expand_entries", "expand_interventions", "plan_units", "unit_id"]
 
 
 def unit_id(index: int) -> str:
@@ -116,11 +116,20 @@ def expand_interventions(
         IntervError: a layer, head or position outside the model or the task, with the
             entry's key path and the valid range.
     """
-    expanded: list[Intervention] = []
+    return tuple(iv for entry in expand_entries(config, model_cfg, n_positions) for iv in entry)
+
+
+def expand_entries(
+    config: SweepConfig, model_cfg: Any, n_positions: int
+) -> tuple[tuple[Intervention, ...], ...]:
+    """The interventions of each ``[[sweep.interventions]]`` entry (see
+    :func:`expand_interventions`, which concatenates them)."""
+    expanded: list[tuple[Intervention, ...]] = []
     for i, entry in enumerate(config.sweep["interventions"]):
         path = f"sweep.interventions[{i}]"
         try:
-            expanded.extend(_expand_entry(entry, model_cfg, n_positions, config.allowed_imports))
+            cells = _expand_entry(entry, model_cfg, n_positions, config.allowed_imports)
+            expanded.append(tuple(cells))
         except IntervError as error:
             raise IntervError(f"{path} (kind {entry['kind']!r}): {error}") from error
     return tuple(expanded)

@@ -87,6 +87,12 @@ def run_sweep_ray(
         raise IntervError(f"n_workers must be an integer >= 1; got {n_workers!r}")
     config = as_config(config_or_path, allow_import=allow_import)
     shard = as_shard(shard)
+    if config.screen is not None:
+        raise IntervError(
+            "a screened sweep ([sweep.screen]) runs in one process (its verification "
+            "extends in order); run it with the local executor (interv sweep without "
+            "--executor ray, or interv.run_sweep)"
+        )
     pairs = task_pairs(config)  # a bad task fails here, before any directory or worker
     check_model_spec(config.model["spec"])
     ray = _import_ray()

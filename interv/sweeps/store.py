@@ -192,22 +192,59 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_table(rows: Any) -> bool:
+    """A list of lists of numbers (``[n, n_prompts]`` metric values or estimates)."""
+    return isinstance(rows, list) and all(
+        isinstance(row, list) and all(_is_number(v) for v in row) for row in rows
+    )
+
+
 def _record_problem(record: Mapping[str, Any]) -> str | None:
-    """What is wrong with a unit record's structure (None: nothing)."""
+    """What is wrong with a unit record's structure (None: nothing).
+
+    A screened sweep's records (:mod:`interv.sweeps.screened`: ids ``e...`` estimates,
+    ``x...`` one forward's exact values, ``a...`` an entry's audit) have their own shapes.
+    """
+    unit = str(record.get("unit", ""))
+    if unit[:1] in ("e", "x", "a"):
+        return _screened_record_problem(unit[0], record)
     values = record.get("values")
-    if not isinstance(values, list) or not all(
-        isinstance(row, list) and all(_is_number(v) for v in row) for row in values
-    ):
+    if not _is_table(values):
         return "its 'values' are not a list of lists of numbers"
+    return _fields_problem(record, len(values))
+
+
+def _screened_record_problem(kind: str, record: Mapping[str, Any]) -> str | None:
+    if not isinstance(record.get("entry"), int) or isinstance(record.get("entry"), bool):
+        return "its 'entry' is not an integer"
+    if kind == "a":
+        return None if isinstance(record.get("outcome"), dict) else "its 'outcome' is no table"
+    if kind == "x":
+        indices, values = record.get("indices"), record.get("values")
+        if not isinstance(indices, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in indices
+        ):
+            return "its 'indices' are not a list of integers"
+        if not _is_table(values) or len(values) != len(indices):
+            return f"its 'values' are not {len(indices)} lists of numbers (one per index)"
+        return None
+    estimates = record.get("estimates")
+    if not _is_table(estimates):
+        return "its 'estimates' are not a list of lists of numbers"
+    return _fields_problem(record, len(estimates))
+
+
+def _fields_problem(record: Mapping[str, Any], n: int) -> str | None:
+    """The per-row fields of a record of ``n`` rows."""
     for key in _RECORD_LISTS:
         items = record.get(key)
-        if not isinstance(items, list) or len(items) != len(values):
-            return f"its {key!r} are not a list of {len(values)} entries (one per row of values)"
+        if not isinstance(items, list) or len(items) != n:
+            return f"its {key!r} are not a list of {n} entries (one per row of values)"
         if not all(isinstance(item, str) for item in items):
             return f"its {key!r} are not strings"
     for key in ("sites", "params"):
-        if key in record and (not isinstance(record[key], list) or len(record[key]) != len(values)):
-            return f"its {key!r} are not a list of {len(values)} entries"
+        if key in record and (not isinstance(record[key], list) or len(record[key]) != n):
+            return f"its {key!r} are not a list of {n} entries"
     if not isinstance(record.get("start"), int | None):
         return "its 'start' is not an integer"
     return None

@@ -1,0 +1,421 @@
+"""Screened runs: a first-order estimate of every site, exact interventions where it matters.
+
+>>> screen = interv.Screen(top_k=5, audit=20)
+>>> result = interv.run(model, task, ablations, screen=screen)
+>>> result.status[:3]   # "exact (verified)", "exact (audit)" or "estimated"
+
+An exact sweep runs one (suffix of a) forward per intervention. A screen estimates every
+intervention's effect at once, from one forward and one backward of each base run, and
+:func:`interv.audit.verify_screen` then intervenes exactly on the largest estimates and on a
+uniform random audit sample of the rest, and bounds what the screen could have missed.
+
+The estimate. For an intervention that replaces the activation ``a`` of one site in its base
+run by ``a'`` (zero, a mean, a resampled or a patched activation), and the target metric
+``m_i`` of prompt ``i``::
+
+    m_i(a') - m_i(a)  ~=  sum_{pos, d} (d m_i / d a)[pos, d] * (a' - a)[pos, d]
+
+the first-order Taylor expansion around the base run. ``a'`` is the intervention's own
+:meth:`~interv.engine.protocol.Intervention.edit` applied to the base run's activation, so
+the estimate and the exact value share one semantics; for patching it is attribution
+patching (:func:`interv.engine.attribution.approximate_head_patching_scores`). Gradients come
+from one forward and one backward per base run (the clean run for ablations and noising,
+the corrupted run for denoising), every site at once. The estimate is wrong where the
+metric or an attention pattern saturates or effects cancel: it ranks, the exact
+interventions decide. A value that was not intervened on is marked
+:data:`~interv.audit.ESTIMATED` and carries :data:`~interv.audit.ESTIMATE_SENTENCE`.
+
+Screenable kinds (:data:`SCREENABLE_KINDS`): the head ablations (zero, mean, resample) and
+activation patches (denoising, noising), at all positions or at chosen ones. The metric's
+gradient must not vanish identically at the base run: ``kl_from_clean`` is minimal (zero
+gradient) at the clean run, so it can screen denoising only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv.audit import ESTIMATED, Audit, Screen, verify_screen
+from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.interventions import (
+    ActivationPatch,
+    MeanAblation,
+    ResampleAblation,
+    ZeroAblation,
+)
+from interv.engine.protocol import EditContext, Intervention
+from interv.engine.registry import kind_of
+from interv.engine.sites import Site, select_head
+from interv.engine.stacking import BaseRuns, intervened_readouts
+from interv.engine.targets import TargetMetric
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = [
+    "METHOD",
+    "SCREENABLE_KINDS",
+    "Screened",
+    "check_screen",
+    "check_screenable",
+    "exact_values",
+    "first_order_estimates",
+    "pool_label",
+    "screened_values",
+]
+
+METHOD = "attribution (first-order)"
+"""The screen's name in audit sentences."""
+
+SCREENABLE_KINDS: tuple[str, ...] = (
+    "zero_ablation",
+    "mean_ablation",
+    "resample_ablation",
+    "activation_patch",
+    "denoise",
+    "noise",
+)
+"""Kind names a screen accepts: replacements of one site whose first-order change is
+``grad . (replacement - activation)``."""
+
+_SCREENABLE_CLASSES = (ZeroAblation, MeanAblation, ResampleAblation, ActivationPatch)
+
+# Metrics whose gradient vanishes at a run: the clean run for kl_from_clean (its minimum).
+_ZERO_GRADIENT_AT = {"kl_from_clean": "clean"}
+
+
+def _kind_name(intervention: Intervention) -> str:
+    kind = kind_of(type(intervention))
+    return type(intervention).__name__ if kind is None else kind.name
+
+
+def check_screenable(interventions: Sequence[Intervention], metric: TargetMetric) -> None:
+    """Raise :class:`IntervError` unless a screen can estimate every intervention.
+
+    Names the first intervention that cannot be screened and the kinds that can; refuses a
+    metric whose gradient is identically zero at an intervention's base run.
+    """
+    for index, intervention in enumerate(interventions):
+        if type(intervention) not in _SCREENABLE_CLASSES:
+            raise IntervError(
+                f"screen= cannot estimate intervention {index} ({_kind_name(intervention)}: "
+                f"{intervention.describe()}); the kinds a screen can estimate are "
+                f"{SCREENABLE_KINDS}. Run the others without screen="
+            )
+        if _ZERO_GRADIENT_AT.get(metric.name) == intervention.base_run:
+            raise IntervError(
+                f"screen= with metric {metric.name!r} cannot estimate intervention {index} "
+                f"({_kind_name(intervention)}): the metric is minimal, its gradient zero, at "
+                f"the {intervention.base_run} run it modifies; screen it with another metric "
+                "or run it without screen="
+            )
+
+
+def check_screen(
+    screen: object, interventions: Sequence[Intervention], metric: TargetMetric
+) -> None:
+    """Raise :class:`IntervError` unless ``screen`` is a :class:`~interv.audit.Screen` that
+    can screen ``interventions`` (screenable kinds, ``top_k`` within their number)."""
+    if not isinstance(screen, Screen):
+        raise IntervError(
+            f"screen must be an interv.Screen (e.g. interv.Screen(top_k=20, audit=60)) or "
+            f"None; got {type(screen).__name__} ({screen!r})"
+        )
+    if screen.top_k > len(interventions):
+        raise IntervError(
+            f"Screen top_k ({screen.top_k}) must be at most the number of interventions "
+            f"screened ({len(interventions)})"
+        )
+    check_screenable(interventions, metric)
+
+
+def pool_label(interventions: Sequence[Intervention]) -> str:
+    """The candidates of a screen in words, e.g. ``"270 zero_ablation interventions"``."""
+    counts: dict[str, int] = {}
+    for intervention in interventions:
+        name = _kind_name(intervention)
+        counts[name] = counts.get(name, 0) + 1
+    return " and ".join(
+        f"{count} {name} intervention{'s' if count != 1 else ''}" for name, count in counts.items()
+    )
+
+
+def _all_positions(intervention: Intervention) -> Intervention:
+    """The same intervention at every position (the built-in screenable kinds restrict their
+    all-position replacement to ``positions``, so one edit serves every position set)."""
+    if getattr(intervention, "positions", None) is None:
+        return intervention
+    return dataclasses.replace(intervention, positions=None)
+
+
+def _gradients(
+    model: Any,
+    task: TokenizedPairs,
+    run: str,
+    sites: Sequence[Site],
+    metric: TargetMetric,
+    clean_logits: torch.Tensor,
+) -> tuple[dict[Site, torch.Tensor], dict[Site, torch.Tensor]]:
+    """One forward and one backward of ``run``: each site's activation and the gradient of
+    each prompt's metric with respect to it (prompts are independent rows, so the gradient
+    of the sum over prompts holds every prompt's own gradient)."""
+    device = model_device(model)
+    tokens = task.clean_tokens if run == "clean" else task.corrupted_tokens
+    kept: dict[Site, torch.Tensor] = {}
+
+    def keeper(site: Site) -> Any:
+        def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            # the returned copy is what the rest of the forward reads: the gradient with
+            # respect to it is the full downstream derivative
+            kept[site] = activation.clone()
+            return kept[site]
+
+        return keep
+
+    with torch.enable_grad():
+        out = forward(
+            model,
+            Prompts.of(tokens, task.attention_mask),
+            hooks=[(site, keeper(site)) for site in sites],
+            readout="position_logits",
+            positions=task.answer_positions,
+            grad=True,
+        )
+        values = metric(
+            out.readout,
+            task.target_ids.to(device),
+            None if task.foil_ids is None else task.foil_ids.to(device),
+            clean_logits.to(device),
+        )
+        grads = torch.autograd.grad(values.sum(), [kept[site] for site in sites])
+    activations = {site: kept[site].detach() for site in sites}
+    return activations, dict(zip(sites, grads, strict=True))
+
+
+def first_order_estimates(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    metric: TargetMetric,
+    base: BaseRuns,
+) -> torch.Tensor:
+    """Every intervention's first-order effect on every prompt (an estimate, not a result).
+
+    ``estimate[j, i] = sum_{pos, d} (d m_i / d a)(a'_j - a)`` at the base run of
+    intervention ``j``, with ``a`` its site's activation there and ``a'_j`` what its
+    ``edit`` writes (see the module docstring). One forward and one backward per base run.
+
+    Args:
+        model: the transformer-lens bridge.
+        task: the prompt pairs.
+        interventions: screenable interventions (:func:`check_screenable`).
+        metric: the target metric.
+        base: the base runs of ``interventions`` (their reads captured), as
+            :func:`interv.run` computes them.
+
+    Returns:
+        ``[n_interventions, n_prompts]`` float64 estimated change of each prompt's metric,
+        in the metric's unit.
+    """
+    check_screenable(interventions, metric)
+    cfg = model.cfg
+    clean_logits = base.readouts["clean"]
+    estimates = torch.zeros(len(interventions), task.n_pairs, dtype=torch.float64)
+    masks = base.source_masks()
+    for run in sorted({iv.base_run for iv in interventions}):
+        members = [j for j, iv in enumerate(interventions) if iv.base_run == run]
+        edited = [interventions[j].edits()[0] for j in members]
+        sites = sorted({Site(site.component, site.layer) for site in edited}, key=lambda s: s.order)
+        activations, grads = _gradients(model, task, run, sites, metric, clean_logits)
+        context = EditContext(
+            model=model,
+            mask=base.prompts[run].mask,
+            task=task,
+            captured=base.captured,
+            source_masks=masks,
+        )
+        # per all-position intervention: [n_prompts, pos] contributions, summed over d
+        per_position: dict[Intervention, torch.Tensor] = {}
+        for j in members:
+            intervention = interventions[j]
+            site = intervention.edits()[0]
+            whole = _all_positions(intervention)
+            if whole not in per_position:
+                block = Site(site.component, site.layer)
+                activation = activations[block]
+                before = select_head(activation, site, cfg)
+                after = whole.edit(site, before.clone(), context)
+                gradient = select_head(grads[block], site, cfg)
+                product = (gradient * (after.to(before.dtype) - before)).double()
+                per_position[whole] = product.flatten(2).sum(-1)  # [n, pos]
+            contributions = per_position[whole]
+            positions = getattr(intervention, "positions", None)
+            chosen = contributions if positions is None else contributions[:, list(positions)]
+            estimates[j] = chosen.sum(-1).cpu()
+    return estimates
+
+
+def exact_values(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    base: BaseRuns,
+    score: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    max_batch_size: int,
+    reuse_prefix: bool,
+    on_forward: Callable[[list[int], torch.Tensor], None] | None = None,
+) -> torch.Tensor:
+    """``[n_interventions, n_prompts]`` metric under each intervention, by exact forwards
+    (stacked, with prefix reuse), scored by ``score`` (answer logits -> ``[k, n_prompts]``),
+    in ``score``'s dtype. ``on_forward(indices, values)`` sees each forward's interventions
+    (indices into ``interventions``) and values as soon as it is done."""
+    values: torch.Tensor | None = None
+    for indices, logits in intervened_readouts(
+        model,
+        interventions,
+        base,
+        readout="position_logits",
+        positions=task.answer_positions,
+        max_batch_size=max_batch_size,
+        reuse_prefix=reuse_prefix,
+        task=task,
+    ):
+        scored = score(logits.cpu())
+        if values is None:
+            values = torch.empty(len(interventions), task.n_pairs, dtype=scored.dtype)
+        values[indices] = scored
+        if on_forward is not None:
+            on_forward(list(indices), scored)
+    if values is None:
+        return torch.empty(0, task.n_pairs)
+    return values
+
+
+@dataclass(frozen=True, eq=False)
+class Screened:
+    """What a screened run computed, per intervention.
+
+    Attributes:
+        values: ``[n_interventions, n_prompts]`` float64 metric values: exact where
+            ``status`` says exact, the base run's value plus the first-order estimate
+            elsewhere.
+        estimates: ``[n_interventions, n_prompts]`` float64 first-order estimates of each
+            prompt's change (every intervention, checked or not).
+        status: per intervention, :data:`~interv.audit.EXACT_VERIFIED`,
+            :data:`~interv.audit.EXACT_AUDIT` or :data:`~interv.audit.ESTIMATED`.
+        audit: the verification and audit (:class:`~interv.audit.Audit`) of the prompt-mean
+            effects.
+        n_computed: exact evaluations this call ran (the rest were ``known``).
+    """
+
+    values: torch.Tensor
+    estimates: torch.Tensor
+    status: tuple[str, ...]
+    audit: Audit
+    n_computed: int
+
+
+def screened_values(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    base: BaseRuns,
+    metric: TargetMetric,
+    screen: Screen,
+    baselines: dict[str, torch.Tensor],
+    score: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    max_batch_size: int,
+    reuse_prefix: bool,
+    known: torch.Tensor | None = None,
+    estimates: torch.Tensor | None = None,
+    on_estimates: Callable[[torch.Tensor], None] | None = None,
+    on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
+) -> Screened:
+    """Estimate every intervention, verify and audit exactly (:func:`verify_screen`).
+
+    Each look of the verification asks for all its candidates at once; they run in one
+    call of stacked exact forwards with prefix reuse, and ``on_exact`` sees each forward's
+    values as soon as it is done (a sweep stores them then).
+
+    Args:
+        model, task, interventions, base, metric: as for :func:`first_order_estimates`.
+        screen: the checking rule.
+        baselines: ``{"clean": [n_prompts], "corrupted": [n_prompts]}`` metric values.
+        score: answer logits ``[k * n_prompts, d_vocab]`` -> ``[k, n_prompts]`` metric.
+        max_batch_size, reuse_prefix: as for :func:`interv.run`.
+        known: ``[n_interventions, n_prompts]`` exact values already computed (NaN rows
+            where not), e.g. by an interrupted sweep: reused, never recomputed.
+        estimates: the estimates of an earlier call (``Screened.estimates``), so that a
+            resumed screen ranks and audits exactly as the interrupted one did; None
+            computes them.
+        on_estimates: called with the ``[n_interventions, n_prompts]`` estimates once they
+            are computed (not when ``estimates`` were given), before any exact work.
+        on_exact: called with ``(indices, values [k, n_prompts])`` after each exact
+            forward.
+
+    Returns:
+        A :class:`Screened`.
+    """
+    n = len(interventions)
+    check_screen(screen, interventions, metric)
+    if estimates is None:
+        estimates = first_order_estimates(model, task, interventions, metric, base)
+        if on_estimates is not None:
+            on_estimates(estimates)
+    estimates = torch.as_tensor(estimates, dtype=torch.float64)
+    if estimates.shape != (n, task.n_pairs):
+        raise IntervError(
+            f"estimates must have shape {(n, task.n_pairs)} (interventions x prompts); got "
+            f"{tuple(estimates.shape)}"
+        )
+    base_values = torch.stack(
+        [baselines[iv.base_run].double() for iv in interventions]
+    )  # [n, n_prompts]
+    values = torch.full((n, task.n_pairs), torch.nan, dtype=torch.float64)
+    if known is not None:
+        known = torch.as_tensor(known, dtype=torch.float64)
+        if known.shape != values.shape:
+            raise IntervError(
+                f"known must have shape {tuple(values.shape)} (interventions x prompts); "
+                f"got {tuple(known.shape)}"
+            )
+        whole = ~known.isnan().any(-1)
+        values[whole] = known[whole]
+    known_effects = (values - base_values).mean(-1)
+    computed = 0
+
+    def evaluate(indices: torch.Tensor) -> torch.Tensor:
+        todo = indices.tolist()
+
+        def done(local: list[int], exact: torch.Tensor) -> None:
+            nonlocal computed
+            picked = [todo[i] for i in local]
+            values[picked] = exact.double()
+            computed += len(picked)
+            if on_exact is not None:
+                on_exact(picked, exact)
+
+        exact_values(
+            model,
+            task,
+            [interventions[j] for j in todo],
+            base,
+            score,
+            max_batch_size=max_batch_size,
+            reuse_prefix=reuse_prefix,
+            on_forward=done,
+        )
+        return (values[indices] - base_values[indices]).mean(-1)
+
+    audit = verify_screen(screen, estimates.mean(-1), evaluate, method=METHOD, known=known_effects)
+    estimated = torch.tensor([s == ESTIMATED for s in audit.status])
+    values[estimated] = base_values[estimated] + estimates[estimated]
+    return Screened(values, estimates, audit.status, audit, computed)
