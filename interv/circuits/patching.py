@@ -161,6 +161,17 @@ def sender_outputs(model: Any, graph: Graph, run: Run, upto: int | None = None) 
     return out if upto is None else out[:, :, :upto]
 
 
+def sender_deltas(model: Any, graph: Graph, other: Run, base: Run) -> torch.Tensor:
+    """``[n, pos, n_senders, d_model]``: every writer's output in ``other`` minus in ``base``
+    (heads: ``(z_other - z_base) @ W_O``), in :attr:`Graph.senders` order."""
+    parts = [(other.resid_pre[0] - base.resid_pre[0]).unsqueeze(2)]
+    for layer in range(graph.n_layers):
+        parts.append(head_outputs(model, layer, other.z[layer] - base.z[layer]))
+        if graph.has_mlp:
+            parts.append((other.mlp_out[layer] - base.mlp_out[layer]).unsqueeze(2))
+    return torch.cat(parts, dim=2)
+
+
 def sender_output(model: Any, graph: Graph, run: Run, index: int) -> torch.Tensor:
     """``[n, pos, d_model]``: writer ``index``'s output in ``run``."""
     node = graph.senders[index]

@@ -28,7 +28,7 @@ verifies. AtP*'s QK fix (Kramár et al. 2024) is not implemented in this build
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from interv.circuits.patching import (
     check_task,
     qkv_weights,
     runs_of,
-    sender_outputs,
+    sender_deltas,
     tokens_of,
 )
 from interv.engine.forward import Prompts, forward
@@ -237,10 +237,11 @@ def _reader_gradients(
     metric: TargetMetric,
     clean_logits: torch.Tensor,
     embed: torch.Tensor | None = None,
-) -> list[torch.Tensor]:
-    """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given):
-    per receiver layer ``[n, pos, readers, d_model]`` gradients of each prompt's metric with
-    respect to each reader's own pre-norm input (readers in graph order: query heads, key
+) -> Iterator[torch.Tensor]:
+    """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given),
+    then, one at a time (so that only one is held), per receiver layer
+    ``[n, pos, readers, d_model]`` gradients of each prompt's metric with respect to each
+    reader's own pre-norm input (readers in graph order: query heads, key
     heads, value heads, then the MLP), and last the logits' ``[n, pos, 1, d_model]``."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
@@ -292,7 +293,6 @@ def _reader_gradients(
         grads = dict(
             zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True)
         )
-        result = []
         for layer in layers:
             block = model.blocks[layer]
             x = seen[Site("resid_pre", layer)]
@@ -310,9 +310,8 @@ def _reader_gradients(
                     mlp_out, [x_mid], grad_outputs=grads[Site("mlp_out", layer)].to(mlp_out)
                 )
                 parts.append(mlp.unsqueeze(2))
-            result.append(torch.cat(parts, dim=2).detach())
-        result.append(grads[Site("final_resid")].detach().unsqueeze(2))
-    return result
+            yield torch.cat(parts, dim=2).detach()
+        yield grads[Site("final_resid")].detach().unsqueeze(2)
 
 
 def edge_scores(
@@ -324,6 +323,7 @@ def edge_scores(
     qk_fix: bool = False,
     metric: str | TargetMetric = "logit_diff",
     direction: str = "noise",
+    batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EdgeScores:
     """Score every edge of the model's graph with EAP or EAP-IG (estimates).
@@ -336,6 +336,8 @@ def edge_scores(
         qk_fix: AtP*'s QK fix; not implemented in this build (True is refused).
         metric: a metric name or :class:`~interv.engine.targets.TargetMetric`.
         direction: ``"noise"`` (default) or ``"denoise"`` (transformer-lens's convention).
+        batch_size: prompts per gradient run (memory grows with it); None: about 32 MiB of
+            sender outputs per run.
         progress: called with a short message after each gradient run.
 
     Returns:
@@ -345,45 +347,52 @@ def edge_scores(
     runs = check_method(method, steps, qk_fix)
     graph = Graph.from_model(model)
     base_name, other_name = runs_of(direction)
-    base = capture_run(model, task, base_name)
-    other = capture_run(model, task, other_name)
-    clean_logits = base.logits if base_name == "clean" else other.logits
     if target.name == "kl_from_clean" and base_name == "clean" and method == "eap":
         raise IntervError(
             "metric 'kl_from_clean' is minimal (zero gradient) at the clean run, so EAP on the "
             "clean run scores every edge 0; use method='eap-ig', direction='denoise' or another "
             "metric"
         )
-    gradients: list[torch.Tensor] | None = None
-    for step in range(1, runs + 1):
-        embed = None
-        if runs > 1:
-            alpha = step / runs
-            embed = other.resid_pre[0] + alpha * (base.resid_pre[0] - other.resid_pre[0])
-        grads = _reader_gradients(model, graph, task, base_name, target, clean_logits, embed)
-        gradients = (
-            grads if gradients is None else [a + b for a, b in zip(gradients, grads, strict=True)]
-        )
-        if progress is not None:
-            progress(f"{method}: gradient run {step} of {runs}")
-    assert gradients is not None
-    gradients = [g / runs for g in gradients]
-    with torch.no_grad():
-        delta = sender_outputs(model, graph, other) - sender_outputs(model, graph, base)
-        per_prompt = torch.empty(graph.n_edges, task.n_pairs, dtype=torch.float64)
-        receivers = graph.receivers
-        position = 0
-        for layer_grads in gradients:
-            width = layer_grads.shape[2]
-            group = receivers[position : position + width]
-            position += width
-            n_senders = max(r.n_senders for r in group)
-            products = torch.einsum(
-                "bpud,bprd->bru", delta[:, :, :n_senders].double(), layer_grads.double()
-            )  # [n, readers, senders]
-            for j, receiver in enumerate(group):
-                block = products[:, j, : receiver.n_senders]
-                per_prompt[receiver.start : receiver.start + receiver.n_senders] = block.T.cpu()
+    n = task.n_pairs
+    if batch_size is None:
+        per_prompt_bytes = task.n_positions * len(graph.senders) * model.cfg.d_model * 4
+        batch_size = max(1, min(n, (32 << 20) // max(per_prompt_bytes, 1)))
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
+    per_prompt = torch.zeros(graph.n_edges, n, dtype=torch.float64)
+    receivers = graph.receivers
+    for first in range(0, n, batch_size):
+        rows = list(range(first, min(n, first + batch_size)))
+        part = task.select(rows)
+        base = capture_run(model, part, base_name)
+        other = capture_run(model, part, other_name)
+        clean_logits = base.logits if base_name == "clean" else other.logits
+        with torch.no_grad():
+            delta = sender_deltas(model, graph, other, base)  # [n, pos, senders, d_model]
+        for step in range(1, runs + 1):
+            embed = None
+            if runs > 1:
+                alpha = step / runs
+                embed = other.resid_pre[0] + alpha * (base.resid_pre[0] - other.resid_pre[0])
+            position = 0
+            layers = _reader_gradients(model, graph, part, base_name, target, clean_logits, embed)
+            for layer_grads in layers:
+                width = layer_grads.shape[2]
+                group = receivers[position : position + width]
+                position += width
+                n_senders = max(r.n_senders for r in group)
+                with torch.no_grad():
+                    products = (
+                        torch.einsum(
+                            "bpud,bprd->bru", delta[:, :, :n_senders], layer_grads.to(delta)
+                        ).double()
+                        / runs
+                    )  # [n, readers, senders]
+                for j, receiver in enumerate(group):
+                    block = products[:, j, : receiver.n_senders].T.cpu()
+                    per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] += block
+            if progress is not None:
+                progress(f"{method}: gradient run {step} of {runs} (prompts {rows[0]}..{rows[-1]})")
     scores = per_prompt.mean(-1)
     name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
     runs_text = (
