@@ -5,8 +5,9 @@ CPU. Task: ``interv.load_task("ioi", n_pairs=8)``. Metric: logit difference targ
 
 Printed: the graph; EAP and EAP-IG (5 steps) scores of every edge (every prompt in one
 gradient run; time); ``discover`` with each screen (top 200 verified exactly, 200 audited,
-the miss-rate bound, Spearman with its interval, time); the faithfulness curve of the EAP-IG circuit result at MIB's 10 fractions
-with 95% bootstrap intervals, CPR and CMD (time). The load average is printed beside every
+the miss-rate bound, Spearman with its interval, time); the faithfulness curve of the
+EAP-IG circuit result at MIB's 10 fractions with 95% bootstrap intervals, CPR and CMD
+(time). The load average is printed beside every
 time. ``--out FILE`` writes the results as JSON (through interv's safe writer).
 
 Run: ``python benchmarks/circuits_smollm2.py [--threads 2] [--pairs 8] [--out FILE]``.
