@@ -138,8 +138,9 @@ def tl_edge_scores(model, task, graph):
     return total / task.n_pairs
 
 
-def tl_faithfulness(model, task, graph, order, sizes):
-    """``[n_fractions, n_pairs]`` recovered fractions, one transformer-lens call per cell."""
+def tl_faithfulness(model, task, graph, order, sizes, calls=None):
+    """``[n_fractions, n_pairs]`` recovered fractions, one transformer-lens call per cell
+    (only the first ``calls`` cells, fraction-major, when given; NaN elsewhere)."""
     from transformer_lens.tools.analysis.attribution_patching import Node as TLNode
     from transformer_lens.tools.analysis.attribution_patching import faithfulness as tl_faith
 
@@ -159,10 +160,14 @@ def tl_faithfulness(model, task, graph, order, sizes):
                 circuit.append((writer, reader))
         return circuit
 
-    out = torch.empty(len(sizes), task.n_pairs, dtype=torch.float64)
+    out = torch.full((len(sizes), task.n_pairs), torch.nan, dtype=torch.float64)
+    done = 0
     for j, size in enumerate(sizes):
         circuit = expand([graph.edges[i] for i in order[:size]])
         for i in range(task.n_pairs):
+            if calls is not None and done >= calls:
+                return out
+            done += 1
             target, foil = int(task.target_ids[i]), int(task.foil_ids[i])
             result = tl_faith(
                 model,
@@ -208,7 +213,7 @@ def child(args: argparse.Namespace) -> None:
         faith = (
             torch.empty(0)
             if args.scores_only
-            else tl_faithfulness(model, task, graph, order, sizes)
+            else tl_faithfulness(model, task, graph, order, sizes, args.tl_calls)
         )
         report["seconds_scores"] = t1 - t0
         report["seconds_faithfulness"] = time.perf_counter() - t1
@@ -225,6 +230,8 @@ def run_child(args: argparse.Namespace, job: str, folder: str) -> tuple[dict, fl
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.scores_only:
         command.append("--scores-only")
+    if args.tl_calls is not None:
+        command += ["--tl-calls", str(args.tl_calls)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     output = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
@@ -249,6 +256,13 @@ def main() -> None:
         help="skip the faithfulness curve on both sides (for models where "
         "transformer-lens's faithfulness takes hours, e.g. GPT-2-small-shaped)",
     )
+    parser.add_argument(
+        "--tl-calls",
+        type=int,
+        default=None,
+        help="run only this many of transformer-lens's faithfulness calls (fraction x pair "
+        "cells, smallest circuits first) and extrapolate its curve time from them",
+    )
     parser.add_argument("--job", choices=("tl", "interv", "build"), default=None)
     parser.add_argument("--folder", default=None)
     args = parser.parse_args()
@@ -271,6 +285,16 @@ def main() -> None:
     score_diff = (torch.tensor(ours["scores"]) - torch.tensor(theirs["scores"])).abs().max()
     faith_ours = torch.tensor(ours["faith"], dtype=torch.float64)
     faith_theirs = torch.tensor(theirs["faith"], dtype=torch.float64)
+    if args.tl_calls is not None and faith_theirs.numel():
+        cells = len(MIB_FRACTIONS) * args.pairs
+        called = min(args.tl_calls, cells)
+        per_call = theirs["seconds_faithfulness"] / called
+        theirs["seconds_faithfulness"] = per_call * cells
+        theirs["seconds"] = theirs["seconds_scores"] + theirs["seconds_faithfulness"]
+        print(
+            f"transformer-lens faithfulness: {called} of {cells} calls run, {per_call:.1f} s "
+            "each; its curve time below is extrapolated from them"
+        )
     faith_diff = (
         (faith_ours - faith_theirs).abs().nan_to_num(0.0).max()
         if faith_ours.numel()

@@ -279,7 +279,7 @@ def faithfulness(
         metric: a metric name or TargetMetric.
         n_bootstrap, level, seed: the bootstrap over prompts.
         batch_size: circuits (copies of the prompts) per stacked forward; None: about
-            8 MiB of sender changes per forward (at least one circuit).
+            2 MiB of sender changes per forward (at least one circuit).
 
     Returns:
         :class:`FaithfulnessCurve`.
@@ -423,7 +423,7 @@ def circuit_metrics(
     d_model = model.cfg.d_model
     if batch_size is None:
         per_copy = n * task.n_positions * len(graph.senders) * d_model * 4
-        batch_size = max(1, (8 << 20) // max(per_copy, 1))
+        batch_size = max(1, (2 << 20) // max(per_copy, 1))
     out = torch.empty(kept.shape[0], n, dtype=torch.float64)
     with torch.no_grad():
         for first in range(0, kept.shape[0], batch_size):
