@@ -486,9 +486,13 @@ def _circuit_forward(
                 start, sign = replaced[part], 1.0
             out[part] = start.unsqueeze(2)
             reader_index, sender_index = chosen.nonzero(as_tuple=True)
-            if reader_index.numel():
-                picked = deltas[part][:, :, sender_index.to(device)]
-                out[part].index_add_(2, reader_index.to(device), picked, alpha=sign)
+            reader_index, sender_index = reader_index.to(device), sender_index.to(device)
+            # gathered in pieces of about 16 MiB: (reader, sender) pairs can be many
+            step = max(1, (16 << 20) // (n * replaced.shape[1] * replaced.shape[2] * 4))
+            for low in range(0, reader_index.numel(), step):
+                senders = sender_index[low : low + step]
+                picked = deltas[part][:, :, senders]
+                out[part].index_add_(2, reader_index[low : low + step], picked, alpha=sign)
         return out
 
     def embed_hook(activation: torch.Tensor, hook: Any) -> None:
