@@ -28,6 +28,15 @@ recorded during the base forward, and the blocks ``L..`` are called with them. T
 blocks are the bridge's own modules, so every hook inside them fires as in a full
 forward, including the hook on block ``L``'s input (``resid_pre``), which sees the
 injected residual.
+
+Why a write to ``resid_mid`` rebuilds ``resid_post``: transformer-lens's block bridge
+hooks ``resid_mid`` at the input of the norm before the MLP, and the block adds the MLP's
+output to the residual it held *before* that hook, so a hook's write would reach the MLP
+only. Wherever a hook is attached to block ``L``'s ``resid_mid``, the block's output is
+therefore rebuilt as ``resid_mid + mlp_out`` (both as the hooks left them), the identity
+that defines ``resid_post`` in a sequential block: the write is then the residual stream
+between attention and MLP, and gradients through it take both paths. Unedited, the
+rebuilt sum is the same sum the block computed.
 """
 
 from __future__ import annotations
@@ -253,6 +262,9 @@ def forward(
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
     fwd_hooks = [(hook_name(site), fn) for site, fn in hooks]
+    fwd_hooks = _with_mid_rebuilds(
+        fwd_hooks, {s.layer for s, _ in hooks if s.component == "resid_mid"}
+    )
     fwd_hooks += [
         (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
     ]
@@ -300,6 +312,40 @@ def forward(
             (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
         )
     return ForwardOutput(readout=out, captured=captured, prefix=prefix)
+
+
+def _with_mid_rebuilds(
+    fwd_hooks: list[tuple[str, HookFn]], layers: set[int]
+) -> list[tuple[str, HookFn]]:
+    """``fwd_hooks`` with, for each block of ``layers``, ``resid_post`` rebuilt first as
+    ``resid_mid + mlp_out`` from the values the other hooks left at those two sites.
+
+    Hooks at one hook point run in list order, so the keepers go after the given hooks
+    and the rebuild before any hook at ``resid_post``.
+    """
+    if not layers:
+        return fwd_hooks
+    kept: dict[tuple[str, int], torch.Tensor] = {}
+    front, back = [], []
+    for layer in sorted(layers):
+        back.append((hook_name("resid_mid", layer), _keeper(("mid", layer), kept, True)))
+        back.append((hook_name("mlp_out", layer), _keeper(("mlp", layer), kept, True)))
+        front.append((hook_name("resid_post", layer), _rebuild(layer, kept)))
+    return [*front, *fwd_hooks, *back]
+
+
+def _rebuild(layer: int, kept: dict[tuple[str, int], torch.Tensor]) -> HookFn:
+    def rebuild(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        mid, mlp = kept.pop(("mid", layer), None), kept.pop(("mlp", layer), None)
+        if mid is None or mlp is None or mid.shape != activation.shape:
+            raise IntervError(
+                f"block {layer} ran without both its resid_mid and mlp_out hooks firing, so a "
+                "write to resid_mid cannot reach the residual stream; interv supports "
+                "resid_mid only in sequential blocks (resid_post = resid_mid + mlp_out)"
+            )
+        return mid + mlp
+
+    return rebuild
 
 
 @contextmanager
