@@ -109,7 +109,8 @@ class DemoResult:
 def demo_interventions(
     n_layers: int, n_heads: int, n_positions: int, layers: Sequence[int] | None = None
 ) -> list[Intervention]:
-    """The demo's interventions: five per head, then one residual patch per layer x position."""
+    """The demo's interventions: five per head, then one residual patch per layer x position
+    ``0..n_positions - 1`` (the demo passes the positions real in every prompt)."""
     chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
     for layer in chosen:
         check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
@@ -248,7 +249,10 @@ def _compute(
     bar.start("concentration")
     heads_conc = concentration(bridge, task, sink=0, query_positions=task.answer_query_positions())
     bar.start("interventions")
-    interventions = demo_interventions(n_layers, bridge.cfg.n_heads, task.n_positions, layers)
+    # residual patches only where every prompt has a real token (right padding: the
+    # shortest prompt's positions); elsewhere some prompts would add an exact no-effect
+    shared = len(task.shared_positions)
+    interventions = demo_interventions(n_layers, bridge.cfg.n_heads, shared, layers)
     # One engine run per batch of interventions, so the bar moves as they are computed;
     # the runs share one cache of the clean and corrupted base runs, filled once.
     cache = BaseRunCache()

@@ -640,7 +640,10 @@ def _hand_sweep(directory: Path, kind: str | None = None) -> None:
         "params": [{"kind": "ZeroAblation", "layer": 0, "head": 0}],
         "values": [[1.25]],
     }
-    with SweepStore.open(directory, config, None, "0123456789abcdef") as store:
+    from interv.sweeps.execute import task_fingerprint
+
+    fingerprint = task_fingerprint(interv.load_task("induction", n_pairs=1))
+    with SweepStore.open(directory, config, None, fingerprint) as store:
         store.write_baselines(baselines)
         store.append(record)
         store.record_plan(1, 1)

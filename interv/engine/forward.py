@@ -52,6 +52,7 @@ import torch
 
 from interv.engine.sites import Site, block_output_hook, hook_name
 from interv.errors import IntervError
+from interv.tasks.tokenized import check_context, check_token_ids
 
 __all__ = [
     "READOUTS",
@@ -105,6 +106,17 @@ class Prompts:
     def n(self) -> int:
         """Number of prompts."""
         return int(self.tokens.shape[0])
+
+    def check_fits(self, cfg: Any) -> None:
+        """Raise :class:`IntervError` unless every id is in the vocabulary of the model with
+        config ``cfg`` and no prompt is longer than its context (``d_vocab``, ``n_ctx``)."""
+        d_vocab, n_ctx = getattr(cfg, "d_vocab", None), getattr(cfg, "n_ctx", None)
+        check_token_ids(
+            self.tokens, d_vocab if isinstance(d_vocab, int) and d_vocab > 0 else None, "tokens"
+        )
+        check_context(
+            self.mask.sum(1), n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None, "prompt"
+        )
 
     def repeat(self, copies: int) -> Prompts:
         """``copies`` copies stacked along the batch axis."""
@@ -258,6 +270,8 @@ def forward(
         raise IntervError("positions are needed by, and only by, readout='position_logits'")
     if record_prefix and isinstance(inputs, Suffix):
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
+    if isinstance(inputs, Prompts):
+        inputs.check_fits(model.cfg)
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
