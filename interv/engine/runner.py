@@ -59,9 +59,12 @@ def _checked_interventions(
                 f"{intervention.base_run!r}"
             )
         intervention.check(cfg, task.n_positions)
-        for site in (*intervention.edits(), *intervention.observes()):
+        for what, positions, from_first_real in intervention.prompt_positions():
             check_prompt_positions(
-                site.positions, task.attention_mask, f"{type(intervention).__name__} position"
+                positions,
+                task.attention_mask,
+                f"{type(intervention).__name__} {what}",
+                from_first_real=from_first_real,
             )
     return checked
 
