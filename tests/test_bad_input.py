@@ -1269,6 +1269,16 @@ VALUE_CASES = {
         r"vocabulary has ids 0\.\.63",
         False,
     ),
+    "a hand-built TokenizedPairs from lists": (
+        lambda m: interv.TokenizedPairs([[0, 3]], [[0, 4]], [[True, True]], [1], [5]),
+        r"clean_tokens must be a torch\.Tensor; got list",
+        True,
+    ),
+    "a negative token id": (
+        lambda m: interv.concentration(m, torch.tensor([[0, -5, 3]])),
+        r"tokens: token id -5 at index \(0, 1\) is not a token of the model",
+        False,
+    ),
     "a task tokenized for another vocabulary": (
         lambda m: interv.run(
             m,

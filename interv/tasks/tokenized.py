@@ -134,6 +134,20 @@ class TokenizedPairs:
     n_ctx: int | None = None
 
     def __post_init__(self) -> None:
+        for field in (
+            "clean_tokens",
+            "corrupted_tokens",
+            "attention_mask",
+            "answer_positions",
+            "target_ids",
+            "foil_ids",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, torch.Tensor) and not (field == "foil_ids" and value is None):
+                raise IntervError(
+                    f"{field} must be a torch.Tensor; got {type(value).__name__} (convert it "
+                    "with torch.tensor(...))"
+                )
         if self.clean_tokens.ndim != 2:
             raise IntervError(
                 f"clean_tokens must be [batch, pos]; got shape {tuple(self.clean_tokens.shape)}"
@@ -156,6 +170,10 @@ class TokenizedPairs:
             )
         if self.attention_mask.dtype != torch.bool:
             raise IntervError(f"attention_mask must be bool; got {self.attention_mask.dtype}")
+        if self.answer_positions.is_floating_point() or self.answer_positions.dtype == torch.bool:
+            raise IntervError(
+                f"answer_positions must be an integer tensor; got {self.answer_positions.dtype}"
+            )
         for field in ("d_vocab", "n_ctx"):
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
