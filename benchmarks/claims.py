@@ -921,7 +921,7 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
             "norm_share": _round(scores["norm_contribution"][:, 0].mean()),
             "effect": _round(effects[:, 0].mean()),
             "mean_effect_other_tokens": _round(
-                (effects * before_answer)[:, 1:].sum() / before_answer[:, 1:].sum()
+                effects.masked_fill(~before_answer, 0)[:, 1:].sum() / before_answer[:, 1:].sum()
             ),
             "share_of_prompts_where_it_has_the_largest_effect": _round(top_effect.mean()),
         },
