@@ -1172,6 +1172,13 @@ def _hand_task(model: Any, **changes: Any) -> interv.TokenizedPairs:
     return interv.TokenizedPairs(**{**fields, **changes})
 
 
+def _left_padded_mask(model: Any) -> torch.Tensor:
+    task = interv.load_task("induction", n_pairs=4).tokenize(model)
+    mask = torch.ones(task.clean_tokens.shape, dtype=torch.bool)
+    mask[:, 0] = False
+    return mask
+
+
 def _beyond_vocabulary(model: Any) -> interv.TokenizedPairs:
     task = interv.load_task("induction", n_pairs=4).tokenize(model)
     tokens = task.clean_tokens.clone()
@@ -1272,6 +1279,11 @@ VALUE_CASES = {
     "a hand-built TokenizedPairs from lists": (
         lambda m: interv.TokenizedPairs([[0, 3]], [[0, 4]], [[True, True]], [1], [5]),
         r"clean_tokens must be a torch\.Tensor; got list",
+        True,
+    ),
+    "a left-padded mask declared right-padded": (
+        lambda m: _hand_task(m, attention_mask=_left_padded_mask(m)),
+        r"attention_mask of pair 0 \(\[0, 1, 1, .*\) is not right-padded",
         True,
     ),
     "a negative token id": (

@@ -174,6 +174,7 @@ class TokenizedPairs:
             raise IntervError(
                 f"answer_positions must be an integer tensor; got {self.answer_positions.dtype}"
             )
+        _check_padding(self.attention_mask, self.padding_side)
         for field in ("d_vocab", "n_ctx"):
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -298,3 +299,23 @@ def _config_int(cfg: Any, name: str) -> int | None:
     return (
         int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
     )
+
+
+def _check_padding(mask: torch.Tensor, side: str) -> None:
+    """Each prompt's real tokens are one run at the ``side`` it is not padded on."""
+    lengths = mask.sum(1)
+    if bool((lengths == 0).any()):
+        i = int((lengths == 0).nonzero()[0, 0])
+        raise IntervError(f"prompt pair {i} has no real token; every prompt needs one")
+    positions = torch.arange(mask.shape[1])[None, :]
+    if side == "right":
+        expected = positions < lengths[:, None]
+    else:
+        expected = positions >= mask.shape[1] - lengths[:, None]
+    if not bool((expected == mask).all()):
+        i = int((expected != mask).any(1).nonzero()[0, 0])
+        raise IntervError(
+            f"attention_mask of pair {i} ({mask[i].int().tolist()}) is not {side}-padded: with "
+            f"padding_side={side!r} each prompt's real tokens must be one run starting at the "
+            + ("first position" if side == "right" else "last position, counted backwards")
+        )
