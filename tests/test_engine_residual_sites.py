@@ -115,7 +115,7 @@ def patch_by_hand(model, task, component: str, layer: int, head, positions) -> t
 
 
 def assert_position_patches_match_plain_hooks(model, task, atol: float) -> None:
-    layer, head, positions = model.cfg.n_layers - 2, 1, (task.n_positions - 1,)
+    layer, head, positions = model.cfg.n_layers - 2, 1, (task.shared_positions[-1],)
     patches = [
         ActivationPatch(c, layer, head if c == "z" else None, positions=positions)
         for c in PATCH_COMPONENTS
