@@ -1,6 +1,7 @@
 """``interv demo``: the whole pipeline on one model, written to a report directory.
 
-The demo runs, on a built-in task and the same prompts throughout:
+The demo runs, on a built-in task (or the user's own pairs, ``pairs=``) and the same
+prompts throughout:
 
 1. concentration of every head at the answer position (the query whose output is
    scored), with the sink at key position 0 (BOS);
@@ -46,6 +47,7 @@ from interv.report.plots import attention_row
 from interv.report.render import write_report
 from interv.report.table import build_report
 from interv.tasks.builtin import load_task
+from interv.tasks.pairs import PromptPairs
 
 if TYPE_CHECKING:
     from interv.engine.interventions import Intervention
@@ -185,8 +187,10 @@ def run_demo(
     seed: int = 0,
     n_bootstrap: int = 1000,
     progress: bool | None = None,
+    pairs: PromptPairs | None = None,
 ) -> DemoResult:
-    """Run the whole pipeline on ``model`` and its built-in task; write the report to ``out``.
+    """Run the whole pipeline on ``model`` and its built-in task (or ``pairs``); write the
+    report to ``out``.
 
     Every option and the output directory are checked before the model loads. The
     directory must be new, empty, or hold only files an earlier interv run wrote there
@@ -206,11 +210,18 @@ def run_demo(
         seed: seed of the task's prompts and of the bootstrap.
         n_bootstrap: bootstrap resamples of prompts.
         progress: a progress bar on stderr; None = only when stderr is a terminal.
+        pairs: the user's own prompt pairs (e.g. ``PromptPairs.from_jsonl(path)``) instead
+            of the model's built-in task, every pair used (``n_prompts`` must then be
+            None); the demo's metric is ``logit_diff``, so they need foils.
 
     Raises:
-        IntervError: a bad option or output directory (before any model is loaded).
+        IntervError: a bad option or output directory (before any model is loaded); a
+            prompt of ``pairs`` longer than the model's context (the pair, the prompt and
+            ``n_ctx`` are named, before any intervention runs).
     """
     task_name, pairs_count, chosen = check_demo_options(model, n_prompts, layers)
+    if pairs is not None:
+        _check_own_pairs(pairs, n_prompts)
     as_int(n_bootstrap, "n_bootstrap", minimum=1)
     start = time.perf_counter()
     if out is None:
@@ -218,7 +229,8 @@ def run_demo(
     else:
         output = claim_dir(out, what="output directory", by="interv demo")
     with output, stages(_STAGES, enabled=progress) as bar:
-        report, figure = _compute(model, task_name, pairs_count, chosen, seed, n_bootstrap, bar)
+        source = pairs if pairs is not None else (task_name, pairs_count)
+        report, figure = _compute(model, source, chosen, seed, n_bootstrap, bar)
         bar.start("plots and files")
         paths = write_report(
             report, output, figures=None if figure is None else {"attention_row": figure}
@@ -226,10 +238,28 @@ def run_demo(
     return DemoResult(report, paths, time.perf_counter() - start, output.path)
 
 
+def _check_own_pairs(pairs: Any, n_prompts: int | None) -> None:
+    """The user's pairs can run the demo: a PromptPairs with foils, and no n_prompts."""
+    if not isinstance(pairs, PromptPairs):
+        raise IntervError(
+            f"pairs must be an interv.PromptPairs (e.g. PromptPairs.from_jsonl(path)); got "
+            f"{type(pairs).__name__}"
+        )
+    if n_prompts is not None:
+        raise IntervError(
+            f"n_prompts={n_prompts} counts the built-in task's pairs; with your own pairs "
+            f"every one of the {pairs.n_pairs} is used (pass fewer pairs instead)"
+        )
+    if pairs.foils is None:
+        raise IntervError(
+            f"the demo scores logit_diff (target minus foil logit), but the pairs "
+            f"{pairs.name!r} have no foils; give a foil for every pair"
+        )
+
+
 def _compute(
     model: str,
-    task_name: str,
-    n_prompts: int,
+    source: PromptPairs | tuple[str, int],
     layers: tuple[int, ...] | None,
     seed: int,
     n_bootstrap: int,
@@ -244,7 +274,11 @@ def _compute(
             f"{model} has {n_layers} layers, but the demo's table says {_DEMO_MODELS[model][1]}"
         )
     bar.start("tokenizing the task")
-    task = load_task(task_name, n_pairs=n_prompts, seed=seed).tokenize(bridge)
+    if isinstance(source, PromptPairs):
+        pairs = source
+    else:
+        pairs = load_task(source[0], n_pairs=source[1], seed=seed)
+    task = pairs.tokenize(bridge)
     bar.start("concentration")
     heads_conc = concentration(bridge, task, sink=0, query_positions=task.answer_query_positions())
     bar.start("interventions")

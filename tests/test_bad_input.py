@@ -1131,3 +1131,100 @@ def test_a_complete_sweep_missing_a_unit_or_its_baselines_is_completed_by_its_co
     torch.testing.assert_close(repaired.clean, whole.clean, atol=1e-5, rtol=1e-5)
     manifest = json.loads((trust_workdir / "done" / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["computed_in_last_run"] == 1
+
+
+# =====================================================================================
+# Own pairs on the command line (issue 24): --pairs FILE.jsonl in demo, paths,
+# interactions and pruning; heads out of range; a prompt longer than the context. The
+# rules of the table above hold (exit status 2, the message, nothing changed, before any
+# model load where the file alone is at fault).
+# =====================================================================================
+
+_PAIR = {"clean": "A B C A", "corrupted": "D E F A", "target": "B", "foil": "C"}
+_LONG = " ".join("ABCDEFGH"[i % 8] for i in range(60))
+
+
+@pytest.fixture
+def pairs_workdir(workdir):
+    """The workdir with a pairs file without foils, one with a typo and one too long."""
+    no_foil = {key: value for key, value in _PAIR.items() if key != "foil"}
+    (workdir / "nofoil.jsonl").write_text(json.dumps(no_foil) + "\n")
+    (workdir / "typo.jsonl").write_text(json.dumps({**_PAIR, "targte": "B"}) + "\n")
+    long = {**_PAIR, "clean": _LONG, "corrupted": "Z" + _LONG[1:]}
+    (workdir / "long.jsonl").write_text(json.dumps(_PAIR) + "\n" + json.dumps(long) + "\n")
+    return workdir
+
+
+_PATHS = ["paths", "induction-2l", "--sender", "0", "2"]
+_HEADS = ["interactions", "induction-2l", "--heads", "L1H0", "L1H1"]
+PAIRS_CLI_CASES = [
+    (["demo", "--pairs", "missing.jsonl"], r"--pairs: task file 'missing\.jsonl' does not", True),
+    (
+        [*_PATHS, "--pairs", "badline.jsonl"],
+        r"--pairs: badline\.jsonl, line 2: not valid JSON",
+        True,
+    ),
+    ([*_HEADS, "--pairs", "notutf8.jsonl"], r"--pairs: .*'notutf8\.jsonl' is not UTF-8", True),
+    (["pruning", "induction-2l", "--pairs", "typo.jsonl"], r"line 1: unknown key 'targte'", True),
+    ([*_PATHS, "--pairs", "mine"], r"--pairs: .*'mine'", True),
+    (
+        [*_PATHS, "--pairs", "nofoil.jsonl"],
+        r"nofoil\.jsonl: its lines have no 'foil', but metric 'logit_diff' needs one",
+        True,
+    ),
+    (["demo", "--pairs", "nofoil.jsonl"], r"the pairs 'nofoil' have no foils", True),
+    ([*_PATHS, "--pairs", "pairs.jsonl", "--n-pairs", "5"], r"holds only 1 pairs", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "4"], r"--n-prompts 4: .*only 1", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "0"], r"--n-prompts must be >= 1", True),
+    (
+        [*_PATHS, "--pairs", "pairs.jsonl", "--task", "ioi"],
+        r"argument --task: not allowed with argument --pairs",
+        True,
+    ),
+    # found only once the model is loaded: its context and its heads
+    (
+        [*_PATHS, "--pairs", "long.jsonl"],
+        r"pair 1: prompt 'A B C .* has 61 tokens, longer than the model's context of n_ctx=48",
+        False,
+    ),
+    (
+        ["demo", "--pairs", "long.jsonl", "--out", "r"],
+        r"pair 1: prompt 'A B C .* has 61 tokens, longer than the model's context of n_ctx=48",
+        False,
+    ),
+    (
+        ["paths", "induction-2l", "--pairs", "pairs.jsonl", "--sender", "5", "0"],
+        r"layer 5 is out of range; the model has 2 layers \(valid layers 0\.\.1\)",
+        False,
+    ),
+    (
+        ["interactions", "induction-2l", "--pairs", "pairs.jsonl", "--heads", "L1H9", "L1H0"],
+        r"head 9 is out of range; layer 1 has 4 heads \(valid heads 0\.\.3\)",
+        False,
+    ),
+    (
+        [*_PATHS, "--pairs", "pairs.jsonl", "--receivers", "L3H0"],
+        r"layer 3 is out of range; the model has 2 layers",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern", "before_load"),
+    [pytest.param(*case, id=" ".join(case[0])) for case in PAIRS_CLI_CASES],
+)
+def test_pairs_cli_case(argv, pattern, before_load, pairs_workdir, model_loads, capsys):
+    before = _snapshot(pairs_workdir)
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    assert status == 2, captured.err
+    assert "Traceback" not in captured.err
+    error_lines = [line for line in captured.err.splitlines() if "error:" in line]
+    assert any(re.search(pattern, line) for line in error_lines), captured.err
+    assert _snapshot(pairs_workdir) == before, "the failed command changed files"
+    if before_load:
+        assert model_loads == [], f"a model was loaded before the check: {model_loads}"

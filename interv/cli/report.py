@@ -1,6 +1,6 @@
 """``interv demo`` and ``interv report``: the report's command-line entry points.
 
-- ``interv demo [--model SPEC] [--out DIR]`` runs the whole pipeline (see
+- ``interv demo [--model SPEC] [--pairs FILE.jsonl] [--out DIR]`` runs the whole pipeline (see
   :mod:`interv.demo`), writes the report and prints where it is and the three most
   instructive rows.
 - ``interv report DIR`` renders a report from saved results: a directory that
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from interv._checks import read_json
 from interv._inert import inert_frame
 from interv._outputs import claim_dir
+from interv.cli.tasks import PAIRS_HELP, first_pairs, read_pairs
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -48,7 +49,13 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
 def _run_demo(args: argparse.Namespace) -> int:
     from interv.demo import DEFAULT_OUT, run_demo  # torch: on use (CLI start-up)
 
-    result = run_demo(args.model, args.out, n_prompts=args.n_prompts, layers=args.layers)
+    pairs = None
+    n_prompts = args.n_prompts
+    if args.pairs is not None:
+        source = f"--pairs {args.pairs}"
+        pairs = first_pairs(read_pairs(args.pairs), n_prompts, source, "--n-prompts")
+        n_prompts = None
+    result = run_demo(args.model, args.out, n_prompts=n_prompts, layers=args.layers, pairs=pairs)
     default = Path(DEFAULT_OUT[args.model])
     if args.out is None and result.out_dir != default:
         print(
@@ -180,7 +187,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(
-        "--n-prompts", type=int, default=None, help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2)"
+        "--n-prompts",
+        type=int,
+        default=None,
+        help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2; with --pairs: every pair of the "
+        "file, or its first N)",
+    )
+    demo.add_argument(
+        "--pairs",
+        default=None,
+        metavar="FILE.jsonl",
+        help=PAIRS_HELP + " (the model's built-in task); each line needs a foil (logit_diff)",
     )
     demo.add_argument(
         "--layers", type=int, nargs="+", default=None, help="layers to intervene on (default all)"
