@@ -1,8 +1,9 @@
 """``interv demo`` and ``interv report``: the report's command-line entry points.
 
 - ``interv demo [--model SPEC] [--pairs FILE.jsonl] [--out DIR]`` runs the whole pipeline (see
-  :mod:`interv.demo`), writes the report and prints where it is and the three most
-  instructive rows.
+  :mod:`interv.demo`), writes the report and prints where it is and its headline (the
+  heads with the largest |effect| beside their concentration ranks, the most
+  concentrated heads beside their effects, the instructive disagreements).
 - ``interv report DIR`` renders a report from saved results: a directory that
   ``interv demo`` wrote (its ``report.json``, re-rendered in place or into ``--out``),
   or a sweep directory (``interv sweep``; effects from :func:`interv.sweeps.load_sweep`,
@@ -41,9 +42,10 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
         f"scope: {header.model} on {header.task}, {header.n_prompts} prompts, effects in "
         f"{header.metric_unit} ({header.metric_name}), concentration at {header.query_positions}"
     )
-    print("three most instructive rows (largest gap between concentration rank and |effect| rank):")
-    for i, (_, why) in enumerate(report.instructive(3), start=1):
-        print(f"  {i}. {why}")
+    from interv.report.render import headline_lines  # torch: on use (CLI start-up)
+
+    for line in headline_lines(report, 5):
+        print(line)
 
 
 def _run_demo(args: argparse.Namespace) -> int:

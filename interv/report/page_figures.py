@@ -7,8 +7,9 @@
   over the shown range), ``RdBu_r`` for effects on one scale shared by every group,
   symmetric around 0, so a group that does little looks pale.
 - Scatters: per head group, each head's mean normalized entropy (x) against its mean
-  effect (y), flagged heads ringed in their flag's colour; labels are placed without
-  overlap (:func:`interv.report.labels.place_labels`) and thinned where they do not fit.
+  effect (y), flagged heads ringed in their flag's colour; labels go to the largest
+  |effect| first, are placed without overlap (:func:`interv.report.labels.place_labels`)
+  and thinned where they do not fit.
 
 Every cell and point carries ``data-h`` (``L3H2``): the page's script shows that head's
 numbers on hover, focus or click. No stability promise; internal to :mod:`interv.report`.
@@ -259,8 +260,9 @@ def _scatter(report: Report, group: HeadGroup) -> str:
             f'<circle class="iv-pt" data-h="L{layer}H{head}" tabindex="0" cx="{x:.1f}" '
             f'cy="{y:.1f}" r="{_MARKER}"/>'
         )
+    # the heads that carry the effect first: a flag never outranks a larger |effect|
     ranked = sorted(
-        points, key=lambda item: (-len(item[1].flags), -abs(item[1].effect_mean), item[0])
+        points, key=lambda item: (-abs(item[1].effect_mean), -len(item[1].flags), item[0])
     )[:_MAX_LABELS]
     anchors = [(px(r.concentration[DEFAULT_METRIC]), py(r.effect_mean)) for _, r in ranked]
     sizes = [(len(r.label) * _CHAR_WIDTH + 2, _LABEL_FONT + 2) for _, r in ranked]
@@ -289,7 +291,7 @@ def _scatter(report: Report, group: HeadGroup) -> str:
     svg.append("</svg>")
     n_labelled = sum(box is not None for box in boxes)
     note = (
-        f"{n_labelled} of {len(points)} heads labelled (flagged and largest |effect| first)"
+        f"{n_labelled} of {len(points)} heads labelled (largest |effect| first)"
         if n_labelled < len(points)
         else f"{len(points)} heads"
     )
