@@ -57,11 +57,17 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_OUT",
+    "GRID_COMPONENTS",
     "DemoResult",
     "check_demo_options",
     "demo_interventions",
+    "grid_interventions",
+    "recovery_grid",
     "run_demo",
 ]
+
+GRID_COMPONENTS = ("resid_pre", "resid_post")
+"""Residual-stream components a layer x position recovery grid can patch."""
 
 DEFAULT_MODEL = "induction-2l"
 """The zoo model the demo runs on by default (ships with interv)."""
@@ -125,12 +131,75 @@ def demo_interventions(
                 ActivationPatch("z", layer, head, direction="denoise"),
                 ValueScale(layer, head, key_positions=(0,), factor=0.0),
             ]
+    return interventions + grid_interventions(n_layers, n_positions, layers=chosen)
+
+
+def grid_interventions(
+    n_layers: int,
+    n_positions: int,
+    *,
+    component: str = "resid_pre",
+    layers: Sequence[int] | None = None,
+) -> list[Intervention]:
+    """One denoising patch of ``component`` per layer x position (layer-major): the clean
+    run's residual stream at that one layer and position patched into the corrupted run.
+
+    Raises:
+        IntervError: a component outside :data:`GRID_COMPONENTS`, or a layer outside
+            ``0 .. n_layers - 1`` (named with the allowed range).
+    """
+    if component not in GRID_COMPONENTS:
+        raise IntervError(f"unknown grid component {component!r}; choose one of {GRID_COMPONENTS}")
+    as_int(n_positions, "n_positions", minimum=1)
+    chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
     for layer in chosen:
-        interventions += [
-            ActivationPatch("resid_pre", layer, direction="denoise", positions=(position,))
-            for position in range(n_positions)
-        ]
-    return interventions
+        check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
+    return [
+        ActivationPatch(component, layer, direction="denoise", positions=(position,))
+        for layer in chosen
+        for position in range(n_positions)
+    ]
+
+
+def recovery_grid(
+    model: Any,
+    task: PromptPairs | TokenizedPairs,
+    *,
+    component: str = "resid_pre",
+    layers: Sequence[int] | None = None,
+    metric: str = "logit_diff",
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> Report:
+    """The layer x position recovery grid of any task, as a report.
+
+    Every cell is an exact intervention: :func:`grid_interventions` (the clean run's
+    ``component`` at one layer and one position patched into the corrupted run), run
+    through :func:`interv.run`; the report (:func:`interv.report.table.build_report`,
+    concentration at the answer positions) draws the grid on its page and in
+    ``recovery_by_layer_position.png``, one cell per patch with its normalized recovery
+    (dimensionless, 1 = clean behaviour, 0 = corrupted) and its sentence.
+
+    >>> report = recovery_grid(model, interv.load_task("induction", n_pairs=8))  # doctest: +SKIP
+
+    Args:
+        model: a ``TransformerBridge``.
+        task: the prompt pairs (tokenized here: a prompt longer than the model's context
+            is refused, naming the pair and ``n_ctx``) or already tokenized pairs.
+        component: ``"resid_pre"`` (before the block) or ``"resid_post"`` (after it).
+        layers: the layers patched (default all).
+        metric: the target metric (``logit_diff`` needs foils).
+        n_bootstrap, seed: the report's bootstrap over prompts.
+    """
+    if isinstance(task, PromptPairs):
+        task = task.tokenize(model)
+    n_layers = int(model.cfg.n_layers)
+    interventions = grid_interventions(
+        n_layers, task.n_positions, component=component, layers=layers
+    )
+    heads_conc = concentration(model, task, sink=0, query_positions=task.answer_query_positions())
+    effects = run(model, task, interventions, metric, max_batch_size=_MAX_BATCH_ROWS)
+    return build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)
 
 
 def _attention_row_figure(model: Any, task: TokenizedPairs, report: Report) -> Any:

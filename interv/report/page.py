@@ -12,7 +12,8 @@ and the heads whose concentration rank and |effect| rank disagree most among tho
 an effect beyond the near-zero bound, each with its semantics sentence.
 Then: layer x head heatmaps of concentration beside the effect of each intervention
 group (hover, focus or click a cell for that head's numbers with units and the sentence
-of each intervention on it), the concentration-vs-effect scatters, and the full table
+of each intervention on it), the concentration-vs-effect scatters, the layer x position
+recovery grid of single-position residual patches, and the full table
 (one row per site and intervention, or one row per head with the kinds as columns),
 sortable by any column and filterable by kind, layer and flag; then the agreement
 table, the scope, the flag rules and the static PNG figures.
@@ -36,7 +37,14 @@ from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
 from interv.flags import FLAGS
-from interv.report.page_figures import DEFAULT_METRIC, effect_bound, heatmaps, scatters
+from interv.report.page_figures import (
+    DEFAULT_METRIC,
+    effect_bound,
+    grid_groups,
+    heatmaps,
+    recovery_grids,
+    scatters,
+)
 from interv.report.page_tables import flag_badges, hidden_column_css, long_table, wide_table
 from interv.report.views import (
     agreement_cells,
@@ -80,10 +88,10 @@ def _scope_line(report: Report) -> str:
     h = report.header
     heads = {row.head for row in report.rows if row.head is not None}
     where = h.query_positions.split(" (")[0]
+    swept = f"{len(heads)} heads in {_layers_text(report)}" if heads else "no head rows"
     return (
-        f"{h.model} on {h.task} · {h.n_prompts} prompt pairs · {len(heads)} heads in "
-        f"{_layers_text(report)} · effect = change of {h.metric_name} in {h.metric_unit} · "
-        f"concentration at {where}"
+        f"{h.model} on {h.task} · {h.n_prompts} prompt pairs · {swept} · effect = change of "
+        f"{h.metric_name} in {h.metric_unit} · concentration at {where}"
     )
 
 
@@ -216,7 +224,10 @@ def _headline(report: Report) -> str:
     ]
     if kind is not None:
         parts += [_largest_list(report, kind), _concentrated_list(report, kind)]
-    parts += [_agreement_text(report), _instructive_list(report), "</header>"]
+    parts.append(_agreement_text(report))
+    if kind is not None:
+        parts.append(_instructive_list(report))
+    parts.append("</header>")
     return "".join(parts)
 
 
@@ -252,6 +263,25 @@ def _scatter_section(report: Report) -> str:
         "<h2>Concentration against effect</h2><p class='iv-hint'>One panel per intervention; "
         "rings mark flags. Labels that would overlap are left out; hover any point.</p>"
         f"<div class='iv-fig iv-scatters'>{figures}</div></section>"
+    )
+
+
+def _grid_section(report: Report) -> str:
+    """The layer x position recovery grid of the single-position residual patches."""
+    grids = recovery_grids(report)
+    if not grids:
+        return ""
+    groups = grid_groups(report)
+    example = next(iter(next(iter(groups.values())).values()))
+    return (
+        "<section class='iv-section' data-part='grid'>"
+        "<h2>Recovery by layer and position</h2><p class='iv-hint'>Each cell is one exact "
+        "intervention: the residual stream at one layer and one position (an absolute token "
+        "index of the padded prompts) patched from the other run, everything else left as it "
+        "was; the number is the normalized recovery of the prompt-mean metric "
+        f"({_e(report.header.recovery_definition)}). Hover a cell for its sentence and its "
+        f"effect with the interval. For example: <i>{_e(example.semantics)}</i>.</p>"
+        f"<div class='iv-fig iv-heatmaps'>{grids}</div></section>"
     )
 
 
@@ -394,6 +424,7 @@ def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> s
         _screen_section(report),
         _heatmap_section(report),
         _scatter_section(report),
+        _grid_section(report),
         _table_section(report),
         _joined_sections(report),
         _agreement_section(report),

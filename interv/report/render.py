@@ -84,6 +84,8 @@ def headline_lines(report: Report, n: int = 5) -> list[str]:
                 f"{head.effect.ci_high:.4g}), {head.effect_text}"
                 for head in report.most_concentrated(n, kind)
             ]
+    if kind is None:
+        return lines
     floor = report.instructive_floor()
     rule = (
         f"(largest gap between concentration rank and |effect| rank, among heads with "
