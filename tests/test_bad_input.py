@@ -1207,6 +1207,23 @@ PAIRS_CLI_CASES = [
         r"layer 3 is out of range; the model has 2 layers",
         False,
     ),
+    # interv grid: the same reads, its own options
+    (["grid", "induction-2l", "--pairs", "missing.jsonl"], r"--pairs: task file 'missing", True),
+    (["grid", "induction-2l", "--pairs", "nofoil.jsonl"], r"needs one; add a foil", True),
+    (["grid", "induction-2l", "--component", "z"], r"argument --component: invalid choice", True),
+    (["grid", "induction-2l", "--layers", "-1"], r"--layers must be .*got -1|--layers.*-1", True),
+    (["grid", "induction-2l", "--out", "afile"], r"'afile' is an existing file", True),
+    (["grid", "induction-2l", "--out", "mine"], r"'mine' holds files interv did not write", True),
+    (
+        ["grid", "induction-2l", "--pairs", "long.jsonl", "--out", "g"],
+        r"pair 1: prompt 'A B C .* longer than the model's context of n_ctx=48",
+        False,
+    ),
+    (
+        ["grid", "induction-2l", "--pairs", "pairs.jsonl", "--layers", "2", "--out", "g"],
+        r"layer 2 is out of range; the model has 2 layers \(valid layers 0\.\.1\)",
+        False,
+    ),
 ]
 
 
@@ -1228,3 +1245,84 @@ def test_pairs_cli_case(argv, pattern, before_load, pairs_workdir, model_loads, 
     assert _snapshot(pairs_workdir) == before, "the failed command changed files"
     if before_load:
         assert model_loads == [], f"a model was loaded before the check: {model_loads}"
+
+
+def _small_report_for_heads() -> Any:
+    from interv.engine.interventions import ZeroAblation
+    from interv.report.table import build_report
+
+    interventions = [ZeroAblation(0, h) for h in range(3)]
+    result = make_result(
+        torch.randn(3, 4, generator=torch.Generator().manual_seed(0)),
+        torch.full((4,), 2.0),
+        torch.zeros(4),
+        ["ZeroAblation"] * 3,
+        [iv.describe() for iv in interventions],
+        sites=[iv.site for iv in interventions],
+    )
+    return build_report(
+        result, make_concentration({"entropy": torch.rand(4, 1, 3)}), n_bootstrap=20
+    )
+
+
+PAIRS_PYTHON_CASES = {
+    "head_grid layer out of range": (
+        lambda r: r.head_grid({(1, 0): 1.0}),
+        r"layer 1 is out of range; the report's model has 1 layers \(valid layers 0\.\.0\)",
+    ),
+    "head_grid head out of range": (
+        lambda r: r.head_grid({(0, 3): 1.0}),
+        r"head 3 is out of range; the report's layers have 3 heads \(valid heads 0\.\.2\)",
+    ),
+    "head_grid negative head": (lambda r: r.head_grid({(0, -1): 1.0}), r"head -1 is out of"),
+    "effect_grid unknown kind": (
+        lambda r: r.effect_grid("MeanAblation"),
+        r"no rows of kind 'MeanAblation'; kinds: \('ZeroAblation',\)",
+    ),
+    "concentration_grid unknown metric": (
+        lambda r: r.concentration_grid("entropie"),
+        r"unknown concentration metric 'entropie'; choose one of \('entropy'",
+    ),
+    "largest_effects unknown kind": (
+        lambda r: r.largest_effects(3, kind="Zero"),
+        r"no rows of kind 'Zero'",
+    ),
+    "largest_effects negative n": (lambda r: r.largest_effects(-1), r"n must be >= 0; got -1"),
+    "grid_interventions component": (
+        lambda r: interv.demo.grid_interventions(2, 4, component="attn_out"),
+        r"unknown grid component 'attn_out'; choose one of \('resid_pre', 'resid_post'\)",
+    ),
+    "grid_interventions layer": (
+        lambda r: interv.demo.grid_interventions(2, 4, layers=[3]),
+        r"layer 3 is out of range; the model has 2 layers",
+    ),
+    "run_demo pairs not PromptPairs": (
+        lambda r: interv.demo.run_demo(pairs=["A B", "C D"], out="never"),
+        r"pairs must be an interv\.PromptPairs .*; got list",
+    ),
+    "run_demo pairs and n_prompts": (
+        lambda r: interv.demo.run_demo(
+            pairs=interv.PromptPairs(["A B"], ["C B"], ["B"], ["C"]), n_prompts=2, out="never"
+        ),
+        r"n_prompts=2 counts the built-in task's pairs; with your own pairs every one of the 1",
+    ),
+    "run_demo pairs without foils": (
+        lambda r: interv.demo.run_demo(
+            pairs=interv.PromptPairs(["A B"], ["C B"], ["B"]), out="never"
+        ),
+        r"the demo scores logit_diff .* the pairs 'custom' have no foils",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PAIRS_PYTHON_CASES))
+def test_pairs_python_case(name, workdir, model_loads):
+    import interv.demo  # noqa: F401  (the cases reach the demo module through the package)
+
+    call, pattern = PAIRS_PYTHON_CASES[name]
+    report = _small_report_for_heads()
+    before = _snapshot(workdir)
+    with pytest.raises(IntervError, match=pattern):
+        call(report)
+    assert _snapshot(workdir) == before, "the failed call changed files"
+    assert model_loads == [], f"a model was loaded: {model_loads}"

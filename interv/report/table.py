@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv import __version__
-from interv._checks import as_int, from_json
+from interv._checks import as_int, check_index, from_json
 from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.analysis.pairwise import COMPENSATION, head_interactions
@@ -207,14 +207,27 @@ class Report:
     screens: tuple[ScreenSummary, ...] = field(default=())
 
     def head_grid(self, values: dict[tuple[int, int], float]) -> torch.Tensor:
-        """``[layer, head_index]`` float64 grid of per-head values (NaN where missing)."""
-        grid = torch.full((self.header.n_layers, self.header.n_heads), torch.nan)
+        """``[layer, head_index]`` float64 grid of per-head values (NaN where missing).
+
+        Raises:
+            IntervError: a head outside the report's model (its layer or index named with
+                the valid range).
+        """
+        h = self.header
+        grid = torch.full((h.n_layers, h.n_heads), torch.nan)
         for (layer, head), value in values.items():
+            check_index(layer, h.n_layers, "layer", f"the report's model has {h.n_layers} layers")
+            check_index(head, h.n_heads, "head", f"the report's layers have {h.n_heads} heads")
             grid[layer, head] = value
         return grid.to(torch.float64)
 
     def concentration_grid(self, metric: str) -> torch.Tensor:
         """``[layer, head_index]`` mean concentration ``metric`` over prompts."""
+        if metric not in self.header.concentration_units:
+            raise IntervError(
+                f"unknown concentration metric {metric!r}; choose one of "
+                f"{tuple(self.header.concentration_units)}"
+            )
         return self.head_grid(
             {
                 (row.site.layer, row.site.head): row.concentration[metric]
@@ -226,6 +239,8 @@ class Report:
     def effect_grid(self, kind: str) -> torch.Tensor:
         """``[layer, head_index]`` mean effect of the head rows of ``kind`` (metric unit);
         NaN where a screen left only an estimate."""
+        if kind not in self.kinds:
+            raise IntervError(f"the report has no rows of kind {kind!r}; kinds: {self.kinds}")
         return self.head_grid(
             {
                 row.head: row.effect_mean
