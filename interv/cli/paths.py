@@ -5,7 +5,8 @@
   and prints the cells with the largest effect, next to the sender's total effect (the
   activation patch on every path) and its direct effect into the logits.
 - ``interv interactions MODEL --heads L:H L:H ...`` ablates each head alone and every pair
-  together and prints the interaction terms with their intervals and compensation flags.
+  together and prints the interaction terms with their intervals and compensation flags,
+  largest |interaction| first.
 
 Both take a built-in ``--task`` or the user's own ``--pairs FILE.jsonl``
 (:mod:`interv.cli.tasks`). Every number is printed with its unit and every design with
@@ -15,6 +16,7 @@ its semantics sentence.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 from interv._checks import as_int
@@ -95,9 +97,12 @@ def _run_interactions(args: argparse.Namespace) -> int:
     )
     print(f"design: {found.semantics}")
     print(f"rule: {found.rule}")
-    for i, a in enumerate(found.heads):
-        for b in found.heads[i + 1 :]:
-            print(f"  {found.describe_pair(a, b)}")
+    pairs = [(i, j) for i in range(len(found.heads)) for j in range(i + 1, len(found.heads))]
+    # largest |interaction| first, NaN last
+    pairs.sort(key=lambda ij: (math.isnan(float(found.mean[ij])), -abs(float(found.mean[ij]))))
+    print("pairs by |interaction|, largest first:")
+    for i, j in pairs:
+        print(f"  {found.describe_pair(found.heads[i], found.heads[j])}")
     return 0
 
 
