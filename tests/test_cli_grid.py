@@ -56,7 +56,8 @@ def test_grid_prints_the_grid_with_its_sentence_and_writes_the_report(tmp_path, 
     assert "on 3 prompts of 'own'" in out[0] and "logits" in out[0]
     assert "(resid_pre) from the clean run patched into the corrupted run at position 0" in out[1]
     assert "dimensionless" in out[2]
-    assert out[3].startswith("layer ") and out[4].startswith("L0 ") and out[5].startswith("L1 ")
+    assert out[3].startswith("prompt 0's clean tokens by position: 0:'<bos>' 1:")
+    assert out[4].startswith("layer ") and out[5].startswith("L0 ") and out[6].startswith("L1 ")
     assert "largest recovery:" in out
     page = (tmp_path / "g" / "report.html").read_text()
     assert "Recovery by layer and position" in page

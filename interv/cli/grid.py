@@ -90,8 +90,9 @@ def _run_grid(args: argparse.Namespace) -> int:
             bar.start("loading the model")
             model = load_model(args.model)
             bar.start("patching every layer x position")
+            task = pairs.tokenize(model)
             report = recovery_grid(
-                model, pairs, component=args.component, layers=layers, metric=args.metric
+                model, task, component=args.component, layers=layers, metric=args.metric
             )
         h = report.header
         print(
@@ -101,6 +102,10 @@ def _run_grid(args: argparse.Namespace) -> int:
         )
         print(f"each cell, e.g. the first: {report.rows[0].semantics}")
         print(f"number: {h.recovery_definition}; positions are absolute token indices")
+        length = int(task.attention_mask[0].sum())
+        tokens = model.to_str_tokens(task.clean_tokens[0, :length])
+        listed = " ".join(f"{p}:{token!r}" for p, token in enumerate(tokens))
+        print(f"prompt 0's clean tokens by position: {listed}")
         for line in grid_lines(report):
             print(line)
         if output is not None:
