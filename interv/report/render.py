@@ -106,7 +106,9 @@ def _md_headline(report: Report) -> list[str]:
     parts = ["", "## Headline", ""]
     for line in headline_lines(report):
         if line.startswith("  "):
-            parts.append(f"- {md(line.strip())}")
+            item = line.strip()
+            numbered = re.match(r"(\d+)\. (.*)", item)
+            parts.append(f"{numbered[1]}. {md(numbered[2])}" if numbered else f"- {md(item)}")
         else:
             parts += ["", md(line), ""]
     return parts
