@@ -1213,6 +1213,16 @@ PAIRS_CLI_CASES = [
     (["grid", "induction-2l", "--component", "z"], r"argument --component: invalid choice", True),
     (["grid", "induction-2l", "--layers", "-1"], r"--layers must be .*got -1|--layers.*-1", True),
     (["grid", "induction-2l", "--out", "afile"], r"'afile' is an existing file", True),
+    (
+        ["grid", "induction-2l", "--pairs", "pairs.jsonl", "--prompt", "1"],
+        r"prompt 1 is out of range; the task has 1 prompt pairs \(valid prompts 0\.\.0\)",
+        True,
+    ),
+    (
+        ["grid", "induction-2l", "--n-pairs", "4", "--prompt", "-1"],
+        r"prompt -1 is out of range; the task has 4 prompt pairs",
+        True,
+    ),
     (["grid", "induction-2l", "--out", "mine"], r"'mine' holds files interv did not write", True),
     (
         ["grid", "induction-2l", "--pairs", "long.jsonl", "--out", "g"],

@@ -1,10 +1,11 @@
 """``interv grid``: the layer x position recovery grid of any task.
 
 ``interv grid MODEL [--task NAME | --pairs FILE.jsonl] [--component resid_pre|resid_post]
-[--layers L ...] [--out DIR]`` patches the clean run's residual stream at every layer x
+[--layers L ...] [--prompt I] [--out DIR]`` patches the clean run's residual stream at every layer x
 position into the corrupted run (one exact intervention per cell,
 :func:`interv.demo.recovery_grid`) and prints the grid of normalized recoveries with the
-scope, the unit and the semantics sentence; ``--out DIR`` also writes the report (its page
+scope, the unit, the semantics sentence and the clean tokens of prompt ``I`` by position
+(checked against the pairs before the model loads); ``--out DIR`` also writes the report (its page
 draws the grid, ``recovery_by_layer_position.png`` beside it).
 """
 
@@ -15,7 +16,7 @@ import contextlib
 import math
 from typing import TYPE_CHECKING
 
-from interv._checks import as_positions
+from interv._checks import as_positions, check_index
 from interv._outputs import claim_dir
 from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
@@ -73,6 +74,9 @@ def _run_grid(args: argparse.Namespace) -> int:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
     layers = as_positions(args.layers, "--layers", allow_empty=False)
     pairs = command_pairs(args, metric=args.metric)
+    prompt = check_index(
+        args.prompt, pairs.n_pairs, "prompt", f"the task has {pairs.n_pairs} prompt pairs"
+    )
     output = None
     if args.out is not None:
         output = claim_dir(args.out, what="output directory", by="interv grid")
@@ -102,10 +106,11 @@ def _run_grid(args: argparse.Namespace) -> int:
         )
         print(f"each cell, e.g. the first: {report.rows[0].semantics}")
         print(f"number: {h.recovery_definition}; positions are absolute token indices")
-        length = int(task.attention_mask[0].sum())
-        tokens = model.to_str_tokens(task.clean_tokens[0, :length])
-        listed = " ".join(f"{p}:{token!r}" for p, token in enumerate(tokens))
-        print(f"prompt 0's clean tokens by position: {listed}")
+        real = task.attention_mask[prompt]
+        tokens = model.to_str_tokens(task.clean_tokens[prompt][real])
+        first = int(real.nonzero()[0])  # left padding shifts the real tokens
+        listed = " ".join(f"{first + p}:{token!r}" for p, token in enumerate(tokens))
+        print(f"prompt {prompt}'s clean tokens by position: {listed}")
         for line in grid_lines(report):
             print(line)
         if output is not None:
@@ -137,6 +142,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     grid.add_argument(
         "--layers", type=int, nargs="+", default=None, help="layers patched (default: all)"
+    )
+    grid.add_argument(
+        "--prompt",
+        type=int,
+        default=0,
+        help="the prompt pair whose tokens are printed above the grid (default: 0)",
     )
     grid.add_argument(
         "--out",
