@@ -1,12 +1,12 @@
 """``interv grid``: the layer x position recovery grid of any task.
 
 ``interv grid MODEL [--task NAME | --pairs FILE.jsonl] [--component resid_pre|resid_post]
-[--layers L ...] [--prompt I] [--out DIR]`` patches the clean run's residual stream at every layer x
-position into the corrupted run (one exact intervention per cell,
+[--layers L ...] [--prompt I] [--out DIR]`` patches the clean run's residual stream at
+every layer x position into the corrupted run (one exact intervention per cell,
 :func:`interv.demo.recovery_grid`) and prints the grid of normalized recoveries with the
 scope, the unit, the semantics sentence and the clean tokens of prompt ``I`` by position
-(checked against the pairs before the model loads); ``--out DIR`` also writes the report (its page
-draws the grid, ``recovery_by_layer_position.png`` beside it).
+(checked against the pairs before the model loads); ``--out DIR`` also writes the report
+(its page draws the grid, ``recovery_by_layer_position.png`` beside it).
 """
 
 from __future__ import annotations
