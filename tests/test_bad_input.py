@@ -1478,6 +1478,26 @@ def test_every_intervention_refuses_exactly_the_positions_that_are_padding_somew
             interv.run(zoo_model, task, intervention)
 
 
+@settings(max_examples=20, deadline=None)
+@given(lengths=_LENGTHS, data=st.data())
+def test_a_prompt_fingerprint_ignores_padding_and_sees_every_real_token(lengths, data):
+    right = _padded_task(lengths, "right")
+    width = right.n_positions
+    left = torch.stack(
+        [row.roll(width - n) for row, n in zip(right.clean_tokens, lengths, strict=True)]
+    )
+    left_mask = right.attention_mask.flip(1)
+    fingerprint = interv.tasks.tokenized.prompts_fingerprint
+    assert fingerprint(left, left_mask) == right.prompts_fingerprint
+    row = data.draw(st.integers(min_value=0, max_value=len(lengths) - 1))
+    changed = right.clean_tokens.clone()
+    changed[row, lengths[row] - 1] = (changed[row, lengths[row] - 1] + 1 - 2) % 62 + 2
+    assert fingerprint(changed, right.attention_mask) != right.prompts_fingerprint
+    padded = right.clean_tokens.clone()
+    padded[~right.attention_mask] = 1  # another pad id
+    assert fingerprint(padded, right.attention_mask) == right.prompts_fingerprint
+
+
 # =====================================================================================
 # Own pairs on the command line (issue 24): --pairs FILE.jsonl in demo, paths,
 # interactions and pruning; heads out of range; a prompt longer than the context. The
