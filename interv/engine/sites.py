@@ -335,8 +335,8 @@ def check_prompt_positions(
 ) -> None:
     """Raise :class:`IntervError` unless every position is a real token of every prompt.
 
-    The one check of positions against the prompts they apply to (engine positions,
-    sinks, query positions), for either padding side: a position that is padding in some
+    The one check of positions against the prompts they apply to (the positions and key
+    positions of interventions, sinks), for either padding side: a position that is padding in some
     prompt would add that prompt's exact no-change (or a sink mass of 0) to a mean with no
     flag. ``mask`` is ``[batch, pos]`` bool, True at real tokens (one contiguous run per
     prompt). Positions index the padded tensor, or with ``from_first_real`` count from each
