@@ -1478,6 +1478,19 @@ def test_every_intervention_refuses_exactly_the_positions_that_are_padding_somew
             interv.run(zoo_model, task, intervention)
 
 
+def test_a_sweep_position_that_is_padding_somewhere_is_refused_before_any_unit(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    config = _sweep_config(kind="zero_ablation", extra="positions = [25]")
+    Path("pos.toml").write_text(config)
+    assert main(["sweep", "pos.toml", "--out", "sw"]) == 2
+    assert "ZeroAblation position 25 is not a real token of 2 of 4 prompts" in (
+        capsys.readouterr().err
+    )
+    assert not Path("sw").exists()
+
+
 @settings(max_examples=20, deadline=None)
 @given(lengths=_LENGTHS, data=st.data())
 def test_a_prompt_fingerprint_ignores_padding_and_sees_every_real_token(lengths, data):
