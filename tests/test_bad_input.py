@@ -1349,6 +1349,7 @@ def test_intervals_and_rank_correlations_of_one_prompt_are_na(zoo_model):
     report = _report_of_one_prompt(zoo_model)
     assert all(math.isnan(r.effect_ci_low) and math.isnan(r.effect_ci_high) for r in report.rows)
     assert report.agreement and all(math.isnan(a.ci_low) for a in report.agreement)
+    assert any("no interval from fewer than 3 prompts" in note for note in report.notes)
     assert math.isnan(
         bootstrap_mean_ci(torch.tensor([0.3, 0.5]), bootstrap_indices(2, 50, 0), 0.95)[0]
     )

@@ -65,7 +65,7 @@ from interv.report.sections import (
     section_tables,
 )
 from interv.report.views import reports_recovery
-from interv.stats import bootstrap_indices, bootstrap_mean_ci
+from interv.stats import MIN_ITEMS, TOO_FEW, bootstrap_indices, bootstrap_mean_ci
 from interv.tasks.tokenized import check_same_prompts
 
 if TYPE_CHECKING:
@@ -751,6 +751,8 @@ def build_report(
     if not n_estimated:
         rules_text.pop(ESTIMATED_FLAG, None)
     notes = (estimate_note(n_estimated, len(rows)),) if n_estimated else ()
+    if scope.n_prompts < MIN_ITEMS:
+        notes += (f"{scope.n_prompts} prompt(s): every interval is {TOO_FEW}.",)
 
     header = ReportHeader(
         model=scope.model_name,
