@@ -1492,6 +1492,16 @@ def test_a_sweep_position_that_is_padding_somewhere_is_refused_before_any_unit(
     assert not Path("sw").exists()
 
 
+def test_a_sweep_holding_one_intervention_twice_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    twice = _sweep_config() + '[[sweep.interventions]]\nkind = "zero_ablation"\n'
+    Path("twice.toml").write_text(twice + "sites = {layers = [1]}\n")
+    assert main(["sweep", "twice.toml", "--out", "sw"]) == 2
+    err = capsys.readouterr().err
+    assert "sweep.interventions[0] and sweep.interventions[1] both hold 'L1H0 output" in err
+    assert not Path("sw").exists()
+
+
 @settings(max_examples=20, deadline=None)
 @given(lengths=_LENGTHS, data=st.data())
 def test_a_prompt_fingerprint_ignores_padding_and_sees_every_real_token(lengths, data):

@@ -18,12 +18,14 @@ validated :class:`~interv.sweeps.config.SweepConfig`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from interv.engine.protocol import Intervention
 from interv.engine.registry import get_kind
+from interv.engine.results import intervention_params
 from interv.errors import IntervError
 from interv.sweeps.config import SweepConfig
 
@@ -138,7 +140,25 @@ def expand_entries(
             expanded.append(tuple(cells))
         except IntervError as error:
             raise IntervError(f"{path} (kind {entry['kind']!r}): {error}") from error
+    _refuse_duplicates(expanded)
     return tuple(expanded)
+
+
+def _refuse_duplicates(expanded: Sequence[tuple[Intervention, ...]]) -> None:
+    """Refuse an intervention that two cells of the sweep expand to: it would be measured
+    twice and count twice in a report's agreement and rankings."""
+    seen: dict[str, tuple[int, Intervention]] = {}
+    for i, cells in enumerate(expanded):
+        for intervention in cells:
+            key = json.dumps(intervention_params(intervention), sort_keys=True, default=repr)
+            if key in seen:
+                j, _ = seen[key]
+                raise IntervError(
+                    f"sweep.interventions[{j}] and sweep.interventions[{i}] both hold "
+                    f"{intervention.describe()!r}; a sweep measures each intervention once "
+                    "(remove it from one entry, e.g. with sites = {layers = [...]})"
+                )
+            seen[key] = (i, intervention)
 
 
 def _expand_entry(
