@@ -19,11 +19,13 @@ import pytest
 import torch
 
 import interv
+from interv.engine.forward import Prompts, forward
 from interv.engine.interventions import PATCH_COMPONENTS, ActivationPatch
 from interv.engine.runner import _base_runs
 from interv.engine.screening import first_order_estimates
 from interv.engine.sites import Site, hook_name
 from interv.engine.targets import get_metric
+from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 from tests._plain_hooks import forward_with_hooks, head_columns
 
@@ -196,3 +198,26 @@ def test_a_resid_mid_estimate_is_the_derivative_along_the_residual_stream():
     base = _base_runs(model, task, [patch], True, None)
     estimate = first_order_estimates(model, task, [patch], get_metric("logit_diff"), base)
     torch.testing.assert_close(estimate[0].double(), derivative, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.real_model
+def test_a_post_norm_model_refuses_resid_mid_writes_and_ignores_reads(minilm_bridge):
+    """MiniLM's BERT blocks normalize after the residual add (resid_post is not resid_mid +
+    mlp_out): a write to resid_mid is refused, a hook that only reads changes nothing."""
+    tokens = minilm_bridge.to_tokens("the cat sat on the mat")
+    prompts = Prompts.of(tokens.cpu())
+    plain = forward(minilm_bridge, prompts, readout="final_residual").readout
+    read = forward(
+        minilm_bridge,
+        prompts,
+        hooks=[(Site("resid_mid", 1), lambda activation, hook: None)],
+        readout="final_residual",
+    ).readout
+    assert torch.equal(plain, read)
+    with pytest.raises(IntervError, match=r"block 1's output is not its resid_mid plus its"):
+        forward(
+            minilm_bridge,
+            prompts,
+            hooks=[(Site("resid_mid", 1), lambda activation, hook: activation * 1.5)],
+            readout="final_residual",
+        )

@@ -32,11 +32,12 @@ injected residual.
 Why a write to ``resid_mid`` rebuilds ``resid_post``: transformer-lens's block bridge
 hooks ``resid_mid`` at the input of the norm before the MLP, and the block adds the MLP's
 output to the residual it held *before* that hook, so a hook's write would reach the MLP
-only. Wherever a hook is attached to block ``L``'s ``resid_mid``, the block's output is
+only. Wherever a hook replaces block ``L``'s ``resid_mid``, the block's output is
 therefore rebuilt as ``resid_mid + mlp_out`` (both as the hooks left them), the identity
-that defines ``resid_post`` in a sequential block: the write is then the residual stream
-between attention and MLP, and gradients through it take both paths. Unedited, the
-rebuilt sum is the same sum the block computed.
+that defines ``resid_post`` in a sequential pre-norm block (checked on the block's own
+values; a model whose blocks are otherwise, e.g. BERT's post-norm ones, refuses the
+write): the write is then the residual stream between attention and MLP, and gradients
+through it take both paths. A hook that only reads ``resid_mid`` changes nothing.
 """
 
 from __future__ import annotations
@@ -332,16 +333,19 @@ def _with_mid_rebuilds(
     fwd_hooks: list[tuple[str, HookFn]], layers: set[int]
 ) -> list[tuple[str, HookFn]]:
     """``fwd_hooks`` with, for each block of ``layers``, ``resid_post`` rebuilt first as
-    ``resid_mid + mlp_out`` from the values the other hooks left at those two sites.
+    ``resid_mid + mlp_out`` from the values the other hooks left at those two sites, when a
+    hook replaced ``resid_mid``.
 
-    Hooks at one hook point run in list order, so the keepers go after the given hooks
-    and the rebuild before any hook at ``resid_post``.
+    Hooks at one hook point run in list order, so the first keeper at ``resid_mid`` sees
+    the block's own value, the others go after the given hooks, and the rebuild comes
+    before any hook at ``resid_post``.
     """
     if not layers:
         return fwd_hooks
     kept: dict[tuple[str, int], torch.Tensor] = {}
     front, back = [], []
     for layer in sorted(layers):
+        front.append((hook_name("resid_mid", layer), _keeper(("own", layer), kept, True)))
         back.append((hook_name("resid_mid", layer), _keeper(("mid", layer), kept, True)))
         back.append((hook_name("mlp_out", layer), _keeper(("mlp", layer), kept, True)))
         front.append((hook_name("resid_post", layer), _rebuild(layer, kept)))
@@ -349,13 +353,27 @@ def _with_mid_rebuilds(
 
 
 def _rebuild(layer: int, kept: dict[tuple[str, int], torch.Tensor]) -> HookFn:
-    def rebuild(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+    def rebuild(activation: torch.Tensor, hook: Any) -> torch.Tensor | None:
+        own = kept.pop(("own", layer), None)
         mid, mlp = kept.pop(("mid", layer), None), kept.pop(("mlp", layer), None)
-        if mid is None or mlp is None or mid.shape != activation.shape:
+        if mid is None or mlp is None or own is None or mid.shape != activation.shape:
             raise IntervError(
                 f"block {layer} ran without both its resid_mid and mlp_out hooks firing, so a "
                 "write to resid_mid cannot reach the residual stream; interv supports "
                 "resid_mid only in sequential blocks (resid_post = resid_mid + mlp_out)"
+            )
+        if mid is own:  # nothing replaced resid_mid (an edit in place reaches the residual)
+            return None
+        # the block added the MLP's output to its own resid_mid: check that it is such a
+        # block (pre-norm, sequential) before adding the write to the residual stream
+        gap = (activation - own - mlp).detach().abs().max()
+        scale = activation.detach().abs().max() + 1
+        if float(gap) > 16 * torch.finfo(activation.dtype).eps * float(scale):
+            raise IntervError(
+                f"block {layer}'s output is not its resid_mid plus its mlp_out (they differ by "
+                f"{float(gap):.3g}; e.g. a post-norm block such as BERT's), so a write to "
+                "resid_mid cannot be made the residual stream between attention and MLP in "
+                "this model; write attn_out, mlp_out or resid_post instead"
             )
         return mid + mlp
 
