@@ -95,6 +95,9 @@ class Scope:
         n_positions: padded prompt length, in tokens.
         answer_positions: the scored position of each prompt.
         padding_side: ``"right"`` or ``"left"``.
+        prompts_fingerprint: the fingerprint of the clean prompts
+            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known (a
+            result saved before fingerprints). Joins of results compare it.
     """
 
     model_name: str
@@ -103,6 +106,7 @@ class Scope:
     n_positions: int
     answer_positions: tuple[int, ...]
     padding_side: str
+    prompts_fingerprint: str = ""
 
     @classmethod
     def of(cls, model: Any, task: TokenizedPairs) -> Scope:
@@ -114,6 +118,7 @@ class Scope:
             n_positions=task.n_positions,
             answer_positions=tuple(int(p) for p in task.answer_positions),
             padding_side=task.padding_side,
+            prompts_fingerprint=task.prompts_fingerprint,
         )
 
 
