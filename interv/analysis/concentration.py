@@ -40,6 +40,7 @@ import torch
 
 from interv._checks import as_positions
 from interv._pandas import require_pandas
+from interv._progress import Progress, check_progress, counting
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, kv_head_of
@@ -244,6 +245,7 @@ def concentration(
     attention_mask: torch.Tensor | None = None,
     sink: int | Sequence[int] = 0,
     query_positions: Sequence[int] | None = None,
+    progress: Progress = None,
 ) -> HeadConcentration:
     """Concentration metrics of every layer and head, computed without an attention cache.
 
@@ -261,11 +263,15 @@ def concentration(
         query_positions: query positions counted from each prompt's first real token
             (negative: from its last real token); default every position of the
             longest prompt.
+        progress: a bar over the layers as their patterns are reduced: None (default) in
+            a notebook or on a terminal, not when stderr is piped; True / False; or a
+            callable ``progress(done, total, label)`` (see :func:`interv.run`).
 
     Returns:
         A :class:`HeadConcentration` with float64 ``[batch, layer, head_index, query]``
         metrics and its scope.
     """
+    progress = check_progress(progress)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     counted = "counted from each prompt's first real token"
     sink_positions = as_positions(sink, "sink", allow_empty=False, meaning=counted)
@@ -277,18 +283,21 @@ def concentration(
         )
     query_index = _query_index(queries, batch.lengths)
     reducer = _Reducer(model, batch, sink_positions, query_index)
-    hooks: list[tuple[Site, Any]] = []
-    for layer in range(model.cfg.n_layers):
-        hooks.append((Site("v", layer), reducer.value_hook(layer)))
-        hooks.append((Site("pattern", layer), reducer.pattern_hook(layer)))
-    # the rest of the forward (last block's output, unembedding) is not needed
-    forward(
-        model,
-        Prompts(batch.tokens, batch.real),
-        hooks=hooks,
-        readout=None,
-        stop_after=Site("pattern", model.cfg.n_layers - 1),
-    )
+    n_layers = model.cfg.n_layers
+    label = f"concentration: {n_layers} layers"
+    with counting(n_layers, label, progress=progress, unit="layer") as count:
+        hooks: list[tuple[Site, Any]] = []
+        for layer in range(n_layers):
+            hooks.append((Site("v", layer), reducer.value_hook(layer)))
+            hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+        # the rest of the forward (last block's output, unembedding) is not needed
+        forward(
+            model,
+            Prompts(batch.tokens, batch.real),
+            hooks=hooks,
+            readout=None,
+            stop_after=Site("pattern", n_layers - 1),
+        )
     return HeadConcentration(
         **reducer.results(),
         n_available_keys=reducer.n_available_keys,
@@ -298,6 +307,16 @@ def concentration(
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
     )
+
+
+def _counted(reduce: Any, count: Any) -> Any:
+    """The hook ``reduce``, then one step of ``count``."""
+
+    def hook(activation: torch.Tensor, hook: Any) -> None:
+        reduce(activation, hook=hook)
+        count.advance()
+
+    return hook
 
 
 def _query_index(queries: tuple[int, ...], lengths: torch.Tensor) -> torch.Tensor:
