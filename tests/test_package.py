@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -99,6 +100,30 @@ def test_subpackages_and_their_modules_resolve_as_attributes():
     code = "import interv; print(interv.engine.stacking.BaseRunCache.__name__, interv.report.table)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("BaseRunCache <module 'interv.report.table'")
+
+
+def test_the_readme_cache_line_runs_after_a_plain_import():
+    # README "Performance": `cache = interv.engine.stacking.BaseRunCache()`, as written
+    code = (
+        "import interv; cache = interv.engine.stacking.BaseRunCache(); "
+        "print(type(cache).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "BaseRunCache"
+
+
+def test_import_interv_makes_openmp_wait_passively_unless_the_user_chose():
+    code = "import os, interv, sys; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["PASSIVE", "False"]  # set before torch is imported
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["ACTIVE", "False"]
 
 
 def test_run_signature_is_typed():

@@ -31,6 +31,7 @@ same prompt run alone (the bridge derives rotary/learned positions from the mask
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 
 from interv._checks import as_positions
+from interv._display import Display, number
 from interv._pandas import require_pandas
 from interv._progress import Progress, check_progress, counting
 from interv.analysis._inputs import PromptBatch, prompt_batch
@@ -190,6 +192,54 @@ class HeadConcentration:
             f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
             f"entropy unit {self.unit}"
         )
+
+    def display(self, max_rows: int = 12) -> Display:
+        """What :meth:`__repr__` and :meth:`_repr_html_` show: the scope, what each number
+        means with its unit, and per head the mean over prompts (with the standard deviation
+        over prompts) of three metrics, the ``max_rows`` heads with the most sink mass first."""
+        n_layers, n_heads = self.entropy.shape[1:3]
+        names = ("normalized_entropy", "sink_mass", "content_normalized_entropy")
+        means = {name: self.per_head(name) for name in names}
+        spreads = {name: self.per_head_spread(name) for name in names}
+        heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+        sink = means["sink_mass"]
+        heads.sort(key=lambda lh: (math.isnan(float(sink[lh])), -float(sink[lh]), lh))
+        shown = heads[:max_rows]
+
+        def cell(name: str, lh: tuple[int, int]) -> str:
+            return f"{number(float(means[name][lh]), 3)} ± {number(float(spreads[name][lh]), 2)}"
+
+        undefined = self.n_undefined["normalized_entropy"]
+        lines = [
+            self.scope,
+            "normalized entropy H(a)/log n: 0 = all mass on one key, 1 = uniform over the "
+            "n available keys; sink mass: the fraction of the row's mass on the sink "
+            "positions; content normalized entropy: the same as normalized entropy for the "
+            "row without the sink, renormalized, over log(n - |S|)",
+            "per head: mean over prompts ± standard deviation over prompts of each prompt's "
+            "mean over its query positions; all unitless",
+            "concentration only: how a head spreads its attention, not what it does to the "
+            "output (interv.run measures that)",
+        ]
+        if undefined:
+            lines.append(f"{undefined} entries undefined (n <= 1 available keys): left out")
+        lines.append(
+            f"most sink mass first ({len(shown)} of {len(heads)} heads shown; every number: "
+            ".to_pandas())"
+        )
+        return Display(
+            title=f"HeadConcentration: {n_layers} layers x {n_heads} heads",
+            lines=lines,
+            headers=["head", "normalized entropy", "sink mass", "content normalized entropy"],
+            rows=[[f"L{lh[0]}H{lh[1]}", *(cell(name, lh) for name in names)] for lh in shown],
+            left_out=len(heads) - len(shown),
+        )
+
+    def __repr__(self) -> str:
+        return self.display().text()
+
+    def _repr_html_(self) -> str:
+        return self.display().html()
 
     def to_pandas(self) -> pandas.DataFrame:
         """A long ``pandas.DataFrame``, one row per prompt, layer, head, query position and
