@@ -10,6 +10,7 @@ with everything piped, and compare. The Python tests drive ``interv.run``,
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import pty
 import select
@@ -191,7 +192,7 @@ class _Calls:
     def check_monotone(self, total: int) -> None:
         done = [c[0] for c in self.calls]
         assert done[0] == 0 and done[-1] == total, self.calls
-        assert all(a <= b for a, b in zip(done, done[1:], strict=False)), self.calls
+        assert all(a <= b for a, b in itertools.pairwise(done)), self.calls
         assert {c[1] for c in self.calls} == {total}
         assert len({c[2] for c in self.calls}) == 1
 
@@ -268,7 +269,7 @@ def test_a_notebook_kernel_gets_the_widget_or_a_text_bar_without_a_warning(monke
 
 def test_progress_must_be_none_a_bool_or_a_callable(zoo):
     model, task = zoo
-    with pytest.raises(IntervError, match="progress must be None.*got 'yes'"):
+    with pytest.raises(IntervError, match=r"progress must be None.*got 'yes'"):
         interv.run(model, task, _ablations(model), progress="yes")
     with pytest.raises(IntervError, match="progress must be None"):
         interv.concentration(model, task, progress=1)
