@@ -70,8 +70,9 @@ def main() -> None:
             for batch in args.batches:
                 for _ in range(args.repeats):
                     env = {**os.environ, "OMP_WAIT_POLICY": policy}
+                    command = [sys.executable, __file__, "--child", batch]
                     done = subprocess.run(
-                        [sys.executable, __file__, "--child", batch, "--threads", str(args.threads)],
+                        [*command, "--threads", str(args.threads)],
                         env=env,
                         capture_output=True,
                         text=True,
