@@ -60,9 +60,7 @@ def main() -> None:
     if args.child is not None:
         child(args.child, args.threads)
         return
-    busy = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)
-    ]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
         time.sleep(1)
         print(f"load average before: {os.getloadavg()}; {args.busy} busy loop(s) beside")

@@ -105,8 +105,7 @@ def test_subpackages_and_their_modules_resolve_as_attributes():
 def test_the_readme_cache_line_runs_after_a_plain_import():
     # README "Performance": `cache = interv.engine.stacking.BaseRunCache()`, as written
     code = (
-        "import interv; cache = interv.engine.stacking.BaseRunCache(); "
-        "print(type(cache).__name__)"
+        "import interv; cache = interv.engine.stacking.BaseRunCache(); print(type(cache).__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "BaseRunCache"
