@@ -133,6 +133,7 @@ def test_run_signature_is_typed():
 
 def test_a_type_checker_sees_the_public_face(tmp_path):
     """mypy on a script that uses the lazy face (heavy third-party packages skipped: ~10 s)."""
+    pytest.importorskip("mypy", reason="mypy is in interv[dev], not the Quickstart's [test]")
     script = tmp_path / "face.py"
     script.write_text(
         "import interv\nimport interv.metrics\n\nreveal_type(interv.run)\n"
