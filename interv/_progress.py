@@ -171,7 +171,7 @@ def counting(
     """
     progress = check_progress(progress)
     callback = progress if callable(progress) and not isinstance(progress, bool) else None
-    cls = None if callback is not None else bar_class(progress)
+    cls = None if callback is not None or total <= 0 else bar_class(progress)
     bar = None
     if cls is not None:
         options: dict[str, Any] = {"leave": False, "file": sys.stderr, "dynamic_ncols": True}

@@ -270,7 +270,8 @@ def _measure(
 ) -> InterventionResult:
     if max_batch_size is None:
         max_batch_size = auto_batch_rows(model, task.n_positions, task.n_pairs)
-    label = f"interv.run: {len(checked)} interventions" + (" (screened)" if screen else "")
+    n = len(checked)
+    label = f"interv.run: {n} intervention{'' if n == 1 else 's'}" + (" (screened)" * bool(screen))
     with counting(len(checked), label, progress=progress, unit="intervention") as count:
         return _measured(
             model,
