@@ -104,7 +104,9 @@ def blocks(model, task, layers: list[int], gradient_passes: int) -> int:
 
 def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[str, Any]:
     cfg = model.cfg
-    ivs = interventions(kind, cfg.n_layers, cfg.n_heads, task.n_positions)
+    # per position: the positions real in every prompt (right padding: 0..k-1); a position
+    # that is padding in some prompt is refused by interv.run
+    ivs = interventions(kind, cfg.n_layers, cfg.n_heads, len(task.shared_positions))
     n = len(ivs)
     print(f"\n== {kind}: {n} sites ({ivs[0].describe(task)} ...) ==")
     full, t_full, load_full = timed(

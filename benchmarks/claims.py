@@ -830,11 +830,24 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
     model = _model(cfg["model"])
     task = interv.load_task(task_name, n_pairs=task_cfg["n_pairs"], seed=task_cfg["seed"])
     task = task.tokenize(model)
-    knockouts = [interv.KeyKnockout((j,)) for j in range(task.n_positions)]
-    result = interv.run(
-        model, task, knockouts, metric=cfg["metric"], max_batch_size=cfg["batch_size"]
-    )
-    effects = (result.values - result.clean).T.abs().to(torch.float64)  # [prompt, key]
+    # hide each key of a prompt's own tokens: prompts grouped by length, since a key beyond
+    # a shorter prompt is padding there (refused: it would be an exact no-effect)
+    lengths = task.attention_mask.sum(dim=1)
+    effects = torch.full((task.n_pairs, task.n_positions), torch.nan, dtype=torch.float64)
+    clean = torch.full((task.n_pairs,), torch.nan, dtype=torch.float64)
+    for length in sorted(set(lengths.tolist())):
+        members = (lengths == length).nonzero()[:, 0]
+        knockouts = [interv.KeyKnockout((j,)) for j in range(length)]
+        result = interv.run(
+            model,
+            task.select(members),
+            knockouts,
+            metric=cfg["metric"],
+            max_batch_size=cfg["batch_size"],
+        )
+        part = (result.values - result.clean).T.abs().to(torch.float64)  # [prompt, key]
+        effects[members, :length] = part
+        clean[members] = result.clean.to(torch.float64)
     flow = token_attention(model, task)
     rows = torch.arange(task.n_pairs)
     answer = task.answer_positions
@@ -887,7 +900,7 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
         "n_layers": model.cfg.n_layers,
         "metric": result.metric.name,
         "metric_unit": result.metric.unit,
-        "clean_mean": _round(result.clean.mean()),
+        "clean_mean": _round(clean.mean()),
         "exact_semantics": result.descriptions[0],
         "residual": cfg["residual"],
         "rollout_caveat": flow.rollout_caveat,
@@ -908,7 +921,7 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
             "norm_share": _round(scores["norm_contribution"][:, 0].mean()),
             "effect": _round(effects[:, 0].mean()),
             "mean_effect_other_tokens": _round(
-                (effects * before_answer)[:, 1:].sum() / before_answer[:, 1:].sum()
+                effects.masked_fill(~before_answer, 0)[:, 1:].sum() / before_answer[:, 1:].sum()
             ),
             "share_of_prompts_where_it_has_the_largest_effect": _round(top_effect.mean()),
         },

@@ -377,7 +377,7 @@ def _rank_interval(
     n = estimates.numel()
     generator = torch.Generator().manual_seed(seed)
     draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
-    return percentile_interval(spearman(estimates[draws], exact[draws]), level)
+    return percentile_interval(spearman(estimates[draws], exact[draws]), level, n_items=n)
 
 
 def verify_screen(

@@ -117,7 +117,8 @@ class DemoResult:
 def demo_interventions(
     n_layers: int, n_heads: int, n_positions: int, layers: Sequence[int] | None = None
 ) -> list[Intervention]:
-    """The demo's interventions: five per head, then one residual patch per layer x position."""
+    """The demo's interventions: five per head, then one residual patch per layer x position
+    ``0..n_positions - 1`` (the demo passes the positions real in every prompt)."""
     chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
     for layer in chosen:
         check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
@@ -140,9 +141,13 @@ def grid_interventions(
     *,
     component: str = "resid_pre",
     layers: Sequence[int] | None = None,
+    positions: Sequence[int] | None = None,
 ) -> list[Intervention]:
     """One denoising patch of ``component`` per layer x position (layer-major): the clean
     run's residual stream at that one layer and position patched into the corrupted run.
+    ``positions`` (default ``0..n_positions - 1``): the positions patched, e.g. a task's
+    :attr:`~interv.TokenizedPairs.shared_positions` (a position that is padding in some
+    prompt is refused by :func:`interv.run`).
 
     Raises:
         IntervError: a component outside :data:`GRID_COMPONENTS`, or a layer outside
@@ -157,7 +162,7 @@ def grid_interventions(
     return [
         ActivationPatch(component, layer, direction="denoise", positions=(position,))
         for layer in chosen
-        for position in range(n_positions)
+        for position in (range(n_positions) if positions is None else positions)
     ]
 
 
@@ -195,7 +200,11 @@ def recovery_grid(
         task = task.tokenize(model)
     n_layers = int(model.cfg.n_layers)
     interventions = grid_interventions(
-        n_layers, task.n_positions, component=component, layers=layers
+        n_layers,
+        task.n_positions,
+        component=component,
+        layers=layers,
+        positions=task.shared_positions,  # the positions real in every prompt
     )
     heads_conc = concentration(model, task, sink=0, query_positions=task.answer_query_positions())
     effects = run(model, task, interventions, metric, max_batch_size=_MAX_BATCH_ROWS)
@@ -351,7 +360,10 @@ def _compute(
     bar.start("concentration")
     heads_conc = concentration(bridge, task, sink=0, query_positions=task.answer_query_positions())
     bar.start("interventions")
-    interventions = demo_interventions(n_layers, bridge.cfg.n_heads, task.n_positions, layers)
+    # residual patches only where every prompt has a real token (right padding: the
+    # shortest prompt's positions); elsewhere some prompts would add an exact no-effect
+    shared = len(task.shared_positions)
+    interventions = demo_interventions(n_layers, bridge.cfg.n_heads, shared, layers)
     # One engine run per batch of interventions, so the bar moves as they are computed;
     # the runs share one cache of the clean and corrupted base runs, filled once.
     cache = BaseRunCache()

@@ -6,6 +6,11 @@ with ``seed``, the statistic is recomputed on each resample, and the interval is
 ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of those recomputations. Rank
 correlation is Spearman's rho: the Pearson correlation of average ranks (ties share
 the mean of the ranks they span).
+
+Minimums (:data:`MIN_ITEMS`): no interval from fewer than 3 prompts (a bootstrap of one
+prompt repeats it, ``[x, x]``; of two, it has three possible means) and no rank
+correlation of fewer than 3 items (two items give rho = +-1 whatever they are): the value
+is NaN, shown as n/a, and :data:`TOO_FEW` says why.
 """
 
 from __future__ import annotations
@@ -14,7 +19,23 @@ import torch
 
 from interv.errors import IntervError
 
-__all__ = ["bootstrap_indices", "bootstrap_mean_ci", "percentile_interval", "spearman"]
+__all__ = [
+    "MIN_ITEMS",
+    "TOO_FEW",
+    "bootstrap_indices",
+    "bootstrap_mean_ci",
+    "percentile_interval",
+    "spearman",
+]
+
+MIN_ITEMS = 3
+"""The fewest prompts an interval, and the fewest items a rank correlation, is computed from."""
+
+TOO_FEW = (
+    f"n/a: no interval from fewer than {MIN_ITEMS} prompts, and no rank correlation of fewer "
+    f"than {MIN_ITEMS} items"
+)
+"""Why an interval or a rank correlation is NaN (n/a) for too few prompts or items."""
 
 
 def bootstrap_indices(n_prompts: int, n_bootstrap: int, seed: int) -> torch.Tensor:
@@ -25,10 +46,18 @@ def bootstrap_indices(n_prompts: int, n_bootstrap: int, seed: int) -> torch.Tens
     return torch.randint(0, n_prompts, (n_bootstrap, n_prompts), generator=generator)
 
 
-def percentile_interval(samples: torch.Tensor, level: float) -> tuple[float, float]:
-    """The central ``level`` percentile interval of 1-D ``samples`` (NaN samples ignored)."""
+def percentile_interval(
+    samples: torch.Tensor, level: float, *, n_items: int | None = None
+) -> tuple[float, float]:
+    """The central ``level`` percentile interval of 1-D ``samples`` (NaN samples ignored).
+
+    ``n_items``: how many prompts (or items) the samples were resampled from; fewer than
+    :data:`MIN_ITEMS` gives ``(nan, nan)`` (:data:`TOO_FEW`).
+    """
     if not 0 < level < 1:
         raise IntervError(f"confidence level must lie in (0, 1); got {level}")
+    if n_items is not None and n_items < MIN_ITEMS:
+        return (float("nan"), float("nan"))
     finite = samples[~samples.isnan()].to(torch.float64)
     if finite.numel() == 0:
         return (float("nan"), float("nan"))
@@ -46,8 +75,11 @@ def bootstrap_mean_ci(
         values: per-prompt values, in any unit (the interval has the same unit).
         indices: ``[n_bootstrap, n_prompts]`` resampled prompt indices.
         level: confidence level in (0, 1), e.g. 0.95.
+
+    Returns ``(nan, nan)`` for fewer than :data:`MIN_ITEMS` prompts (:data:`TOO_FEW`).
     """
-    return percentile_interval(values.to(torch.float64)[indices].mean(dim=-1), level)
+    samples = values.to(torch.float64)[indices].mean(dim=-1)
+    return percentile_interval(samples, level, n_items=int(values.shape[-1]))
 
 
 def _average_ranks(x: torch.Tensor) -> torch.Tensor:
@@ -66,13 +98,16 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Spearman rank correlation of ``x`` and ``y`` along the last axis.
 
     Args:
-        x, y: ``[..., n]`` finite values (same shape), ``n >= 2``.
+        x, y: ``[..., n]`` finite values (same shape).
 
     Returns:
-        ``[...]`` float64 rho in [-1, 1]; NaN where either side is constant.
+        ``[...]`` float64 rho in [-1, 1]; NaN where either side is constant, and
+        everywhere when ``n`` is below :data:`MIN_ITEMS` (:data:`TOO_FEW`).
     """
     if x.shape != y.shape:
         raise IntervError(f"spearman needs equal shapes; got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.shape[-1] < MIN_ITEMS:
+        return torch.full(x.shape[:-1], torch.nan, dtype=torch.float64)
     rx = _average_ranks(x)
     ry = _average_ranks(y)
     rx = rx - rx.mean(dim=-1, keepdim=True)

@@ -13,6 +13,7 @@ output paths, through the command line and through Python. For each case:
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -32,11 +33,14 @@ from typing import Any
 import pytest
 import torch
 from _report_fixtures import make_concentration, make_result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import interv
 import interv.sweeps
 import interv.zoo
 from interv import metrics
+from interv.analysis.attention_view import attention_view
 from interv.cli import main
 from interv.errors import IntervError
 
@@ -640,7 +644,10 @@ def _hand_sweep(directory: Path, kind: str | None = None) -> None:
         "params": [{"kind": "ZeroAblation", "layer": 0, "head": 0}],
         "values": [[1.25]],
     }
-    with SweepStore.open(directory, config, None, "0123456789abcdef") as store:
+    from interv.sweeps.execute import task_fingerprint
+
+    fingerprint = task_fingerprint(interv.load_task("induction", n_pairs=1))
+    with SweepStore.open(directory, config, None, fingerprint) as store:
         store.write_baselines(baselines)
         store.append(record)
         store.record_plan(1, 1)
@@ -1131,6 +1138,388 @@ def test_a_complete_sweep_missing_a_unit_or_its_baselines_is_completed_by_its_co
     torch.testing.assert_close(repaired.clean, whole.clean, atol=1e-5, rtol=1e-5)
     manifest = json.loads((trust_workdir / "done" / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["computed_in_last_run"] == 1
+
+
+# =====================================================================================
+# Values: what a number is computed from (issue 21, the checked-values half).
+#
+# Each example of the issue is a case below. A tokenized task knows its model's context,
+# vocabulary and padding; positions and sinks are checked against the prompts they apply
+# to (one helper, interv.engine.sites.check_prompt_positions); results carry the
+# fingerprint of their prompts and every join compares it; statistics need a stated
+# minimum of prompts (interv.stats.MIN_ITEMS). Property tests over every entry point that
+# takes a sink or a position follow the table.
+# =====================================================================================
+
+
+def _ragged(model: Any, padding_side: str = "right") -> interv.TokenizedPairs:
+    """Two pairs of 5 and 3 real tokens (BOS included) on the zoo model."""
+    pairs = interv.PromptPairs(["A B C D", "A B"], ["A B C E", "A C"], ["D", "C"], ["E", "B"])
+    return pairs.tokenize(model, padding_side=padding_side)
+
+
+def _hand_task(model: Any, **changes: Any) -> interv.TokenizedPairs:
+    """A hand-built task (no vocabulary or context known to it) of four unpadded pairs."""
+    task = interv.load_task("induction", n_pairs=4).tokenize(model)
+    fields = {
+        "clean_tokens": task.clean_tokens,
+        "corrupted_tokens": task.corrupted_tokens,
+        "attention_mask": task.attention_mask,
+        "answer_positions": task.answer_positions,
+        "target_ids": task.target_ids,
+        "foil_ids": task.foil_ids,
+    }
+    return interv.TokenizedPairs(**{**fields, **changes})
+
+
+def _left_padded_mask(model: Any) -> torch.Tensor:
+    task = interv.load_task("induction", n_pairs=4).tokenize(model)
+    mask = torch.ones(task.clean_tokens.shape, dtype=torch.bool)
+    mask[:, 0] = False
+    return mask
+
+
+def _beyond_vocabulary(model: Any) -> interv.TokenizedPairs:
+    task = interv.load_task("induction", n_pairs=4).tokenize(model)
+    tokens = task.clean_tokens.clone()
+    tokens[1, 3] = 999
+    return _hand_task(model, clean_tokens=tokens)
+
+
+def _report_of_one_prompt(model: Any) -> Any:
+    task = interv.load_task("induction", n_pairs=1).tokenize(model)
+    heads = [interv.ZeroAblation(layer, head) for layer in range(2) for head in range(4)]
+    result = interv.run(model, task, heads)
+    return interv.build_report(result, interv.concentration(model, task), n_bootstrap=20)
+
+
+def _report_with_a_duplicate(model: Any) -> Any:
+    task = interv.load_task("induction", n_pairs=4).tokenize(model)
+    heads = [interv.ZeroAblation(layer, head) for layer in range(2) for head in range(4)]
+    result = interv.run(model, task, [*heads, interv.ZeroAblation(0, 0)])
+    return interv.build_report(result, interv.concentration(model, task), n_bootstrap=20)
+
+
+def _report_of_other_prompts(model: Any) -> Any:
+    task = interv.load_task("induction", n_pairs=4, seed=0).tokenize(model)
+    other = interv.load_task("induction", n_pairs=4, seed=1).tokenize(model)
+    result = interv.run(model, task, [interv.ZeroAblation(0, 0)])
+    return interv.build_report(result, interv.concentration(model, other), n_bootstrap=20)
+
+
+def _results_of_other_prompts(model: Any) -> Any:
+    first = interv.load_task("induction", n_pairs=4, seed=0).tokenize(model)
+    second = interv.load_task("induction", n_pairs=4, seed=1).tokenize(model)
+    one = interv.run(model, first, [interv.ZeroAblation(0, 0)])
+    two = interv.run(model, second, [interv.ZeroAblation(0, 1)])
+    return interv.build_report([one, two], interv.concentration(model, first), n_bootstrap=20)
+
+
+_PADDING = r"is not a real token of 1 of 2 prompts \(1\): prompt 1's real tokens are at positions"
+# (call(zoo_model), pattern, before_load)
+VALUE_CASES = {
+    "concentration of a prompt longer than the context": (
+        lambda m: interv.concentration(m, " ".join(["A"] * 60)),
+        r"prompt 0 has 61 tokens, longer than the model's context of n_ctx=48 tokens",
+        False,
+    ),
+    "concentration of a token tensor longer than the context": (
+        lambda m: interv.concentration(m, torch.full((2, 50), 3)),
+        r"prompt 0 has 50 tokens, longer than the model's context of n_ctx=48",
+        False,
+    ),
+    "a sink beyond the prompt (concentration)": (
+        lambda m: interv.concentration(m, _ragged(m), sink=99),
+        r"sink position 99 is not a real token of 2 of 2 prompts .* valid positions are 0\.\.2",
+        False,
+    ),
+    "a sink beyond a shorter prompt (attention rows)": (
+        lambda m: interv.analysis.attention_rows(m, _ragged(m), sink=4),
+        r"sink position 4 is not a real token of 1 of 2 prompts \(1\)",
+        False,
+    ),
+    "a sink beyond the prompt (attention view)": (
+        lambda m: attention_view(m, _ragged(m), heads=["L0H0"], sink=7),
+        r"sink position 7 is not a real token of 2 of 2 prompts",
+        False,
+    ),
+    "a patch position that is padding in a right-padded prompt": (
+        lambda m: interv.run(m, _ragged(m), interv.ActivationPatch("resid_pre", 0, positions=(4,))),
+        r"ActivationPatch position 4 " + _PADDING + r" 0\.\.2 of the padded length 5",
+        False,
+    ),
+    "a position that is padding in a left-padded prompt": (
+        lambda m: interv.run(m, _ragged(m, "left"), interv.ZeroAblation(1, 2, positions=(1,))),
+        r"ZeroAblation position 1 " + _PADDING + r" 2\.\.4 of the padded length 5",
+        False,
+    ),
+    "a head beyond the model": (
+        lambda m: interv.run(m, _ragged(m), interv.ZeroAblation(1, 9)),
+        r"head 9 .* layer 1 has 4 heads",
+        False,
+    ),
+    "target and foil: different texts, the same token": (
+        lambda m: interv.PromptPairs(["A B"], ["A C"], ["k"], [" k"]).tokenize(m),
+        r"pair 0: target 'k' and foil ' k' are different texts but the same token \(id 38\)",
+        False,
+    ),
+    "target and foil the same id in a hand-built task": (
+        lambda m: _hand_task(
+            m, foil_ids=torch.tensor([5, 6, 7, 8]), target_ids=torch.tensor([5, 1, 1, 1])
+        ),
+        r"pair 0 has the same target and foil token \(id 5\)",
+        True,
+    ),
+    "token ids beyond the vocabulary in a hand-built TokenizedPairs": (
+        lambda m: interv.run(m, _beyond_vocabulary(m), interv.ZeroAblation(0, 0)),
+        r"clean_tokens: token id 999 at index \(1, 3\) is not a token of the model; the "
+        r"vocabulary has ids 0\.\.63",
+        False,
+    ),
+    "a hand-built TokenizedPairs from lists": (
+        lambda m: interv.TokenizedPairs([[0, 3]], [[0, 4]], [[True, True]], [1], [5]),
+        r"clean_tokens must be a torch\.Tensor; got list",
+        True,
+    ),
+    "a left-padded mask declared right-padded": (
+        lambda m: _hand_task(m, attention_mask=_left_padded_mask(m)),
+        r"attention_mask of pair 0 \(\[0, 1, 1, .*\) is not right-padded",
+        True,
+    ),
+    "a negative token id": (
+        lambda m: interv.concentration(m, torch.tensor([[0, -5, 3]])),
+        r"tokens: token id -5 at index \(0, 1\) is not a token of the model",
+        False,
+    ),
+    "a task tokenized for another vocabulary": (
+        lambda m: interv.run(
+            m,
+            dataclasses.replace(interv.load_task("induction", n_pairs=2).tokenize(m), d_vocab=70),
+            interv.ZeroAblation(0, 0),
+        ),
+        r"was tokenized for a model with a vocabulary of 70 ids, but this model has 64",
+        False,
+    ),
+    "a duplicated intervention in a report": (
+        _report_with_a_duplicate,
+        r"rows 0 and 8 are the same intervention \(L0H0 output \(z\) set to zero",
+        False,
+    ),
+    "build_report given concentration of other prompts": (
+        _report_of_other_prompts,
+        r"concentration comes from other prompts than the effects \(prompt fingerprints",
+        False,
+    ),
+    "a report joining results of other prompts": (
+        _results_of_other_prompts,
+        r"every InterventionResult of one report must share scope and metric",
+        False,
+    ),
+    "capitals with more pairs than countries": (
+        lambda m: interv.load_task("capitals", n_pairs=100),
+        r"'capitals' has 33 countries, so at most 33 pairs .* n_pairs=100 would repeat",
+        True,
+    ),
+    "the device 'banana'": (
+        lambda m: interv.load_model("induction-2l", device="banana"),
+        r"unknown device 'banana'; choose 'cpu', 'cuda', 'cuda:N' or 'mps'",
+        True,
+    ),
+    "the device 'cuda' without CUDA": (
+        lambda m: interv.load_model("induction-2l", device="cuda:3"),
+        r"device 'cuda:3' (needs CUDA, but this torch has no usable CUDA|: this machine has)",
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(VALUE_CASES))
+def test_value_case(name, zoo_model, model_loads):
+    call, pattern, before_load = VALUE_CASES[name]
+    with pytest.raises(IntervError, match=pattern):
+        call(zoo_model)
+    if before_load:
+        assert model_loads == [], f"a model was loaded before the check: {model_loads}"
+
+
+def test_intervals_and_rank_correlations_of_one_prompt_are_na(zoo_model):
+    """One prompt: no "95% CI [-0.14, -0.14]" and no rho -1 [-1, -1]."""
+    from interv.stats import TOO_FEW, bootstrap_indices, bootstrap_mean_ci, spearman
+
+    report = _report_of_one_prompt(zoo_model)
+    assert all(math.isnan(r.effect_ci_low) and math.isnan(r.effect_ci_high) for r in report.rows)
+    assert report.agreement and all(math.isnan(a.ci_low) for a in report.agreement)
+    assert any("no interval from fewer than 3 prompts" in note for note in report.notes)
+    assert math.isnan(
+        bootstrap_mean_ci(torch.tensor([0.3, 0.5]), bootstrap_indices(2, 50, 0), 0.95)[0]
+    )
+    assert math.isnan(float(spearman(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0]))))
+    assert "fewer than 3 prompts" in TOO_FEW
+
+
+def test_similarity_cli_refuses_a_sink_beyond_the_prompts(tmp_path, monkeypatch, capsys):
+    """`interv similarity --sink 99` no longer reports "0.0% of verdicts flip"."""
+    monkeypatch.chdir(tmp_path)
+    Path("zoo.txt").write_text("A B C D E F G H A B C\nK L M N O P Q K L M N\n")
+    assert main(["similarity", "induction-2l", "--prompts", "zoo.txt", "--sink", "99"]) == 2
+    err = capsys.readouterr().err
+    assert "sink position 99 is not a real token of 2 of 2 prompts" in err and "flip" not in err
+    Path("long.txt").write_text(" ".join(["A"] * 60) + "\n")
+    assert main(["similarity", "induction-2l", "--prompts", "long.txt"]) == 2
+    assert "longer than the model's context of n_ctx=48" in capsys.readouterr().err
+
+
+def test_report_of_a_sweep_reads_its_task_next_to_it_and_checks_the_fingerprint(
+    tmp_path, monkeypatch, capsys
+):
+    """The task path is looked up in the sweep directory (then the working directory), and a
+    file with other pairs is refused instead of reported beside the stored effects."""
+    import interv.report.render as render
+
+    monkeypatch.setattr(render, "standard_figures", lambda report: {})
+    pairs = interv.load_task("induction", n_pairs=3)
+    (tmp_path / "cfg").mkdir()
+    pairs.to_jsonl(tmp_path / "cfg" / "pairs.jsonl")
+    (tmp_path / "cfg" / "s.toml").write_text(
+        _sweep_config(task='path = "pairs.jsonl"', extra="sites = {layers = [0]}")
+    )
+    monkeypatch.chdir(tmp_path / "cfg")
+    assert main(["sweep", "s.toml", "--out", "../sweep", "--quiet"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["report", "../sweep", "--out", "r1"]) == 2
+    assert "cannot find the task file the sweep in" in capsys.readouterr().err
+    interv.load_task("induction", n_pairs=3, seed=5).to_jsonl(elsewhere / "pairs.jsonl")
+    assert main(["report", "../sweep", "--out", "r2"]) == 2  # other pairs at the cwd path
+    err = capsys.readouterr().err
+    assert "(other pairs, fingerprint" in err and not (elsewhere / "r2").exists()
+    pairs.to_jsonl(tmp_path / "sweep" / "pairs.jsonl")  # the task beside the sweep
+    assert main(["report", "../sweep", "--out", "r3"]) == 0
+    assert (elsewhere / "r3" / "report.md").is_file()
+
+
+def _padded_task(lengths: list[int], side: str) -> interv.TokenizedPairs:
+    """Zoo-vocabulary pairs of the given real lengths (BOS first), padded on ``side``."""
+    width = max(lengths)
+    generator = torch.Generator().manual_seed(sum(lengths) * 7 + len(lengths))
+    clean = torch.randint(2, 64, (len(lengths), width), generator=generator)
+    corrupted = torch.randint(2, 64, (len(lengths), width), generator=generator)
+    real = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+    mask = real if side == "right" else real.flip(1)
+    first = mask.int().argmax(1)
+    rows = torch.arange(len(lengths))
+    clean[rows, first] = corrupted[rows, first] = 0  # <bos>
+    answers = first + torch.tensor(lengths) - 1
+    return interv.TokenizedPairs(
+        clean_tokens=clean,
+        corrupted_tokens=corrupted,
+        attention_mask=mask,
+        answer_positions=answers,
+        target_ids=torch.full((len(lengths),), 5),
+        foil_ids=torch.full((len(lengths),), 6),
+        padding_side=side,
+    )
+
+
+_LENGTHS = st.lists(st.integers(min_value=4, max_value=9), min_size=1, max_size=3)
+_SIDES = st.sampled_from(["right", "left"])
+_SINK_ENTRY_POINTS = {
+    "concentration": lambda m, task, sink: interv.concentration(m, task, sink=sink),
+    "attention_rows": lambda m, task, sink: interv.analysis.attention_rows(m, task, sink=sink),
+    "attention_view": lambda m, task, sink: attention_view(m, task, heads=["L1H0"], sink=sink),
+}
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=_LENGTHS,
+    side=_SIDES,
+    sink=st.integers(min_value=0, max_value=10),
+    entry=st.sampled_from(sorted(_SINK_ENTRY_POINTS)),
+)
+def test_every_entry_point_taking_a_sink_refuses_exactly_the_sinks_beyond_a_prompt(
+    zoo_model, lengths, side, sink, entry
+):
+    task = _padded_task(lengths, side)
+    call = _SINK_ENTRY_POINTS[entry]
+    if sink >= min(lengths):
+        with pytest.raises(IntervError, match=rf"sink position {sink} is not a real token of"):
+            call(zoo_model, task, sink)
+    else:
+        call(zoo_model, task, sink)
+
+
+_POSITION_KINDS = {
+    "ZeroAblation": lambda p: interv.ZeroAblation(0, 1, positions=(p,)),
+    "MeanAblation": lambda p: interv.MeanAblation(1, 0, positions=(p,)),
+    "ActivationPatch": lambda p: interv.ActivationPatch("resid_pre", 1, positions=(p,)),
+    "AddVector": lambda p: interv.AddVector(0, torch.ones(64), positions=(p,)),
+    "ValueScale": lambda p: interv.ValueScale(1, 2, (p,), factor=0.0),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=_LENGTHS,
+    side=_SIDES,
+    data=st.data(),
+    kind=st.sampled_from(sorted(_POSITION_KINDS)),
+)
+def test_every_intervention_refuses_exactly_the_positions_that_are_padding_somewhere(
+    zoo_model, lengths, side, data, kind
+):
+    task = _padded_task(lengths, side)
+    position = data.draw(st.integers(min_value=0, max_value=task.n_positions - 1))
+    intervention = _POSITION_KINDS[kind](position)
+    if bool(task.attention_mask[:, position].all()):
+        assert interv.run(zoo_model, task, intervention).values.shape == (1, len(lengths))
+    else:
+        with pytest.raises(IntervError, match=rf"{kind} (key )?position {position} is not a real"):
+            interv.run(zoo_model, task, intervention)
+
+
+def test_a_sweep_position_that_is_padding_somewhere_is_refused_before_any_unit(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    config = _sweep_config(kind="zero_ablation", extra="positions = [25]")
+    Path("pos.toml").write_text(config)
+    assert main(["sweep", "pos.toml", "--out", "sw"]) == 2
+    assert "ZeroAblation position 25 is not a real token of 2 of 4 prompts" in (
+        capsys.readouterr().err
+    )
+    assert not Path("sw").exists()
+
+
+def test_a_sweep_holding_one_intervention_twice_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    twice = _sweep_config() + '[[sweep.interventions]]\nkind = "zero_ablation"\n'
+    Path("twice.toml").write_text(twice + "sites = {layers = [1]}\n")
+    assert main(["sweep", "twice.toml", "--out", "sw"]) == 2
+    err = capsys.readouterr().err
+    assert "sweep.interventions[0] and sweep.interventions[1] both hold 'L1H0 output" in err
+    assert not Path("sw").exists()
+
+
+@settings(max_examples=20, deadline=None)
+@given(lengths=_LENGTHS, data=st.data())
+def test_a_prompt_fingerprint_ignores_padding_and_sees_every_real_token(lengths, data):
+    right = _padded_task(lengths, "right")
+    width = right.n_positions
+    left = torch.stack(
+        [row.roll(width - n) for row, n in zip(right.clean_tokens, lengths, strict=True)]
+    )
+    left_mask = right.attention_mask.flip(1)
+    fingerprint = interv.tasks.tokenized.prompts_fingerprint
+    assert fingerprint(left, left_mask) == right.prompts_fingerprint
+    row = data.draw(st.integers(min_value=0, max_value=len(lengths) - 1))
+    changed = right.clean_tokens.clone()
+    changed[row, lengths[row] - 1] = (changed[row, lengths[row] - 1] + 1 - 2) % 62 + 2
+    assert fingerprint(changed, right.attention_mask) != right.prompts_fingerprint
+    padded = right.clean_tokens.clone()
+    padded[~right.attention_mask] = 1  # another pad id
+    assert fingerprint(padded, right.attention_mask) == right.prompts_fingerprint
 
 
 # =====================================================================================

@@ -47,8 +47,11 @@ def test_demo_report_has_every_intervention_family(demo):
     per_head = {"ZeroAblation", "MeanAblation", "ResampleAblation", "ValueScale"}
     counts = {kind: sum(row.kind == kind for row in report.rows) for kind in report.kinds}
     assert all(counts[kind] == n_heads for kind in per_head)
-    # one z patch per head, one resid_pre patch per layer x position
-    assert counts["ActivationPatch"] == n_heads + header.n_layers * header.n_positions
+    # one z patch per head, one resid_pre patch per layer x position real in every prompt
+    patched = [r.site.positions for r in report.rows if r.site.component == "resid_pre"]
+    shared = load_task("induction", n_pairs=header.n_prompts).tokenize(load_model("induction-2l"))
+    assert sorted({p for (p,) in patched}) == list(shared.shared_positions)
+    assert counts["ActivationPatch"] == n_heads + header.n_layers * len(shared.shared_positions)
     assert report.header.model == "interv-zoo/induction-2l"
     assert "answer position" in report.header.query_positions
 

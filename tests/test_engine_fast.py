@@ -90,21 +90,29 @@ def make_task(
     )
 
 
-def every_kind(n_layers: int, n_heads: int, mlp: bool) -> list:
-    """One intervention of each kind at each layer, plus combinations across layers."""
+def every_kind(n_layers: int, n_heads: int, mlp: bool, shift: int = 0) -> list:
+    """One intervention of each kind at each layer, plus combinations across layers.
+
+    Positions are ``shift`` later (at most the last one, 6), so that they can be real
+    tokens of every left-padded prompt (a position that is padding in a prompt is refused).
+    """
+
+    def at(*positions: int) -> tuple[int, ...]:
+        return tuple(min(p + shift, N_POS - 1) for p in positions)
+
     components = [c for c in PATCH_COMPONENTS if mlp or c not in ("resid_mid", "mlp_out")]
     interventions = []
     for layer in range(n_layers):
         head = (layer + 1) % n_heads
         interventions += [
             ZeroAblation(layer, head),
-            ZeroAblation(layer, head, positions=(2,)),
+            ZeroAblation(layer, head, positions=at(2)),
             MeanAblation(layer, head, reference="corrupted"),
             MeanAblation(layer, head, pooled=True),
             ResampleAblation(layer, head, seed=3),
-            ValueScale(layer, head, (0, 1), 0.5),
-            ValueReplace(layer, head, (0,), source="corrupted"),
-            AttentionKnockout(layer, head, (0,)),
+            ValueScale(layer, head, at(0, 1), 0.5),
+            ValueReplace(layer, head, at(0), source="corrupted"),
+            AttentionKnockout(layer, head, at(0)),
             PatternPatch(layer, head, direction="noise"),
             ValuePatch(layer, head),
         ]
@@ -113,12 +121,12 @@ def every_kind(n_layers: int, n_heads: int, mlp: bool) -> list:
             ActivationPatch(c, layer, direction=d, positions=p)
             for c in components
             if c != "z"
-            for d, p in (("denoise", None), ("noise", (1, 4)))
+            for d, p in (("denoise", None), ("noise", at(1, 4)))
         ]
     interventions.append(
         Combined((ActivationPatch("resid_post", 0), ActivationPatch("z", n_layers - 1, 0)))
     )
-    interventions.append(Combined((ValueScale(n_layers - 1, 1, (0,)), ZeroAblation(0, 2))))
+    interventions.append(Combined((ValueScale(n_layers - 1, 1, at(0)), ZeroAblation(0, 2))))
     return interventions
 
 
@@ -141,7 +149,7 @@ def test_prefix_reuse_equals_full_forwards_for_every_kind_on_a_native_gqa_model(
     gqa_model, metric, lengths, padding_side
 ):
     task = make_task(lengths=lengths, padding_side=padding_side)
-    interventions = every_kind(3, 4, mlp=True)
+    interventions = every_kind(3, 4, mlp=True, shift=3 if padding_side == "left" else 0)
     assert_paths_agree(gqa_model, task, interventions, metric)
 
 

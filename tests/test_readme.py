@@ -45,18 +45,13 @@ def test_readme_python_examples_run_and_show_what_the_prose_says(capsys, tmp_pat
     printed = capsys.readouterr().out
     screened, each = namespace["screened"], namespace["each"]
     audit = screened.screens[0].audit
-    assert "149 of 224 left as estimates" in printed
-    assert (audit.n_verified, int(audit.audited.numel()), audit.looks) == (15, 60, 3)
+    assert "56 of 176 left as estimates" in printed
+    assert (audit.n_verified, int(audit.audited.numel()), audit.looks) == (60, 60, 12)
     assert "miss rate <= 0.0487" in printed and "stopped by bound" in printed
-    assert "over the 75 checked 0.57 [0.32, 0.79]" in printed
+    assert "over the 120 checked 0.50 [0.27, 0.72]" in printed
     full = interv_run(namespace, each)
     exact_top = full.effect.mean(-1).abs().argsort(descending=True)[:5].tolist()
-    missed = next(i for i in exact_top if i not in audit.top(5).tolist())
-    assert each[missed].describe() == "L0H1 output (z) set to zero at position 7"
-    assert exact_top.index(missed) == 3 and round(float(full.effect[missed].mean()), 2) == -0.70
-    rank = audit.order.tolist().index(missed)
-    assert rank == 20 and screened.status[missed] == "estimated"
-    assert 0 < audit.estimates[missed] < 0.1
+    assert sorted(exact_top) == sorted(audit.top(5).tolist())  # "the exact top-5"
 
 
 def interv_run(namespace: dict, interventions: list):

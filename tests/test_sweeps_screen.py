@@ -59,8 +59,8 @@ def exact_records(directory) -> list[dict]:
 
 def test_each_entry_is_one_screen_equal_to_a_screened_run(model, whole):
     task = interv.load_task("induction", n_pairs=8).tokenize(model)
-    n = task.n_positions
-    first = [ZeroAblation(1, h, positions=(p,)) for h in range(4) for p in range(n)]
+    each = task.shared_positions  # "each": the positions real in every prompt
+    first = [ZeroAblation(1, h, positions=(p,)) for h in range(4) for p in each]
     second = [ActivationPatch("z", layer, head) for layer in range(2) for head in range(4)]
     assert whole.n_interventions == len(first) + len(second)
     assert len(whole.screens) == 2

@@ -390,8 +390,10 @@ def test_ioi_name_sets_restrict_the_names():
 
 
 def test_capitals_corrupt_with_another_country_whose_capital_is_the_foil():
-    pairs = load_task("capitals", n_pairs=40)
-    assert len(set(pairs.clean[:33])) == 33  # the first pass covers every country once
+    pairs = load_task("capitals", n_pairs=33)
+    assert len(set(pairs.clean)) == 33  # every country once
+    with pytest.raises(IntervError, match=r"at most 33 pairs .* n_pairs=34 would repeat prompts"):
+        load_task("capitals", n_pairs=34)
     for clean, corrupted, target, foil in zip(
         pairs.clean, pairs.corrupted, pairs.targets, pairs.foils, strict=True
     ):

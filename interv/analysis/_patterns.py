@@ -31,7 +31,7 @@ import torch
 from interv._checks import as_positions
 from interv.analysis._inputs import prompt_batch
 from interv.engine.forward import Prompts, forward
-from interv.engine.sites import Site, check_layer, head_label
+from interv.engine.sites import Site, check_layer, check_prompt_positions, head_label
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -172,6 +172,7 @@ def rows_from_pattern(
         sink, "sink", allow_empty=False, meaning="counted from each prompt's first real token"
     )
     real = attention_mask
+    check_prompt_positions(sink_positions, real, "sink position", from_first_real=True)
     first_real = real.to(torch.int64).argmax(dim=1)
     relative = torch.arange(keys)[None, :] - first_real[:, None]  # [batch, pos]
     key_mask = real[:, None, :] & real[:, :, None]  # [batch, query, key]

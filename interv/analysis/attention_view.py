@@ -33,7 +33,14 @@ import torch
 from interv._checks import as_positions, check_index
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward
-from interv.engine.sites import Site, check_head, head_label, kv_head_of, n_key_value_heads
+from interv.engine.sites import (
+    Site,
+    check_head,
+    check_prompt_positions,
+    head_label,
+    kv_head_of,
+    n_key_value_heads,
+)
 from interv.errors import IntervError
 from interv.metrics import sink_split
 from interv.tasks.tokenized import TokenizedPairs
@@ -342,6 +349,7 @@ def attention_view(
     n_ctx = int(cfg.n_ctx)
     _check_context(batch, chosen, n_ctx, name)
     tokens, real = _trimmed(batch, chosen)
+    check_prompt_positions(sink_positions, real, "sink position", from_first_real=True)
     n_positions = int(tokens.shape[1])
     cells = len(chosen) * len(chosen_heads) * n_positions**2
     if cells > MAX_CELLS:

@@ -149,7 +149,7 @@ class EntropyAttribution:
         indices = bootstrap_indices(n_prompts, n_bootstrap, seed)  # [resample, prompt]
         total = self.per_prompt_total.flatten(1).mean(dim=-1)[indices].mean(dim=-1)
         sink = self.per_prompt_sink_part.flatten(1).mean(dim=-1)[indices].mean(dim=-1)
-        return percentile_interval(self._share(sink, total), level)
+        return percentile_interval(self._share(sink, total), level, n_items=n_prompts)
 
     @property
     def scope(self) -> str:

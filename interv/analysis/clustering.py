@@ -33,7 +33,7 @@ import torch
 from interv.analysis.similarity import DISTANCE_UNITS, HeadSimilarity
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS
-from interv.stats import bootstrap_indices, percentile_interval
+from interv.stats import TOO_FEW, bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -287,10 +287,15 @@ class ClusteringAgreement:
 
     def describe(self) -> str:
         """One line: the index with its interval, the measure, ``k`` and the scope."""
+        interval = (
+            f"{100 * self.confidence:.0f}% bootstrap CI over {self.n_prompts} prompts "
+            f"{self.ci_low:.3f}..{self.ci_high:.3f}, {self.n_resamples} resamples"
+            if self.ci_low == self.ci_low
+            else f"interval {TOO_FEW} ({self.n_prompts} here)"
+        )
         return (
             f"{self.measure}, k={self.k}: adjusted Rand index {self.adjusted_rand_index:.3f} "
-            f"({100 * self.confidence:.0f}% bootstrap CI over {self.n_prompts} prompts "
-            f"{self.ci_low:.3f}..{self.ci_high:.3f}, {self.n_resamples} resamples; unitless, "
+            f"({interval}; unitless, "
             f"1 = same partition, ~0 = chance) between keep-sink and drop-sink clusterings of "
             f"{self.n_heads} heads of {self.model_name}"
         )
@@ -344,8 +349,8 @@ def clustering_agreement(
             measure=measure,
             k=k,
             adjusted_rand_index=point.adjusted_rand_index,
-            ci_low=percentile_interval(draws[i], confidence)[0],
-            ci_high=percentile_interval(draws[i], confidence)[1],
+            ci_low=percentile_interval(draws[i], confidence, n_items=n_prompts)[0],
+            ci_high=percentile_interval(draws[i], confidence, n_items=n_prompts)[1],
             confidence=confidence,
             n_resamples=n_resamples if n_prompts > 1 else 0,
             n_heads=len(similarity.head_labels),

@@ -45,8 +45,9 @@ from interv._pandas import require_pandas
 from interv._progress import Progress, check_progress, counting
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
-from interv.engine.sites import Site, kv_head_of
+from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
+from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
     import pandas
@@ -105,6 +106,8 @@ class HeadConcentration:
         model_name: name of the model (scope).
         prompt_lengths: number of real tokens of each prompt (scope).
         unit: entropy unit, ``"nats"``.
+        prompts_fingerprint: the fingerprint of the prompts
+            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known.
     """
 
     entropy: torch.Tensor
@@ -123,6 +126,7 @@ class HeadConcentration:
     unit: str = "nats"
     sink_convention: str = SINK_CONVENTION
     mask_rule: str = MASK_RULE
+    prompts_fingerprint: str = ""
 
     @property
     def n_prompts(self) -> int:
@@ -325,6 +329,7 @@ def concentration(
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     counted = "counted from each prompt's first real token"
     sink_positions = as_positions(sink, "sink", allow_empty=False, meaning=counted)
+    check_prompt_positions(sink_positions, batch.real, "sink position", from_first_real=True)
     if query_positions is None:
         queries = tuple(range(int(batch.lengths.max())))
     else:
@@ -356,6 +361,7 @@ def concentration(
         sink_positions=sink_positions,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
+        prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
     )
 
 

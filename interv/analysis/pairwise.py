@@ -219,7 +219,9 @@ def head_interactions(
     for a in range(n):
         for b in range(n):
             if a != b and not bool(mean[a, b].isnan()):
-                low[a, b], high[a, b] = percentile_interval(resampled[a, b], level)
+                low[a, b], high[a, b] = percentile_interval(
+                    resampled[a, b], level, n_items=effect.shape[1]
+                )
     rules = FlagRules() if rules is None else rules
     scale = result.effect_scale
     near = rules.near_zero_fraction * scale

@@ -49,6 +49,7 @@ from interv.analysis._patterns import QUERY_RULE, AttentionRows, prompt_mean_wei
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS, MEASURES, compare_rows
 from interv.metrics.compositional import aitchison_split
+from interv.stats import MIN_ITEMS, TOO_FEW
 
 if TYPE_CHECKING:
     import pandas
@@ -103,11 +104,16 @@ class FlipRate:
     def describe(self) -> str:
         """One line: the rate with its interval, the triples and the ties, in words."""
         sample = "a seeded sample of " if self.sampled else "all "
+        interval = (
+            f"{100 * self.confidence:.0f}% bootstrap CI over prompts "
+            f"{100 * self.ci_low:.1f}..{100 * self.ci_high:.1f}%, {self.n_resamples} resamples"
+            if self.ci_low == self.ci_low
+            else f"interval {TOO_FEW}"
+        )
         return (
             f"{self.measure}: {100 * self.rate:.1f}% of head-triple verdicts flip between "
-            f"keep-sink and drop-sink ({100 * self.confidence:.0f}% bootstrap CI over prompts "
-            f"{100 * self.ci_low:.1f}..{100 * self.ci_high:.1f}%, {self.n_resamples} "
-            f"resamples; {sample}{self.n_triples} of {self.n_triples_total} triples, "
+            f"keep-sink and drop-sink ({interval}; "
+            f"{sample}{self.n_triples} of {self.n_triples_total} triples, "
             f"{self.n_ties} ties excluded)"
         )
 
@@ -321,7 +327,7 @@ def _flip_rate(
     decided = len(triples) - n_ties
     rate = n_flips / decided if decided else float("nan")
     low = high = float("nan")
-    if n_prompts > 1:
+    if n_prompts >= MIN_ITEMS:  # fewer: no interval (interv.stats.TOO_FEW)
         draws = torch.randint(n_prompts, (n_resamples, n_prompts), generator=generator)
         weights = torch.nn.functional.one_hot(draws, n_prompts).sum(dim=1) / n_prompts
         rates = []

@@ -109,7 +109,7 @@ class SinkProfile:
         """Percentile bootstrap interval of :attr:`rate` over prompts (fraction of heads)."""
         values = self.per_prompt
         indices = bootstrap_indices(self.n_prompts, n_bootstrap, seed)
-        return percentile_interval(values[indices].nanmean(dim=-1), level)
+        return percentile_interval(values[indices].nanmean(dim=-1), level, n_items=self.n_prompts)
 
     def norm_ratio(self, which: str = "value") -> torch.Tensor:
         """``[layer]`` float64 mean over prompts and key/value heads of the key position's
@@ -128,7 +128,10 @@ class SinkProfile:
         ratios = (self.key_norms if which == "key" else self.value_norms).nanmean(dim=2)
         indices = bootstrap_indices(self.n_prompts, n_bootstrap, seed)
         samples = ratios[indices].nanmean(dim=1)  # [n_bootstrap, layer]
-        bounds = [percentile_interval(samples[:, layer], level) for layer in range(ratios.shape[1])]
+        bounds = [
+            percentile_interval(samples[:, layer], level, n_items=self.n_prompts)
+            for layer in range(ratios.shape[1])
+        ]
         low, high = zip(*bounds, strict=True)
         return torch.tensor(low, dtype=torch.float64), torch.tensor(high, dtype=torch.float64)
 

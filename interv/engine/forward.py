@@ -28,6 +28,16 @@ recorded during the base forward, and the blocks ``L..`` are called with them. T
 blocks are the bridge's own modules, so every hook inside them fires as in a full
 forward, including the hook on block ``L``'s input (``resid_pre``), which sees the
 injected residual.
+
+Why a write to ``resid_mid`` rebuilds ``resid_post``: transformer-lens's block bridge
+hooks ``resid_mid`` at the input of the norm before the MLP, and the block adds the MLP's
+output to the residual it held *before* that hook, so a hook's write would reach the MLP
+only. Wherever a hook replaces block ``L``'s ``resid_mid``, the block's output is
+therefore rebuilt as ``resid_mid + mlp_out`` (both as the hooks left them), the identity
+that defines ``resid_post`` in a sequential pre-norm block (checked on the block's own
+values; a model whose blocks are otherwise, e.g. BERT's post-norm ones, refuses the
+write): the write is then the residual stream between attention and MLP, and gradients
+through it take both paths. A hook that only reads ``resid_mid`` changes nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ import torch
 
 from interv.engine.sites import Site, block_output_hook, hook_name
 from interv.errors import IntervError
+from interv.tasks.tokenized import check_context, check_token_ids
 
 __all__ = [
     "READOUTS",
@@ -96,6 +107,17 @@ class Prompts:
     def n(self) -> int:
         """Number of prompts."""
         return int(self.tokens.shape[0])
+
+    def check_fits(self, cfg: Any) -> None:
+        """Raise :class:`IntervError` unless every id is in the vocabulary of the model with
+        config ``cfg`` and no prompt is longer than its context (``d_vocab``, ``n_ctx``)."""
+        d_vocab, n_ctx = getattr(cfg, "d_vocab", None), getattr(cfg, "n_ctx", None)
+        check_token_ids(
+            self.tokens, d_vocab if isinstance(d_vocab, int) and d_vocab > 0 else None, "tokens"
+        )
+        check_context(
+            self.mask.sum(1), n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None, "prompt"
+        )
 
     def repeat(self, copies: int) -> Prompts:
         """``copies`` copies stacked along the batch axis."""
@@ -249,10 +271,15 @@ def forward(
         raise IntervError("positions are needed by, and only by, readout='position_logits'")
     if record_prefix and isinstance(inputs, Suffix):
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
+    if isinstance(inputs, Prompts):
+        inputs.check_fits(model.cfg)
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
     fwd_hooks = [(hook_name(site), fn) for site, fn in hooks]
+    fwd_hooks = _with_mid_rebuilds(
+        fwd_hooks, {s.layer for s, _ in hooks if s.component == "resid_mid"}
+    )
     fwd_hooks += [
         (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
     ]
@@ -300,6 +327,57 @@ def forward(
             (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
         )
     return ForwardOutput(readout=out, captured=captured, prefix=prefix)
+
+
+def _with_mid_rebuilds(
+    fwd_hooks: list[tuple[str, HookFn]], layers: set[int]
+) -> list[tuple[str, HookFn]]:
+    """``fwd_hooks`` with, for each block of ``layers``, ``resid_post`` rebuilt first as
+    ``resid_mid + mlp_out`` from the values the other hooks left at those two sites, when a
+    hook replaced ``resid_mid``.
+
+    Hooks at one hook point run in list order, so the first keeper at ``resid_mid`` sees
+    the block's own value, the others go after the given hooks, and the rebuild comes
+    before any hook at ``resid_post``.
+    """
+    if not layers:
+        return fwd_hooks
+    kept: dict[tuple[str, int], torch.Tensor] = {}
+    front, back = [], []
+    for layer in sorted(layers):
+        front.append((hook_name("resid_mid", layer), _keeper(("own", layer), kept, True)))
+        back.append((hook_name("resid_mid", layer), _keeper(("mid", layer), kept, True)))
+        back.append((hook_name("mlp_out", layer), _keeper(("mlp", layer), kept, True)))
+        front.append((hook_name("resid_post", layer), _rebuild(layer, kept)))
+    return [*front, *fwd_hooks, *back]
+
+
+def _rebuild(layer: int, kept: dict[tuple[str, int], torch.Tensor]) -> HookFn:
+    def rebuild(activation: torch.Tensor, hook: Any) -> torch.Tensor | None:
+        own = kept.pop(("own", layer), None)
+        mid, mlp = kept.pop(("mid", layer), None), kept.pop(("mlp", layer), None)
+        if mid is None or mlp is None or own is None or mid.shape != activation.shape:
+            raise IntervError(
+                f"block {layer} ran without both its resid_mid and mlp_out hooks firing, so a "
+                "write to resid_mid cannot reach the residual stream; interv supports "
+                "resid_mid only in sequential blocks (resid_post = resid_mid + mlp_out)"
+            )
+        if mid is own:  # nothing replaced resid_mid (an edit in place reaches the residual)
+            return None
+        # the block added the MLP's output to its own resid_mid: check that it is such a
+        # block (pre-norm, sequential) before adding the write to the residual stream
+        gap = (activation - own - mlp).detach().abs().max()
+        scale = activation.detach().abs().max() + 1
+        if float(gap) > 16 * torch.finfo(activation.dtype).eps * float(scale):
+            raise IntervError(
+                f"block {layer}'s output is not its resid_mid plus its mlp_out (they differ by "
+                f"{float(gap):.3g}; e.g. a post-norm block such as BERT's), so a write to "
+                "resid_mid cannot be made the residual stream between attention and MLP in "
+                "this model; write attn_out, mlp_out or resid_post instead"
+            )
+        return mid + mlp
+
+    return rebuild
 
 
 @contextmanager

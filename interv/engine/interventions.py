@@ -517,6 +517,9 @@ class _KeyEdit(_ZLevelEdit):
         super().check(cfg, n_positions)
         check_positions(self.key_positions, n_positions, "key position")
 
+    def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
+        return (*super().prompt_positions(), ("key position", self.key_positions, False))
+
 
 @register("value_scale")
 @dataclass(frozen=True)
@@ -736,6 +739,9 @@ class Combined(Intervention):
 
     def observes(self) -> tuple[Site, ...]:
         return tuple(dict.fromkeys(site for part in self.parts for site in part.observes()))
+
+    def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
+        return tuple(entry for part in self.parts for entry in part.prompt_positions())
 
     def check(self, cfg: Any, n_positions: int) -> None:
         for part in self.parts:

@@ -223,6 +223,9 @@ class KeyKnockout(_MaskEdit):
         super().check(cfg, n_positions)
         check_positions(self.key_positions, n_positions, "key position")
 
+    def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
+        return (*super().prompt_positions(), ("key position", self.key_positions, True))
+
     def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
         first = _first_real(real)[:, None]  # [n, 1]
         key = torch.arange(n_positions, device=real.device)[None, :]  # [1, key]

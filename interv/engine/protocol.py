@@ -335,6 +335,17 @@ class Intervention:
         for site in (*self.edits(), *self.observes(), *(read.site for read in self.reads())):
             check_site(cfg, site, n_positions)
 
+    def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
+        """The positions this intervention applies to, as ``(what, positions,
+        from_first_real)``: each must be a real token of every prompt (the runner checks them
+        with :func:`~interv.engine.sites.check_prompt_positions`). The default: the
+        positions of its edited and observed sites, in the padded tensor. Override (calling
+        ``super()``) to add positions held in other fields, e.g. key positions.
+        """
+        return tuple(
+            ("position", site.positions, False) for site in (*self.edits(), *self.observes())
+        )
+
     @property
     def site(self) -> Site | None:
         """The site results and reports file this intervention under.

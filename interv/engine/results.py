@@ -96,6 +96,9 @@ class Scope:
         n_positions: padded prompt length, in tokens.
         answer_positions: the scored position of each prompt.
         padding_side: ``"right"`` or ``"left"``.
+        prompts_fingerprint: the fingerprint of the clean prompts
+            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known (a
+            result saved before fingerprints). Joins of results compare it.
     """
 
     model_name: str
@@ -104,6 +107,7 @@ class Scope:
     n_positions: int
     answer_positions: tuple[int, ...]
     padding_side: str
+    prompts_fingerprint: str = ""
 
     @classmethod
     def of(cls, model: Any, task: TokenizedPairs) -> Scope:
@@ -115,6 +119,7 @@ class Scope:
             n_positions=task.n_positions,
             answer_positions=tuple(int(p) for p in task.answer_positions),
             padding_side=task.padding_side,
+            prompts_fingerprint=task.prompts_fingerprint,
         )
 
 

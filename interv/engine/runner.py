@@ -26,6 +26,7 @@ from interv.audit import Screen
 from interv.engine.protocol import RUNS, Intervention, semantics
 from interv.engine.results import InterventionResult, Scope, ScreenOutcome, intervention_fields
 from interv.engine.screening import check_screen, exact_values, pool_label, screened_values
+from interv.engine.sites import check_prompt_positions
 from interv.engine.stacking import (
     BaseRunCache,
     BaseRuns,
@@ -60,6 +61,13 @@ def _checked_interventions(
                 f"{intervention.base_run!r}"
             )
         intervention.check(cfg, task.n_positions)
+        for what, positions, from_first_real in intervention.prompt_positions():
+            check_prompt_positions(
+                positions,
+                task.attention_mask,
+                f"{type(intervention).__name__} {what}",
+                from_first_real=from_first_real,
+            )
     return checked
 
 
@@ -98,14 +106,16 @@ def warm_cache(
     with the same cache) never rerun the clean and corrupted forwards for an activation
     an earlier unit did not need.
     """
-    checked = _checked_interventions(interventions, model.cfg, check_task(task))
+    checked = _checked_interventions(interventions, model.cfg, check_task(task, model))
     _base_runs(model, task, checked, reuse_prefix, cache)
 
 
-def check_task(task: Any) -> TokenizedPairs:
-    """``task`` if it is a :class:`TokenizedPairs`, else a clear error saying how to get one."""
+def check_task(task: Any, model: Any = None) -> TokenizedPairs:
+    """``task`` if it is a :class:`TokenizedPairs` (checked against ``model``'s vocabulary
+    and context when given: :meth:`TokenizedPairs.fitted`), else a clear error saying how
+    to get one."""
     if isinstance(task, TokenizedPairs):
-        return task
+        return task if model is None else task.fitted(model.cfg)
     hint = (
         "; call .tokenize(model) on it first"
         if type(task).__name__ == "PromptPairs"
@@ -181,7 +191,7 @@ def run(
             ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
             ``top_k`` beyond the interventions, or a ``progress`` that is none of the above.
     """
-    task = check_task(task)
+    task = check_task(task, model)
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
     progress = check_progress(progress)
@@ -230,7 +240,7 @@ def run_screened(
     ranking, same audit sample, no exact work repeated (see
     :func:`interv.engine.screening.screened_values`).
     """
-    task = check_task(task)
+    task = check_task(task, model)
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
     checked = _checked_interventions(interventions, model.cfg, task)

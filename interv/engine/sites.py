@@ -52,6 +52,7 @@ __all__ = [
     "check_head",
     "check_layer",
     "check_positions",
+    "check_prompt_positions",
     "check_site",
     "head_axis",
     "head_label",
@@ -322,6 +323,56 @@ def check_positions(positions: Iterable[int] | None, n_positions: int, what: str
             raise IntervError(
                 f"{what} {p} is beyond the prompt; the task's prompts have {n_positions} "
                 f"positions (valid positions 0..{n_positions - 1})"
+            )
+
+
+def check_prompt_positions(
+    positions: Iterable[int] | None,
+    mask: Any,
+    what: str,
+    *,
+    from_first_real: bool = False,
+) -> None:
+    """Raise :class:`IntervError` unless every position is a real token of every prompt.
+
+    The one check of positions against the prompts they apply to (the positions and key
+    positions of interventions, sinks), for either padding side: a position that is padding in some
+    prompt would add that prompt's exact no-change (or a sink mass of 0) to a mean with no
+    flag. ``mask`` is ``[batch, pos]`` bool, True at real tokens (one contiguous run per
+    prompt). Positions index the padded tensor, or with ``from_first_real`` count from each
+    prompt's first real token (BOS = 0). None means all positions and is always valid.
+    """
+    if positions is None:
+        return
+    lengths = mask.sum(1)
+    first_real = mask.to(dtype=lengths.dtype).argmax(1)
+    shortest = int(lengths.min())
+    for p in positions:
+        if from_first_real:
+            padding = lengths <= p
+        else:
+            inside = p < mask.shape[1]
+            padding = ~mask[:, p] if inside else lengths >= 0
+        if bool(padding.any()):
+            bad = [int(i) for i in padding.nonzero()[:, 0]]
+            shown = ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+            if from_first_real:
+                rule = (
+                    f"counted from each prompt's first real token, valid positions are "
+                    f"0..{shortest - 1} (the shortest prompt has {shortest} tokens)"
+                )
+            else:
+                i = bad[0]
+                start, n = int(first_real[i]), int(lengths[i])
+                rule = (
+                    f"prompt {i}'s real tokens are at positions {start}..{start + n - 1} of "
+                    f"the padded length {mask.shape[1]}"
+                )
+            raise IntervError(
+                f"{what} {p} is not a real token of {len(bad)} of {mask.shape[0]} prompts "
+                f"({shown}): {rule}. A position that is padding in a prompt would average "
+                "that prompt's exact no-effect (or a sink mass of 0) into the result; choose "
+                "positions inside every prompt, or prompts of equal length"
             )
 
 

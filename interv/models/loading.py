@@ -44,6 +44,7 @@ __all__ = [
     "check_model_spec",
     "load_model",
     "output_head_is_trained",
+    "resolve_device",
     "resolve_dtype",
 ]
 
@@ -71,10 +72,12 @@ def load_model(
             the same names as strings.
 
     Raises:
-        IntervError: unknown spec (the message lists the valid ones), unknown dtype,
-            missing package, or no reachable hub for a hub name.
+        IntervError: unknown spec (the message lists the valid ones), unknown dtype, a
+            device that is not a torch device or not available on this machine, missing
+            package, or no reachable hub for a hub name.
     """
     torch_dtype = resolve_dtype(dtype)
+    resolve_device(device)  # refused here, before any weights load
     kind, name = _resolve_spec(spec)
     with _library_bars_only_on_a_terminal():
         return _load(kind, name, device=device, dtype=torch_dtype)
@@ -184,6 +187,46 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         return DTYPES[dtype]
     raise IntervError(
         f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)} (as strings or torch dtypes)"
+    )
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The torch device named by ``device``, checked to exist on this machine (before any
+    weights load): ``"cpu"``, ``"cuda"``/``"cuda:N"`` with CUDA and that many GPUs,
+    ``"mps"`` where available."""
+    if isinstance(device, bool) or not isinstance(device, str | torch.device):
+        raise IntervError(
+            f"device must be a string such as 'cpu' or 'cuda:0'; got {type(device).__name__} "
+            f"{device!r}"
+        )
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise IntervError(
+            f"unknown device {device!r}; choose 'cpu', 'cuda', 'cuda:N' or 'mps' (where this "
+            "machine has one)"
+        ) from None
+    if parsed.type == "cpu":
+        return parsed
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise IntervError(
+                f"device {device!r} needs CUDA, but this torch has no usable CUDA device "
+                f"(torch {torch.__version__}); use device='cpu'"
+            )
+        if parsed.index is not None and parsed.index >= count:
+            raise IntervError(
+                f"device {device!r}: this machine has {count} CUDA device(s), "
+                f"cuda:0..cuda:{count - 1}"
+            )
+        return parsed
+    if parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise IntervError(f"device {device!r} is not available on this machine; use 'cpu'")
+        return parsed
+    raise IntervError(
+        f"device type {parsed.type!r} is not supported; choose 'cpu', 'cuda', 'cuda:N' or 'mps'"
     )
 
 

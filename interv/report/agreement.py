@@ -93,6 +93,8 @@ def agreement(
         boot_conc = conc[indices].nanmean(dim=1)  # [n_bootstrap, n_heads]
         boot_effect = effect[:, indices].mean(dim=-1).abs().T  # [n_bootstrap, n_heads]
         complete = ~boot_conc.isnan().any(dim=-1)
-        low, high = percentile_interval(spearman(boot_conc[complete], boot_effect[complete]), level)
+        low, high = percentile_interval(
+            spearman(boot_conc[complete], boot_effect[complete]), level, n_items=indices.shape[1]
+        )
         results.append(Agreement(kind, metric, layer, n_heads, float(rho), low, high))
     return tuple(results)

@@ -21,6 +21,7 @@ model. Each row keeps the two questions apart, side by side:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -64,7 +65,8 @@ from interv.report.sections import (
     section_tables,
 )
 from interv.report.views import reports_recovery
-from interv.stats import bootstrap_indices, bootstrap_mean_ci
+from interv.stats import MIN_ITEMS, TOO_FEW, bootstrap_indices, bootstrap_mean_ci
+from interv.tasks.tokenized import check_same_prompts
 
 if TYPE_CHECKING:
     import pandas
@@ -482,6 +484,22 @@ class Report:
         return frame
 
 
+def _refuse_duplicates(partial: Sequence[tuple[InterventionResult, int, float, Any]]) -> None:
+    """Refuse an intervention that appears twice among the rows: it would be one head counted
+    twice in the agreement and the rankings (9 heads of an 8-head model)."""
+    seen: dict[str, int] = {}
+    for row, (result, j, _, _) in enumerate(partial):
+        identity = [result.kinds[j], result.base_runs[j], result.descriptions[j], result.params[j]]
+        key = json.dumps(identity, sort_keys=True, default=repr)
+        if key in seen:
+            raise IntervError(
+                f"rows {seen[key]} and {row} are the same intervention ({result.descriptions[j]}); "
+                "each intervention may appear once in a report, or it would count twice in the "
+                "agreement and the rankings: drop the duplicate"
+            )
+        seen[key] = row
+
+
 def _combine(
     effects: InterventionResult | Sequence[InterventionResult],
 ) -> tuple[InterventionResult, ...]:
@@ -583,6 +601,7 @@ def build_report(
             f"{concentration.n_prompts} prompts of {concentration.model_name!r} for effects on "
             f"{scope.n_prompts} prompts of {scope.model_name!r}"
         )
+    check_same_prompts(scope.prompts_fingerprint, concentration.prompts_fingerprint)
     sites = [site for result in results for site in result.sites]
     if interventions is not None:
         if len(interventions) != len(sites):
@@ -603,6 +622,7 @@ def build_report(
         mean_recovery, effects = result.mean_recovery(), result.effect
         for j in range(result.n_interventions):
             partial.append((result, j, float(mean_recovery[j]), effects[j]))
+    _refuse_duplicates(partial)
     statuses = [result.status[j] for result, j, _, _ in partial]
     drafts = []
     effect_rows = []
@@ -731,6 +751,8 @@ def build_report(
     if not n_estimated:
         rules_text.pop(ESTIMATED_FLAG, None)
     notes = (estimate_note(n_estimated, len(rows)),) if n_estimated else ()
+    if scope.n_prompts < MIN_ITEMS:
+        notes += (f"{scope.n_prompts} prompt(s): every interval is {TOO_FEW}.",)
 
     header = ReportHeader(
         model=scope.model_name,

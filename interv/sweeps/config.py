@@ -44,7 +44,9 @@ come from ``sites``, and ``seed`` defaults to ``sweep.seed``.
 valid): ``"all_heads"`` [default] or ``{layers = [...], heads = [...]}`` (an omitted key
 means all); otherwise ``"all_layers"`` [default] or ``{layers = [...]}``. ``positions``
 (kinds with a ``positions`` field): absent (the class's default, usually all positions at
-once), a list (those positions at once) or ``"each"`` (one intervention per position).
+once), a list (those positions at once) or ``"each"`` (one intervention per position that is a
+real token of every prompt: a position that is padding in some prompt is left out, since
+there it would average an exact no-effect into the mean).
 
 :func:`parse_config` is pure: it checks every key and value before any model is
 loaded, and an :class:`~interv.errors.IntervError` names the offending key path and

@@ -154,7 +154,7 @@ class SweepWorker:
         """Load the model (unless ``model`` is given) and the task of ``config`` (unless its
         ``pairs`` are given, from :func:`task_pairs`); plan its units."""
         model, task = load_model_and_task(config, model, pairs)
-        per_entry = expand_entries(config, model.cfg, task.n_positions)
+        per_entry = expand_entries(config, model.cfg, task.n_positions, task.shared_positions)
         interventions = tuple(iv for entry in per_entry for iv in entry)
         starts = [0]
         for entry in per_entry:

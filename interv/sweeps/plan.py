@@ -18,12 +18,14 @@ validated :class:`~interv.sweeps.config.SweepConfig`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from interv.engine.protocol import Intervention
 from interv.engine.registry import get_kind
+from interv.engine.results import intervention_params
 from interv.errors import IntervError
 from interv.sweeps.config import SweepConfig
 
@@ -102,25 +104,31 @@ def plan_units(interventions: Sequence[Intervention], unit_size: int) -> tuple[W
 
 
 def expand_interventions(
-    config: SweepConfig, model_cfg: Any, n_positions: int
+    config: SweepConfig,
+    model_cfg: Any,
+    n_positions: int,
+    each: Sequence[int] | None = None,
 ) -> tuple[Intervention, ...]:
     """Every intervention of the sweep, in order (entry, layer, head, position).
 
     Args:
         config: the validated sweep config.
         model_cfg: the loaded model's config (``model.cfg``: ``n_layers``, ``n_heads``).
-        n_positions: the task's padded length in tokens (for ``positions = "each"`` and
-            range checks).
+        n_positions: the task's padded length in tokens (for range checks).
+        each: the positions ``positions = "each"`` stands for: the positions that are a
+            real token of every prompt (:attr:`TokenizedPairs.shared_positions`); None =
+            ``0..n_positions - 1``.
 
     Raises:
         IntervError: a layer, head or position outside the model or the task, with the
             entry's key path and the valid range.
     """
-    return tuple(iv for entry in expand_entries(config, model_cfg, n_positions) for iv in entry)
+    entries = expand_entries(config, model_cfg, n_positions, each)
+    return tuple(iv for entry in entries for iv in entry)
 
 
 def expand_entries(
-    config: SweepConfig, model_cfg: Any, n_positions: int
+    config: SweepConfig, model_cfg: Any, n_positions: int, each: Sequence[int] | None = None
 ) -> tuple[tuple[Intervention, ...], ...]:
     """The interventions of each ``[[sweep.interventions]]`` entry (see
     :func:`expand_interventions`, which concatenates them)."""
@@ -128,15 +136,37 @@ def expand_entries(
     for i, entry in enumerate(config.sweep["interventions"]):
         path = f"sweep.interventions[{i}]"
         try:
-            cells = _expand_entry(entry, model_cfg, n_positions, config.allowed_imports)
+            cells = _expand_entry(entry, model_cfg, n_positions, config.allowed_imports, each)
             expanded.append(tuple(cells))
         except IntervError as error:
             raise IntervError(f"{path} (kind {entry['kind']!r}): {error}") from error
+    _refuse_duplicates(expanded)
     return tuple(expanded)
 
 
+def _refuse_duplicates(expanded: Sequence[tuple[Intervention, ...]]) -> None:
+    """Refuse an intervention that two cells of the sweep expand to: it would be measured
+    twice and count twice in a report's agreement and rankings."""
+    seen: dict[str, tuple[int, Intervention]] = {}
+    for i, cells in enumerate(expanded):
+        for intervention in cells:
+            key = json.dumps(intervention_params(intervention), sort_keys=True, default=repr)
+            if key in seen:
+                j, _ = seen[key]
+                raise IntervError(
+                    f"sweep.interventions[{j}] and sweep.interventions[{i}] both hold "
+                    f"{intervention.describe()!r}; a sweep measures each intervention once "
+                    "(remove it from one entry, e.g. with sites = {layers = [...]})"
+                )
+            seen[key] = (i, intervention)
+
+
 def _expand_entry(
-    entry: Mapping[str, Any], model_cfg: Any, n_positions: int, allow_import: Sequence[str]
+    entry: Mapping[str, Any],
+    model_cfg: Any,
+    n_positions: int,
+    allow_import: Sequence[str],
+    each: Sequence[int] | None,
 ) -> Iterator[Intervention]:
     kind = get_kind(entry["kind"], allow_import=allow_import)
     positions = entry.get("positions")
@@ -146,7 +176,8 @@ def _expand_entry(
     every = not isinstance(sites, Mapping)
     layers = range(model_cfg.n_layers) if every or "layers" not in sites else sites["layers"]
     heads = range(model_cfg.n_heads) if every or "heads" not in sites else sites["heads"]
-    choices = [[p] for p in range(n_positions)] if positions == "each" else [concrete]
+    every_position = range(n_positions) if each is None else each
+    choices = [[p] for p in every_position] if positions == "each" else [concrete]
     for layer in layers:
         for head in heads if per_head else (None,):
             for chosen in choices:

@@ -13,7 +13,8 @@ arguments always give the same pairs. :func:`available_tasks` lists the names.
   (``"mixed"``, ``"female"``, ``"male"``; all three names of a pair come from it).
 - ``"capitals"`` (factual recall): "The capital of France is" -> " Paris"; the
   corrupted prompt names another country, whose capital is the foil. Countries and
-  capitals are single tokens in SmolLM2's tokenizer, so the lengths match there.
+  capitals are single tokens in SmolLM2's tokenizer, so the lengths match there. At most
+  one pair per country (33): more would repeat prompts and is refused.
 - ``"induction"`` (for the zoo's word-level models, vocabulary
   :data:`ZOO_SYMBOLS`): a prefix of ``prefix_len`` distinct random symbols, then a
   copy of a chunk of it (1 to ``max_repeat`` symbols from a random offset); the answer
@@ -137,9 +138,14 @@ def _ioi(n_pairs: int, rng: random.Random, name_set: str = "mixed") -> PromptPai
 
 def _capitals(n_pairs: int, rng: random.Random) -> PromptPairs:
     table = _capital_table()
-    # every country once per pass through the table, each pass in a seeded random order
-    passes = -(-n_pairs // len(table))  # ceiling division
-    order = [i for _ in range(passes) for i in rng.sample(range(len(table)), len(table))]
+    if n_pairs > len(table):
+        raise IntervError(
+            f"the task 'capitals' has {len(table)} countries, so at most {len(table)} pairs with "
+            f"distinct clean prompts; n_pairs={n_pairs} would repeat prompts, which every "
+            "bootstrap over prompts would count as independent"
+        )
+    # every country at most once, in a seeded random order
+    order = rng.sample(range(len(table)), len(table))
     clean, corrupted, targets, foils = [], [], [], []
     for index in order[:n_pairs]:
         other = rng.choice([i for i in range(len(table)) if i != index])

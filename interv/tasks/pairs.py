@@ -273,6 +273,18 @@ class PromptPairs:
         else:
             answer_positions_tensor = torch.tensor(answer_positions)
         pad_id = _pad_token_id(tokenizer) if bool((lengths < n_positions).any()) else 0
+        target_ids = _single_token_ids(tokenizer, self, "target", self.targets)
+        foil_ids = None
+        if self.foils is not None:
+            foil_ids = _single_token_ids(tokenizer, self, "foil", self.foils)
+            same = (target_ids == foil_ids).nonzero()
+            if len(same):
+                i = int(same[0, 0])
+                raise IntervError(
+                    f"pair {i}: target {self.targets[i]!r} and foil {self.foils[i]!r} are "
+                    f"different texts but the same token (id {int(target_ids[i])}); the logit "
+                    "difference would be 0 by construction"
+                )
         return TokenizedPairs(
             clean_tokens=_pad(clean_ids, pad_id, padding_side),
             corrupted_tokens=_pad(corrupted_ids, pad_id, padding_side),
@@ -282,13 +294,22 @@ class PromptPairs:
                 padding_side,
             ),
             answer_positions=answer_positions_tensor,
-            target_ids=_single_token_ids(tokenizer, self, "target", self.targets),
-            foil_ids=None
-            if self.foils is None
-            else _single_token_ids(tokenizer, self, "foil", self.foils),
+            target_ids=target_ids,
+            foil_ids=foil_ids,
             padding_side=padding_side,
             name=self.name,
+            d_vocab=_model_vocabulary(model_or_tokenizer),
+            n_ctx=n_ctx,
         )
+
+
+def _model_vocabulary(model_or_tokenizer: Any) -> int | None:
+    """A model's vocabulary size (``cfg.d_vocab``); None for a bare tokenizer, whose model
+    may have a larger embedding than its vocabulary."""
+    if not hasattr(model_or_tokenizer, "to_tokens"):
+        return None
+    d_vocab = getattr(model_or_tokenizer.cfg, "d_vocab", None)
+    return int(d_vocab) if isinstance(d_vocab, int) and d_vocab > 0 else None
 
 
 def _as_tuple(field: str, value: Any) -> tuple[Any, ...]:

@@ -3,19 +3,101 @@
 A :class:`TokenizedPairs` is what :meth:`interv.PromptPairs.tokenize` returns and what
 the intervention engine reads. It can also be built directly from token tensors
 (for models without a tokenizer, or for hand-made inputs).
+
+A tokenized task knows what it fits: ``d_vocab`` (ids must be below it) and ``n_ctx``
+(no prompt may be longer), set by :meth:`~interv.PromptPairs.tokenize` from the model and
+checked when the value is built; padding is its mask and side. A task built by hand
+without them is checked against a model by :meth:`TokenizedPairs.fitted` when it meets
+one (every run does). :func:`check_token_ids` and :func:`check_context` are the one check
+of each kind, also used by the forward primitive for every batch it runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from interv.errors import IntervError
 
-__all__ = ["TokenizedPairs"]
+__all__ = [
+    "TokenizedPairs",
+    "check_context",
+    "check_same_prompts",
+    "check_token_ids",
+    "prompts_fingerprint",
+]
 
 PADDING_SIDES = ("right", "left")
+
+
+def check_token_ids(tokens: torch.Tensor, d_vocab: int | None, what: str) -> None:
+    """Raise :class:`IntervError` unless ``tokens`` are integer ids in ``0..d_vocab - 1``.
+
+    ``d_vocab`` None checks only that the ids are non-negative integers. ``what`` names the
+    tensor (``"clean_tokens"``); the message names the first bad id and where it is.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.is_complex():
+        kind = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise IntervError(f"{what} must be an integer tensor of token ids; got {kind}")
+    if tokens.dtype == torch.bool:
+        raise IntervError(f"{what} must be an integer tensor of token ids; got torch.bool")
+    if tokens.numel() == 0:
+        return
+    bad = tokens < 0
+    if d_vocab is not None:
+        bad = bad | (tokens >= d_vocab)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        at = f" at index {where}" if len(where) > 1 else f" at {where[0]}"
+        allowed = "ids are >= 0" if d_vocab is None else f"the vocabulary has ids 0..{d_vocab - 1}"
+        raise IntervError(
+            f"{what}: token id {int(tokens[where])}{at} is not a token of the model; {allowed}"
+        )
+
+
+def check_context(lengths: torch.Tensor, n_ctx: int | None, what: str) -> None:
+    """Raise :class:`IntervError` if a prompt of ``lengths`` (real tokens per prompt,
+    ``[batch]``) is longer than the model's context ``n_ctx`` (None: no limit known)."""
+    if n_ctx is None or lengths.numel() == 0:
+        return
+    longest = int(lengths.max())
+    if longest > n_ctx:
+        i = int(lengths.argmax())
+        raise IntervError(
+            f"{what} {i} has {longest} tokens, longer than the model's context of "
+            f"n_ctx={n_ctx} tokens; shorten it (interv never truncates a prompt)"
+        )
+
+
+def prompts_fingerprint(tokens: torch.Tensor, mask: torch.Tensor) -> str:
+    """First 16 hex digits of the SHA-256 of each prompt's real token ids, in order.
+
+    Padding (either side, any pad id) does not enter it, so a task and the concentration
+    computed on its clean prompts share it. Results carry it; every join of two results
+    compares it.
+    """
+    digest = hashlib.sha256()
+    for row, real in zip(tokens.to("cpu", torch.int64), mask.to("cpu"), strict=True):
+        ids = row[real]
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids.numpy().astype("<i8").tobytes())
+    return digest.hexdigest()[:16]
+
+
+def check_same_prompts(
+    first: str, second: str, what: str = "concentration", of: str = "the effects"
+) -> None:
+    """Raise :class:`IntervError` when two fingerprints (:func:`prompts_fingerprint`) are
+    both known and differ: the one check of every join of two results."""
+    if first and second and first != second:
+        raise IntervError(
+            f"{what} comes from other prompts than {of} (prompt fingerprints {second} and "
+            f"{first}); compute both on the same prompts"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +117,9 @@ class TokenizedPairs:
             task has no foil (then logit-difference metrics are unavailable).
         padding_side: ``"right"`` or ``"left"``.
         name: the task's name, carried into the scope of every result.
+        d_vocab: the vocabulary size of the model the ids are for (every id is below
+            it), or None when not known (a hand-built task; checked by :meth:`fitted`).
+        n_ctx: the context length of that model (no prompt is longer), or None.
     """
 
     clean_tokens: torch.Tensor
@@ -45,8 +130,24 @@ class TokenizedPairs:
     foil_ids: torch.Tensor | None = None
     padding_side: str = "right"
     name: str = "custom"
+    d_vocab: int | None = None
+    n_ctx: int | None = None
 
     def __post_init__(self) -> None:
+        for field in (
+            "clean_tokens",
+            "corrupted_tokens",
+            "attention_mask",
+            "answer_positions",
+            "target_ids",
+            "foil_ids",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, torch.Tensor) and not (field == "foil_ids" and value is None):
+                raise IntervError(
+                    f"{field} must be a torch.Tensor; got {type(value).__name__} (convert it "
+                    "with torch.tensor(...))"
+                )
         if self.clean_tokens.ndim != 2:
             raise IntervError(
                 f"clean_tokens must be [batch, pos]; got shape {tuple(self.clean_tokens.shape)}"
@@ -69,6 +170,27 @@ class TokenizedPairs:
             )
         if self.attention_mask.dtype != torch.bool:
             raise IntervError(f"attention_mask must be bool; got {self.attention_mask.dtype}")
+        if self.answer_positions.is_floating_point() or self.answer_positions.dtype == torch.bool:
+            raise IntervError(
+                f"answer_positions must be an integer tensor; got {self.answer_positions.dtype}"
+            )
+        _check_padding(self.attention_mask, self.padding_side)
+        for field in ("d_vocab", "n_ctx"):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise IntervError(f"{field} must be an int or None; got {value!r}")
+            if value is not None and value < 1:
+                raise IntervError(f"{field} must be at least 1; got {value}")
+        for field in ("clean_tokens", "corrupted_tokens", "target_ids", "foil_ids"):
+            if getattr(self, field) is not None:
+                check_token_ids(getattr(self, field), self.d_vocab, field)
+        check_context(self.attention_mask.sum(1), self.n_ctx, "prompt pair")
+        if self.foil_ids is not None and bool((self.target_ids == self.foil_ids).any()):
+            i = int((self.target_ids == self.foil_ids).nonzero()[0, 0])
+            raise IntervError(
+                f"pair {i} has the same target and foil token (id {int(self.target_ids[i])}); "
+                "the logit difference would be 0 by construction"
+            )
         if self.padding_side not in PADDING_SIDES:
             raise IntervError(
                 f"padding_side must be one of {PADDING_SIDES}; got {self.padding_side!r}"
@@ -91,6 +213,16 @@ class TokenizedPairs:
     def n_pairs(self) -> int:
         """Number of prompt pairs (the batch size)."""
         return int(self.clean_tokens.shape[0])
+
+    @property
+    def shared_positions(self) -> tuple[int, ...]:
+        """The positions (of the padded tensor) that are a real token of every prompt."""
+        return tuple(int(p) for p in self.attention_mask.all(0).nonzero()[:, 0])
+
+    @property
+    def prompts_fingerprint(self) -> str:
+        """The fingerprint of the clean prompts (:func:`prompts_fingerprint`)."""
+        return prompts_fingerprint(self.clean_tokens, self.attention_mask)
 
     @property
     def n_positions(self) -> int:
@@ -134,4 +266,56 @@ class TokenizedPairs:
             foil_ids=None if self.foil_ids is None else self.foil_ids[index],
             padding_side=self.padding_side,
             name=self.name,
+            d_vocab=self.d_vocab,
+            n_ctx=self.n_ctx,
+        )
+
+    def fitted(self, cfg: Any) -> TokenizedPairs:
+        """This task, checked against a model's config (``model.cfg``): every id below its
+        ``d_vocab``, no prompt longer than its ``n_ctx``, and a task tokenized for another
+        vocabulary size refused. Returns the task knowing the model's vocabulary and
+        context (itself when it already did).
+
+        Raises:
+            IntervError: an id or a prompt that does not fit, or a task tokenized for a
+                model with another vocabulary size.
+        """
+        d_vocab = _config_int(cfg, "d_vocab")
+        n_ctx = _config_int(cfg, "n_ctx")
+        if self.d_vocab is not None and d_vocab is not None and self.d_vocab != d_vocab:
+            raise IntervError(
+                f"task {self.name!r} was tokenized for a model with a vocabulary of "
+                f"{self.d_vocab} ids, but this model has {d_vocab}; tokenize it for this model"
+            )
+        if self.n_ctx is not None and n_ctx is not None:
+            n_ctx = min(n_ctx, self.n_ctx)
+        if (self.d_vocab or d_vocab, self.n_ctx or n_ctx) == (self.d_vocab, self.n_ctx):
+            return self
+        return dataclasses.replace(self, d_vocab=self.d_vocab or d_vocab, n_ctx=n_ctx)
+
+
+def _config_int(cfg: Any, name: str) -> int | None:
+    value = getattr(cfg, name, None)
+    return (
+        int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    )
+
+
+def _check_padding(mask: torch.Tensor, side: str) -> None:
+    """Each prompt's real tokens are one run at the ``side`` it is not padded on."""
+    lengths = mask.sum(1)
+    if bool((lengths == 0).any()):
+        i = int((lengths == 0).nonzero()[0, 0])
+        raise IntervError(f"prompt pair {i} has no real token; every prompt needs one")
+    positions = torch.arange(mask.shape[1])[None, :]
+    if side == "right":
+        expected = positions < lengths[:, None]
+    else:
+        expected = positions >= mask.shape[1] - lengths[:, None]
+    if not bool((expected == mask).all()):
+        i = int((expected != mask).any(1).nonzero()[0, 0])
+        raise IntervError(
+            f"attention_mask of pair {i} ({mask[i].int().tolist()}) is not {side}-padded: with "
+            f"padding_side={side!r} each prompt's real tokens must be one run starting at the "
+            + ("first position" if side == "right" else "last position, counted backwards")
         )

@@ -128,7 +128,8 @@ class PruningCurves:
         for name, items in self.item_values.items():
             draws = items[:, indices].mean(dim=-1)  # [point, resample]
             out[name] = torch.tensor(
-                [percentile_interval(row, level) for row in draws], dtype=torch.float64
+                [percentile_interval(row, level, n_items=indices.shape[-1]) for row in draws],
+                dtype=torch.float64,
             )
         return out
 
@@ -157,7 +158,9 @@ class PruningCurves:
         indices = self._bootstrap(n_bootstrap, seed)
         delta = self.item_values[second] - self.item_values[first]  # [point, item]
         draws = delta[:, indices].mean(dim=-1)
-        bounds = torch.tensor([percentile_interval(row, level) for row in draws])
+        bounds = torch.tensor(
+            [percentile_interval(row, level, n_items=indices.shape[-1]) for row in draws]
+        )
         return torch.cat([delta.mean(dim=-1, keepdim=True), bounds.to(torch.float64)], dim=-1)
 
     def to_records(self) -> list[dict[str, Any]]:
