@@ -17,12 +17,22 @@ sweeps. The rest lives in :mod:`interv.metrics` (row-level math),
 :mod:`interv.analysis` (whole-model sink analyses, pruning, attribution patching),
 :mod:`interv.sweeps`, :mod:`interv.report` and :mod:`interv.engine`.
 
-Importing ``interv`` is cheap and has no side effects: the public names below are
-resolved lazily on first use, so neither torch, transformer-lens nor matplotlib is
-imported until a function that needs them is touched. (One exception, for
-``python -m interv`` only: the working directory that Python puts first on ``sys.path``
-is taken off it before anything else is imported, so no file there can stand in for a
-module interv imports; see README "What interv imports".)
+Importing ``interv`` is cheap: the public names below are resolved lazily on first use,
+so neither torch, transformer-lens nor matplotlib is imported until a function that needs
+them is touched. It has two deliberate side effects:
+
+- ``OMP_WAIT_POLICY=PASSIVE`` is set in the environment unless it is set already:
+  OpenMP's threads then sleep while they wait instead of spinning, which on a machine
+  shared with another CPU-heavy job makes torch several times faster (one 27-head job on
+  2 cores: see README "Performance"). OpenMP reads the variable once, when torch is first
+  imported, so it helps only where ``import interv`` comes first; where torch was imported
+  earlier (``import torch`` above ``import interv``, a notebook kernel that already ran
+  torch), set it before Python starts: ``OMP_WAIT_POLICY=PASSIVE python script.py``, or
+  ``%env OMP_WAIT_POLICY=PASSIVE`` in the first cell. ``OMP_WAIT_POLICY=ACTIVE`` keeps
+  spinning, which can be slightly faster on an idle machine.
+- for ``python -m interv`` only: the working directory that Python puts first on
+  ``sys.path`` is taken off it before anything else is imported, so no file there can
+  stand in for a module interv imports; see README "What interv imports".
 """
 
 from __future__ import annotations
@@ -43,6 +53,10 @@ if (
     and os.path.realpath(sys.path[0] or os.curdir) == os.path.realpath(os.getcwd())
 ):
     del sys.path[0]
+
+# OpenMP threads that sleep while they wait (see the module docstring): before torch is
+# imported, which nothing above does; a value the user set wins
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from typing import TYPE_CHECKING
 

@@ -56,3 +56,23 @@ def test_screened_sweep_example_reports_its_audits_and_flags_its_estimates(tmp_p
     estimated = [row for row in report.rows if not row.exact]
     assert estimated and all(ESTIMATED_FLAG in row.flags for row in estimated)
     assert len(estimated) == sum(s.n_candidates - s.n_checked for s in report.screens)
+
+
+def test_investigation_example_runs_every_step_on_the_zoo_with_smoke(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "report"
+    argv = ["investigation.py", "--smoke", "--out", str(out), "--n-bootstrap", "20"]
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(EXAMPLES / "investigation.py"), run_name="__main__")
+    text = capsys.readouterr().out
+    assert text.startswith("InterventionResult: 8 interventions")
+    assert "direct effect of L" in text and "path patching (noising)" in text
+    assert (out / "report.html").is_file() and "report written to" in text
+
+
+def test_agreement_pairs_read_as_sixteen_pairs_of_equal_length():
+    from interv import PromptPairs
+
+    pairs = PromptPairs.from_jsonl(EXAMPLES / "agreement_pairs.jsonl")
+    assert len(pairs.clean) == 16 and set(pairs.targets) == {" is"} and set(pairs.foils) == {" are"}
+    for clean, corrupted in zip(pairs.clean, pairs.corrupted, strict=True):
+        assert corrupted.split()[1] == clean.split()[1] + "s"  # only the subject's number

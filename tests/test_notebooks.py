@@ -54,6 +54,15 @@ def unmatched_quotes(notebook) -> list[str]:
     return missing
 
 
+def shows_a_widget(notebook) -> bool:
+    """Whether a code cell's outputs hold a Jupyter widget (tqdm's progress bar)."""
+    return any(
+        "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+    )
+
+
 def _executed(path: Path) -> pytest.param:
     """A notebook that loads a real pretrained model is marked ``real_model`` (out of the
     quick loop, still in the README's test command)."""
@@ -85,6 +94,8 @@ def test_notebook_executes_and_its_quoted_numbers_are_its_outputs(path, tmp_path
     )
     client.execute()
     assert not unmatched_quotes(notebook), f"{path.name}: quoted numbers no output prints"
+    if "progress(done, total, label)" in path.read_text(encoding="utf-8"):
+        assert shows_a_widget(notebook), f"{path.name}: no progress widget in its outputs"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -114,3 +125,5 @@ def test_rendered_copy_has_the_notebook_s_cells_and_its_outputs(path):
     assert all(c.execution_count is not None for c in code), f"{rendered.name} not executed"
     assert quoted_numbers(copy) == quoted_numbers(nbformat.read(path, as_version=4))
     assert not unmatched_quotes(copy), f"{rendered.name}: quoted numbers no output prints"
+    if "progress(done, total, label)" in path.read_text(encoding="utf-8"):
+        assert shows_a_widget(copy), f"{rendered.name}: no progress widget in its outputs"

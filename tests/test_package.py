@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -101,6 +102,29 @@ def test_subpackages_and_their_modules_resolve_as_attributes():
     assert out.stdout.startswith("BaseRunCache <module 'interv.report.table'")
 
 
+def test_the_readme_cache_line_runs_after_a_plain_import():
+    # README "Performance": `cache = interv.engine.stacking.BaseRunCache()`, as written
+    code = (
+        "import interv; cache = interv.engine.stacking.BaseRunCache(); print(type(cache).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "BaseRunCache"
+
+
+def test_import_interv_makes_openmp_wait_passively_unless_the_user_chose():
+    code = "import os, interv, sys; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["PASSIVE", "False"]  # set before torch is imported
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["ACTIVE", "False"]
+
+
 def test_run_signature_is_typed():
     hints = typing.get_type_hints(interv.run)
     assert hints["task"] is interv.TokenizedPairs
@@ -109,6 +133,7 @@ def test_run_signature_is_typed():
 
 def test_a_type_checker_sees_the_public_face(tmp_path):
     """mypy on a script that uses the lazy face (heavy third-party packages skipped: ~10 s)."""
+    pytest.importorskip("mypy", reason="mypy is in interv[dev], not the Quickstart's [test]")
     script = tmp_path / "face.py"
     script.write_text(
         "import interv\nimport interv.metrics\n\nreveal_type(interv.run)\n"

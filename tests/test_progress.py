@@ -1,13 +1,16 @@
-"""Progress bars of long CLI work: drawn on stderr when it is a terminal, absent when piped.
+"""Progress bars of long work: drawn on stderr when it is a terminal, tqdm's widget in a
+notebook kernel, absent when piped; a callback for programs.
 
 The end-to-end tests run ``interv demo``, ``interv sweep`` and ``interv entropy-change``
 (small settings) in one child process, once with stderr on a pseudo-terminal and once
-with everything piped, and compare.
+with everything piped, and compare. The Python tests drive ``interv.run``,
+``concentration``, ``head_similarity`` and ``run_sweep`` on the zoo model.
 """
 
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import pty
 import select
@@ -18,8 +21,13 @@ import termios
 import time
 
 import pytest
+import torch
+from tqdm import notebook, std
 
-from interv._progress import show_progress, stages
+import interv
+from interv._progress import bar_class, counting, in_notebook, show_progress, stages
+from interv.analysis import attention_rows, head_similarity
+from interv.errors import IntervError
 
 SWEEP = """
 [model]
@@ -157,3 +165,111 @@ def test_the_stage_bar_is_drawn_on_a_terminal_and_nothing_without_one(monkeypatc
         bar.detail("x")
     assert pipe.written == ""
     assert not show_progress(False) and show_progress(True)
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    model = interv.load_model("induction-2l")
+    task = interv.load_task("induction", n_pairs=4, seed=0).tokenize(model)
+    return model, task
+
+
+def _ablations(model):
+    return [
+        interv.ZeroAblation(layer, head)
+        for layer in range(model.cfg.n_layers)
+        for head in range(model.cfg.n_heads)
+    ]
+
+
+class _Calls:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, str]] = []
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        self.calls.append((done, total, label))
+
+    def check_monotone(self, total: int) -> None:
+        done = [c[0] for c in self.calls]
+        assert done[0] == 0 and done[-1] == total, self.calls
+        assert all(a <= b for a, b in itertools.pairwise(done)), self.calls
+        assert {c[1] for c in self.calls} == {total}
+        assert len({c[2] for c in self.calls}) == 1
+
+
+def test_run_calls_the_callback_with_monotone_counts_up_to_every_intervention(zoo):
+    model, task = zoo
+    ablations = _ablations(model)
+    calls = _Calls()
+    # 4 prompts per copy, 8 rows per forward: several forwards, so several steps
+    result = interv.run(model, task, ablations, max_batch_size=8, progress=calls)
+    calls.check_monotone(len(ablations))
+    assert len(calls.calls) >= 3 and "interv.run" in calls.calls[0][2]
+    quiet = interv.run(model, task, ablations, max_batch_size=8, progress=False)
+    torch.testing.assert_close(result.values, quiet.values)
+
+
+def test_concentration_and_similarity_count_their_steps(zoo):
+    model, task = zoo
+    calls = _Calls()
+    interv.concentration(model, task, query_positions=[-1], progress=calls)
+    calls.check_monotone(model.cfg.n_layers)
+    rows = attention_rows(model, task)
+    calls = _Calls()
+    head_similarity(rows, measures=("cosine",), n_resamples=10, progress=calls)
+    calls.check_monotone(model.cfg.n_layers * model.cfg.n_heads)
+
+
+def test_nothing_is_drawn_when_stderr_is_not_a_terminal(zoo, capsys):
+    model, task = zoo
+    interv.run(model, task, _ablations(model), max_batch_size=8)
+    interv.concentration(model, task, query_positions=[-1])
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+    assert bar_class(None) is None
+
+
+def test_a_bar_is_drawn_on_a_terminal_and_inner_work_stays_quiet(zoo, monkeypatch):
+    model, task = zoo
+    controller, terminal_fd = pty.openpty()
+    fcntl.ioctl(terminal_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    terminal = os.fdopen(terminal_fd, "w")
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert bar_class(None) is std.tqdm
+    interv.run(model, task, _ablations(model), max_batch_size=4, progress=True)
+    with counting(1, "outer", progress=True):
+        assert bar_class(None) is None  # one bar per job: a run inside stays quiet
+        assert bar_class(True) is std.tqdm
+    terminal.flush()
+    drawn = b""
+    while select.select([controller], [], [], 0.1)[0]:
+        drawn += os.read(controller, 65536)
+    terminal.close()
+    os.close(controller)
+    text = drawn.decode()
+    assert "interv.run: 8 interventions" in text and "/8 [" in text, text
+
+
+class _Kernel:
+    kernel = object()  # what a Jupyter kernel's shell has and a terminal IPython lacks
+
+
+def test_a_notebook_kernel_gets_the_widget_or_a_text_bar_without_a_warning(monkeypatch):
+    ipython = pytest.importorskip("IPython")
+    assert not in_notebook()
+    monkeypatch.setattr(ipython, "get_ipython", lambda: _Kernel())
+    assert in_notebook()
+    if notebook.IProgress is not None:  # ipywidgets installed (interv[test] has it)
+        assert bar_class(None) is notebook.tqdm
+    # without ipywidgets: tqdm's text bar, never its "IProgress not found" warning
+    monkeypatch.setattr(notebook, "IProgress", None)
+    assert bar_class(None) is std.tqdm
+    assert bar_class(False) is None
+
+
+def test_progress_must_be_none_a_bool_or_a_callable(zoo):
+    model, task = zoo
+    with pytest.raises(IntervError, match=r"progress must be None.*got 'yes'"):
+        interv.run(model, task, _ablations(model), progress="yes")
+    with pytest.raises(IntervError, match="progress must be None"):
+        interv.concentration(model, task, progress=1)

@@ -31,6 +31,7 @@ same prompt run alone (the bridge derives rotary/learned positions from the mask
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,9 @@ import numpy as np
 import torch
 
 from interv._checks import as_positions
+from interv._display import Display, number
 from interv._pandas import require_pandas
+from interv._progress import Progress, check_progress, counting
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
@@ -194,6 +197,54 @@ class HeadConcentration:
             f"entropy unit {self.unit}"
         )
 
+    def display(self, max_rows: int = 12) -> Display:
+        """What :meth:`__repr__` and :meth:`_repr_html_` show: the scope, what each number
+        means with its unit, and per head the mean over prompts (with the standard deviation
+        over prompts) of three metrics, the ``max_rows`` heads with the most sink mass first."""
+        n_layers, n_heads = self.entropy.shape[1:3]
+        names = ("normalized_entropy", "sink_mass", "content_normalized_entropy")
+        means = {name: self.per_head(name) for name in names}
+        spreads = {name: self.per_head_spread(name) for name in names}
+        heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+        sink = means["sink_mass"]
+        heads.sort(key=lambda lh: (math.isnan(float(sink[lh])), -float(sink[lh]), lh))
+        shown = heads[:max_rows]
+
+        def cell(name: str, lh: tuple[int, int]) -> str:
+            return f"{number(float(means[name][lh]), 3)} ± {number(float(spreads[name][lh]), 2)}"
+
+        undefined = self.n_undefined["normalized_entropy"]
+        lines = [
+            self.scope,
+            "normalized entropy H(a)/log n: 0 = all mass on one key, 1 = uniform over the "
+            "n available keys; sink mass: the fraction of the row's mass on the sink "
+            "positions; content normalized entropy: the same as normalized entropy for the "
+            "row without the sink, renormalized, over log(n - |S|)",
+            "per head: mean over prompts ± standard deviation over prompts of each prompt's "
+            "mean over its query positions; all unitless",
+            "concentration only: how a head spreads its attention, not what it does to the "
+            "output (interv.run measures that)",
+        ]
+        if undefined:
+            lines.append(f"{undefined} entries undefined (n <= 1 available keys): left out")
+        lines.append(
+            f"most sink mass first ({len(shown)} of {len(heads)} heads shown; every number: "
+            ".to_pandas())"
+        )
+        return Display(
+            title=f"HeadConcentration: {n_layers} layers x {n_heads} heads",
+            lines=lines,
+            headers=["head", "normalized entropy", "sink mass", "content normalized entropy"],
+            rows=[[f"L{lh[0]}H{lh[1]}", *(cell(name, lh) for name in names)] for lh in shown],
+            left_out=len(heads) - len(shown),
+        )
+
+    def __repr__(self) -> str:
+        return self.display().text()
+
+    def _repr_html_(self) -> str:
+        return self.display().html()
+
     def to_pandas(self) -> pandas.DataFrame:
         """A long ``pandas.DataFrame``, one row per prompt, layer, head, query position and
         metric, at real queries (needs pandas).
@@ -248,6 +299,7 @@ def concentration(
     attention_mask: torch.Tensor | None = None,
     sink: int | Sequence[int] = 0,
     query_positions: Sequence[int] | None = None,
+    progress: Progress = None,
 ) -> HeadConcentration:
     """Concentration metrics of every layer and head, computed without an attention cache.
 
@@ -265,11 +317,15 @@ def concentration(
         query_positions: query positions counted from each prompt's first real token
             (negative: from its last real token); default every position of the
             longest prompt.
+        progress: a bar over the layers as their patterns are reduced: None (default) in
+            a notebook or on a terminal, not when stderr is piped; True / False; or a
+            callable ``progress(done, total, label)`` (see :func:`interv.run`).
 
     Returns:
         A :class:`HeadConcentration` with float64 ``[batch, layer, head_index, query]``
         metrics and its scope.
     """
+    progress = check_progress(progress)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     counted = "counted from each prompt's first real token"
     sink_positions = as_positions(sink, "sink", allow_empty=False, meaning=counted)
@@ -282,18 +338,21 @@ def concentration(
         )
     query_index = _query_index(queries, batch.lengths)
     reducer = _Reducer(model, batch, sink_positions, query_index)
-    hooks: list[tuple[Site, Any]] = []
-    for layer in range(model.cfg.n_layers):
-        hooks.append((Site("v", layer), reducer.value_hook(layer)))
-        hooks.append((Site("pattern", layer), reducer.pattern_hook(layer)))
-    # the rest of the forward (last block's output, unembedding) is not needed
-    forward(
-        model,
-        Prompts(batch.tokens, batch.real),
-        hooks=hooks,
-        readout=None,
-        stop_after=Site("pattern", model.cfg.n_layers - 1),
-    )
+    n_layers = model.cfg.n_layers
+    label = f"concentration: {n_layers} layers"
+    with counting(n_layers, label, progress=progress, unit="layer") as count:
+        hooks: list[tuple[Site, Any]] = []
+        for layer in range(n_layers):
+            hooks.append((Site("v", layer), reducer.value_hook(layer)))
+            hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+        # the rest of the forward (last block's output, unembedding) is not needed
+        forward(
+            model,
+            Prompts(batch.tokens, batch.real),
+            hooks=hooks,
+            readout=None,
+            stop_after=Site("pattern", n_layers - 1),
+        )
     return HeadConcentration(
         **reducer.results(),
         n_available_keys=reducer.n_available_keys,
@@ -304,6 +363,16 @@ def concentration(
         prompt_lengths=tuple(int(n) for n in batch.lengths),
         prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
     )
+
+
+def _counted(reduce: Any, count: Any) -> Any:
+    """The hook ``reduce``, then one step of ``count``."""
+
+    def hook(activation: torch.Tensor, hook: Any) -> None:
+        reduce(activation, hook=hook)
+        count.advance()
+
+    return hook
 
 
 def _query_index(queries: tuple[int, ...], lengths: torch.Tensor) -> torch.Tensor:

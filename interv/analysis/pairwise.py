@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._progress import Progress
 from interv.engine.interventions import BASELINES, PairAblation, head_ablation
 from interv.engine.results import intervention_params
 from interv.engine.runner import run
@@ -286,13 +287,16 @@ def interactions(
     seed: int = 0,
     n_bootstrap: int = 1000,
     level: float = 0.95,
-    max_batch_size: int = 64,
+    max_batch_size: int | None = None,
+    progress: Progress = None,
 ) -> HeadInteractions:
     """Run the pairwise design on ``heads`` and return the interaction terms.
 
     ``H`` single ablations and ``H (H - 1) / 2`` pair ablations, stacked in
-    :func:`interv.run` (each forward starts at the earliest ablated block).
+    :func:`interv.run` (each forward starts at the earliest ablated block), which takes
+    ``max_batch_size`` (None: chosen from the model and memory) and ``progress`` (a bar
+    over the ablations; see :func:`interv.run`).
     """
     design = pair_design(heads, baseline, seed)
-    result = run(model, task, design, metric, max_batch_size=max_batch_size)
+    result = run(model, task, design, metric, max_batch_size=max_batch_size, progress=progress)
     return head_interactions(result, n_bootstrap=n_bootstrap, level=level, seed=seed)

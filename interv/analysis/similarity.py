@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import positions_text, require_pandas
+from interv._progress import Progress, check_progress, counting
 from interv.analysis._patterns import QUERY_RULE, AttentionRows, prompt_mean_weights
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS, MEASURES, compare_rows
@@ -395,6 +396,7 @@ def head_similarity(
     max_triples: int = 100_000,
     tie_atol: float = 1e-12,
     seed: int = 0,
+    progress: Progress = None,
 ) -> HeadSimilarity:
     """Head distance matrices under keep-sink and drop-sink, with verdict flip rates.
 
@@ -410,6 +412,9 @@ def head_similarity(
         max_triples: evaluate every head triple up to this many, else a seeded sample.
         tie_atol: verdict differences within this (distance unit) are ties.
         seed: seed of the triple sample and the bootstrap.
+        progress: a bar over the head blocks compared: None (default) in a notebook or on
+            a terminal, not when stderr is piped; True / False; or a callable
+            ``progress(done, total, label)`` (see :func:`interv.run`).
 
     Returns:
         A :class:`HeadSimilarity` (definitions in the module docstring).
@@ -420,6 +425,7 @@ def head_similarity(
     a subset of layers with ``attention_rows(..., layers=...)`` for quick looks.
     """
     chosen = _check_options(measures, zero_replacement, n_resamples, confidence, max_triples)
+    progress = check_progress(progress)
     heads = rows.flat_heads()  # [head, batch, query, key], the model dtype (metrics validate it)
     n_heads = heads.shape[0]
     if n_heads < 3:
@@ -455,26 +461,31 @@ def head_similarity(
     # sink term, content term (per prompt), summed squared sink term and distance (prompt 0)
     split_terms = torch.zeros(4 if with_split else 0, n_prompts, n_heads, n_heads).double()
     chunk = max(1, _CHUNK_ELEMENTS // (x_rows[0].numel() * n_heads))
-    for start in range(0, n_heads, chunk):
-        stop = min(start + chunk, n_heads)
-        # block of heads A in start:stop against heads B >= start (the upper triangle):
-        # each side is validated once at its own shape, the measures broadcast
-        x, y = x_rows[start:stop, None], x_rows[None, start:]  # [A, 1, row, key], [1, B, ..]
-        block = (slice(start, stop), slice(start, None))
-        for m, measure in enumerate(chosen):
-            for c, convention in enumerate(CONVENTIONS):
-                row_distance = compare_rows(
-                    x, y, measure=measure, convention=convention, **options
-                )  # [A, B, row]
-                if measure == "cosine":
-                    row_distance = 1 - row_distance
-                per_prompt[m, c, :, *block] = torch.einsum("abr,rp->pab", row_distance, row_weights)
-        if with_split:
-            split = aitchison_split(x, y, **options)
-            for t, term in enumerate((split.sink_term, split.content_term)):
-                split_terms[t, :, *block] = torch.einsum("abr,rp->pab", term, row_weights)
-            split_terms[2, 0, *block] = split.sink_term.square().sum(dim=-1)
-            split_terms[3, 0, *block] = split.distance.square().sum(dim=-1)
+    label = f"head similarity: {n_heads} heads"
+    with counting(n_heads, label, progress=progress, unit="head") as count:
+        for start in range(0, n_heads, chunk):
+            stop = min(start + chunk, n_heads)
+            # block of heads A in start:stop against heads B >= start (the upper triangle):
+            # each side is validated once at its own shape, the measures broadcast
+            x, y = x_rows[start:stop, None], x_rows[None, start:]  # [A, 1, row, key], [1, B, ..]
+            block = (slice(start, stop), slice(start, None))
+            for m, measure in enumerate(chosen):
+                for c, convention in enumerate(CONVENTIONS):
+                    row_distance = compare_rows(
+                        x, y, measure=measure, convention=convention, **options
+                    )  # [A, B, row]
+                    if measure == "cosine":
+                        row_distance = 1 - row_distance
+                    per_prompt[m, c, :, *block] = torch.einsum(
+                        "abr,rp->pab", row_distance, row_weights
+                    )
+            if with_split:
+                split = aitchison_split(x, y, **options)
+                for t, term in enumerate((split.sink_term, split.content_term)):
+                    split_terms[t, :, *block] = torch.einsum("abr,rp->pab", term, row_weights)
+                split_terms[2, 0, *block] = split.sink_term.square().sum(dim=-1)
+                split_terms[3, 0, *block] = split.distance.square().sum(dim=-1)
+            count.advance(min(chunk, n_heads - start))
     per_prompt = _symmetric(per_prompt)  # [measure, convention, prompt, head, head]
     if with_split:
         sink_term, content_term, sink_squared, total_squared = _symmetric(split_terms)

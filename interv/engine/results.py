@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._display import Display, number
 from interv._pandas import positions_text, require_pandas
 from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Audit
 from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
@@ -400,6 +401,88 @@ class InterventionResult:
                     }
                 )
         return records
+
+    def display(self, max_rows: int = 10) -> Display:
+        """What :meth:`__repr__` and :meth:`_repr_html_` show: scope, metric and baselines
+        with their unit, then the ``max_rows`` interventions with the largest |mean
+        effect|, each with its prompt range, recovery, status and semantics sentence."""
+        unit = self.metric.unit
+        n = self.n_interventions
+        effect = self.effect
+        mean = effect.mean(-1) if effect.shape[1] else torch.full((n,), torch.nan)
+        recovery = self.mean_recovery()
+        order = sorted(
+            range(n), key=lambda j: (math.isnan(float(mean[j])), -abs(float(mean[j])), j)
+        )
+        shown = order[:max_rows]
+        rows = []
+        for j in shown:
+            site = self.sites[j]
+            estimate = self.status[j] == ESTIMATED
+            low, high = (
+                (float(effect[j].min()), float(effect[j].max()))
+                if effect.shape[1]
+                else (
+                    math.nan,
+                    math.nan,
+                )
+            )
+            rows.append(
+                [
+                    str(j),
+                    self.kinds[j],
+                    "-" if site is None else site.label,
+                    ("≈ " if estimate else "") + number(float(mean[j])),
+                    f"[{number(low)}, {number(high)}]",
+                    number(float(recovery[j]), 3),
+                    self.status[j],
+                ]
+            )
+        scope = self.scope
+        lines = [
+            f"model {scope.model_name}; task {scope.task_name!r}, {scope.n_prompts} prompt "
+            f"pairs of {scope.n_positions} tokens",
+            f"metric {self.metric.name} ({unit}): {self.metric.definition}",
+            f"baselines, mean over prompts: clean {number(float(self.clean.mean()))} {unit}, "
+            f"corrupted {number(float(self.corrupted.mean()))} {unit} (effect scale "
+            f"{number(self.effect_scale)} {unit})",
+            "effect: the metric under the intervention minus the metric of the run it "
+            "modified (clean for ablations, corrupted for denoising), mean over prompts and "
+            "its range over prompts; recovery: (mean m - mean corrupted) / (mean clean - "
+            "mean corrupted) of the prompt means, dimensionless (1 = clean, 0 = corrupted)",
+        ]
+        n_estimated = sum(status == ESTIMATED for status in self.status)
+        if n_estimated:
+            lines.append(
+                f"{n_estimated} of {n} values are first-order estimates (marked ≈, status "
+                f"{ESTIMATED!r}), not intervened on"
+            )
+        lines.append(
+            f"largest |mean effect| first ({len(shown)} of {n} shown; every row and prompt: "
+            ".to_pandas())"
+        )
+        return Display(
+            title=f"InterventionResult: {n} interventions",
+            lines=lines,
+            headers=[
+                "#",
+                "kind",
+                "site",
+                f"mean effect ({unit})",
+                f"range over prompts ({unit})",
+                "recovery",
+                "status",
+            ],
+            rows=rows,
+            notes=[self.sentence(j) for j in shown],
+            left_out=n - len(shown),
+        )
+
+    def __repr__(self) -> str:
+        return self.display().text()
+
+    def _repr_html_(self) -> str:
+        return self.display().html()
 
     def to_pandas(self) -> pandas.DataFrame:
         """A long ``pandas.DataFrame``, one row per intervention x prompt (the keys of

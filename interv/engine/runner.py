@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from interv._checks import as_finite, as_int
+from interv._progress import Progress, check_progress, counting
 from interv.audit import Screen
 from interv.engine.protocol import RUNS, Intervention, semantics
 from interv.engine.results import InterventionResult, Scope, ScreenOutcome, intervention_fields
@@ -29,6 +30,7 @@ from interv.engine.sites import check_prompt_positions
 from interv.engine.stacking import (
     BaseRunCache,
     BaseRuns,
+    auto_batch_rows,
     capture_base_runs,
     planned_reads,
     task_runs,
@@ -128,11 +130,12 @@ def run(
     interventions: Intervention | Sequence[Intervention],
     metric: str | TargetMetric = "logit_diff",
     *,
-    max_batch_size: int = 32,
+    max_batch_size: int | None = None,
     recovery_atol: float = 1e-6,
     reuse_prefix: bool = True,
     cache: BaseRunCache | None = None,
     screen: Screen | None = None,
+    progress: Progress = None,
 ) -> InterventionResult:
     """Measure ``metric`` on ``task`` under each intervention, with both baselines.
 
@@ -153,7 +156,10 @@ def run(
             :class:`~interv.engine.targets.TargetMetric`.
         max_batch_size: most rows per intervened forward; interventions are stacked
             along the batch axis up to this many rows (at least one intervention's
-            ``task.n_pairs`` rows per forward).
+            ``task.n_pairs`` rows per forward). None (default): chosen from the model, the
+            prompts' length and the free memory by
+            :func:`~interv.engine.stacking.auto_batch_rows` (about 4096 tokens per forward
+            on CPU, 32768 on CUDA, within a quarter of the free memory).
         recovery_atol: tolerance on ``|clean - corrupted|`` below which normalized
             recovery is NaN, in the metric's unit (finite, >= 0).
         reuse_prefix: run each intervened forward from the earliest block it edits,
@@ -167,6 +173,12 @@ def run(
             target) to screen the interventions instead of running all of them; None
             (default) runs every one exactly. Screenable kinds:
             :data:`~interv.engine.screening.SCREENABLE_KINDS`.
+        progress: a bar over the interventions as their forwards finish: None (default)
+            draws tqdm's widget in a notebook and a bar on a terminal, nothing when stderr
+            is piped or inside another bar of interv; True / False always / never; a
+            callable ``progress(done, total, label)`` is called instead of drawing (``done``
+            interventions of ``total`` computed; with ``screen``, the estimated ones count
+            as done when the screen ends).
 
     Returns:
         An :class:`~interv.engine.results.InterventionResult` with ``values``
@@ -177,12 +189,14 @@ def run(
             foil on a task without one, an intervention without a semantics sentence or
             that does not fit the model or the task, a bad ``max_batch_size``, or a
             ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
-            ``top_k`` beyond the interventions.
+            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above.
     """
     task = check_task(task, model)
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
-    as_int(max_batch_size, "max_batch_size", minimum=1)
+    progress = check_progress(progress)
+    if max_batch_size is not None:
+        as_int(max_batch_size, "max_batch_size", minimum=1)
     recovery_atol = as_finite(recovery_atol, "recovery_atol", minimum=0)
     if not isinstance(reuse_prefix, bool):
         raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
@@ -199,6 +213,7 @@ def run(
         reuse_prefix=reuse_prefix,
         cache=cache,
         screen=screen,
+        progress=progress,
     )
 
 
@@ -209,7 +224,7 @@ def run_screened(
     metric: str | TargetMetric,
     screen: Screen,
     *,
-    max_batch_size: int = 32,
+    max_batch_size: int | None = None,
     recovery_atol: float = 1e-6,
     cache: BaseRunCache | None = None,
     known: torch.Tensor | None = None,
@@ -255,12 +270,47 @@ def _measure(
     checked: Sequence[Intervention],
     target_metric: TargetMetric,
     *,
-    max_batch_size: int,
+    max_batch_size: int | None,
     recovery_atol: float,
     reuse_prefix: bool,
     cache: BaseRunCache | None,
     screen: Screen | None,
     resume: dict[str, Any] | None = None,
+    progress: Progress = None,
+) -> InterventionResult:
+    if max_batch_size is None:
+        max_batch_size = auto_batch_rows(model, task.n_positions, task.n_pairs)
+    n = len(checked)
+    label = f"interv.run: {n} intervention{'' if n == 1 else 's'}" + (" (screened)" * bool(screen))
+    with counting(len(checked), label, progress=progress, unit="intervention") as count:
+        return _measured(
+            model,
+            task,
+            checked,
+            target_metric,
+            max_batch_size=max_batch_size,
+            recovery_atol=recovery_atol,
+            reuse_prefix=reuse_prefix,
+            cache=cache,
+            screen=screen,
+            resume=resume,
+            advance=count.advance,
+        )
+
+
+def _measured(
+    model: Any,
+    task: TokenizedPairs,
+    checked: Sequence[Intervention],
+    target_metric: TargetMetric,
+    *,
+    max_batch_size: int,
+    recovery_atol: float,
+    reuse_prefix: bool,
+    cache: BaseRunCache | None,
+    screen: Screen | None,
+    resume: dict[str, Any] | None,
+    advance: Callable[[int], None],
 ) -> InterventionResult:
     base = _base_runs(model, task, checked, reuse_prefix, cache)
     clean_logits = base.readouts["clean"].cpu()
@@ -288,8 +338,18 @@ def _measure(
             score,
             max_batch_size=max_batch_size,
             reuse_prefix=reuse_prefix,
+            on_forward=lambda indices, _values: advance(len(indices)),
         )
     else:
+        resume = dict(resume or {})
+        user_on_exact = resume.get("on_exact")
+
+        def on_exact(indices: list[int], exact: torch.Tensor) -> None:
+            advance(len(indices))
+            if user_on_exact is not None:
+                user_on_exact(indices, exact)
+
+        resume["on_exact"] = on_exact
         screened = screened_values(
             model,
             task,
@@ -301,8 +361,9 @@ def _measure(
             score,
             max_batch_size=max_batch_size,
             reuse_prefix=reuse_prefix,
-            **(resume or {}),
+            **resume,
         )
+        advance(len(checked))  # the rest are estimates, done too
         values = screened.values.to(clean.dtype)
         status = screened.status
         indices = tuple(range(len(checked)))

@@ -17,8 +17,9 @@ stored unit; a complete directory is read back without loading the model (its ma
 then says ``computed_in_last_run: 0``). A run that fails or is interrupted records so in
 the manifest (status ``"failed"`` or ``"interrupted"``, with the error).
 
-A progress bar with an ETA (tqdm, on stderr) is shown when stderr is a terminal, unless
-``progress=False``.
+A progress bar with an ETA is shown where it can be seen (tqdm's widget in a notebook, a bar
+on stderr on a terminal), unless ``progress=False``; a callable ``progress(done, total,
+label)`` is called instead (see :mod:`interv._progress`).
 """
 
 from __future__ import annotations
@@ -26,15 +27,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
-
-from interv._progress import stages
+from interv._progress import Progress, counting, stages
 from interv.engine.runner import run, warm_cache
 from interv.engine.stacking import BaseRunCache
 from interv.errors import IntervError
@@ -219,27 +217,22 @@ def store_units(
     *,
     n_done: int,
     n_todo: int,
-    progress: bool | None,
+    progress: Progress,
 ) -> None:
     """Append each ``(record, baselines)`` of ``computed`` to ``store`` as it arrives.
 
     ``n_done`` units are already stored and ``n_todo`` are coming: they size the
-    progress bar (tqdm on stderr, with an ETA), shown when ``progress`` is True, or
-    when it is None and stderr is a terminal.
+    progress bar (tqdm with an ETA: the notebook widget in Jupyter, on stderr on a
+    terminal), shown when ``progress`` is True, or when it is None and a bar can be seen;
+    a callable ``progress(done, total, label)`` is called instead.
     """
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = None
-    if show:
-        bar = tqdm(total=n_done + n_todo, initial=n_done, unit="unit", desc="sweep units")
-    try:
+    with counting(
+        n_done + n_todo, "sweep units", progress=progress, unit="unit", initial=n_done
+    ) as count:
         for record, baselines in computed:
             store.write_baselines(baselines)
             store.append(record)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+            count.advance()
 
 
 def run_sweep(
@@ -247,7 +240,7 @@ def run_sweep(
     out_dir: str | Path,
     *,
     shard: Shard | str | None = None,
-    progress: bool | None = None,
+    progress: Progress = None,
     model: Any = None,
     allow_import: Iterable[str] = (),
     on_import: Callable[[str], None] | None = None,
@@ -260,7 +253,9 @@ def run_sweep(
             sweep; refused if it holds another).
         shard: ``"i/n"`` or a :class:`Shard` to compute only units with index
             ``% n == i``; None = every unit.
-        progress: show a progress bar on stderr; None = only when stderr is a terminal.
+        progress: a bar over the sweep's units: None (default) where one can be seen
+            (tqdm's widget in a notebook, stderr on a terminal, nothing when piped); True /
+            False; or a callable ``progress(done, total, label)`` called instead.
         model: the already loaded model named by the config's ``model.spec`` (skips
             loading it again; the caller vouches that it is that model, in eval mode).
         allow_import: modules that kinds named by import path (``"module:Class"``) may

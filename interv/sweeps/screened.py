@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._progress import Progress, show_progress
 from interv.audit import Screen
 from interv.engine.results import (
     InterventionResult,
@@ -68,7 +69,7 @@ def run_screened_entries(
     screen: Screen,
     entries: Sequence[range],
     *,
-    progress: bool | None,
+    progress: Progress,
 ) -> int:
     """Screen every entry not finished in ``store``; returns the exact evaluations run.
 
@@ -82,7 +83,7 @@ def run_screened_entries(
     """
     interventions = [iv for unit in worker.units for iv in unit.interventions]
     done = store.completed()
-    show = sys.stderr.isatty() if progress is None else progress
+    show = show_progress(progress)
     computed = 0
     for entry, indices in enumerate(entries):
         if outcome_id(entry) in done:
