@@ -134,7 +134,11 @@ def make_table(n_prompts: int = 8, seed: int = 0) -> dict[str, Any]:
     rng = random.Random(seed)
     base_entropy = {(0, 1): 0.1, (1, 2): 0.15, (0, 3): 0.05}
     base_sink = {(0, 3): 0.9, (1, 2): 0.3}
-    per_prompt: dict[str, list] = {"normalized_entropy": [], "sink_mass": [], "contribution_norm": []}
+    per_prompt: dict[str, list] = {
+        "normalized_entropy": [],
+        "sink_mass": [],
+        "contribution_norm": [],
+    }
     for _ in range(n_prompts):
         for name in per_prompt:
             grid = []

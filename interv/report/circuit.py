@@ -121,9 +121,7 @@ def check_circuit(data: Any) -> Mapping[str, Any]:
         raise IntervError("the circuit's 'exact' values must be finite numbers or null")
     for label, status, exact in zip(edges, data["status"], data["exact"], strict=True):
         if status not in _STATUSES:
-            raise IntervError(
-                f"edge {label!r} has status {status!r}; expected one of {_STATUSES}"
-            )
+            raise IntervError(f"edge {label!r} has status {status!r}; expected one of {_STATUSES}")
         if (status == "estimated") != (exact is None):
             raise IntervError(
                 f"edge {label!r} has status {status!r} but exact value {exact!r}: an exact "
@@ -151,7 +149,9 @@ def check_faithfulness(data: Any) -> Mapping[str, Any]:
     for key in ("fractions", "mean", "low", "high"):
         values = data.get(key)
         if not isinstance(values, list) or len(values) != n:
-            raise IntervError(f"the curve's {key!r} must be a list of {n} numbers (one per fraction)")
+            raise IntervError(
+                f"the curve's {key!r} must be a list of {n} numbers (one per fraction)"
+            )
         if not all(v is None or _is_number(v) for v in values):
             raise IntervError(f"the curve's {key!r} must hold numbers (or null where undefined)")
     if not all(_is_number(f) and 0 < f <= 1 for f in fractions):
@@ -537,7 +537,9 @@ def _sd(t: torch.Tensor) -> torch.Tensor:
 
 def _kv_group(labels: Sequence[str], n_heads: int) -> int:
     """Query heads per key/value head, from the graph's KV labels (1 without any)."""
-    kv = [r[1] for label in labels for r in [edge_heads(label)[1]] if r is not None and r[2] == "KV"]
+    kv = [
+        r[1] for label in labels for r in [edge_heads(label)[1]] if r is not None and r[2] == "KV"
+    ]
     if not kv:
         return 1
     n_kv = max(kv) + 1
@@ -549,9 +551,7 @@ def _kv_group(labels: Sequence[str], n_heads: int) -> int:
     return n_heads // n_kv
 
 
-def _query_heads(
-    label: str, group: int, n_layers: int, n_heads: int
-) -> list[tuple[int, int]]:
+def _query_heads(label: str, group: int, n_layers: int, n_heads: int) -> list[tuple[int, int]]:
     found = []
     for node in edge_heads(label):
         if node is None:
@@ -588,8 +588,10 @@ def _agreements(
                 [float(h.in_circuit) if against == "membership" else h.strength for h in chosen],
                 dtype=torch.float64,
             )
-            per = torch.stack([values[:, h.layer, h.head] for h in chosen], dim=-1) if chosen else (
-                torch.empty(n_prompts, 0, dtype=torch.float64)
+            per = (
+                torch.stack([values[:, h.layer, h.head] for h in chosen], dim=-1)
+                if chosen
+                else (torch.empty(n_prompts, 0, dtype=torch.float64))
             )
             results.append(
                 _agreement(metric, against, per, target, indices, level, sentences["agreement"])
@@ -624,7 +626,9 @@ def _agreement(
         return RankAgreement(metric, against, n_heads, rho, nan, nan, level, reason, what)
     boot = per[indices].nanmean(dim=1)  # [n_bootstrap, n_heads]
     complete = ~boot.isnan().any(dim=-1)
-    low, high = percentile_interval(spearman(boot[complete], target.expand_as(boot)[complete]), level)
+    low, high = percentile_interval(
+        spearman(boot[complete], target.expand_as(boot)[complete]), level
+    )
     return RankAgreement(metric, against, n_heads, rho, low, high, level, "", what)
 
 
@@ -719,13 +723,29 @@ def _link_markdown(link: MissionLink) -> list[str]:
         ]
         for h in link.circuit_heads
     ]
-    lines += _md_table(columns, rows) if rows else ["No attention head sends or receives a circuit edge."]
-    lines += ["", "### Rank agreement of concentration with the circuit", "", md(link.sentences["agreement"]), ""]
+    lines += (
+        _md_table(columns, rows)
+        if rows
+        else ["No attention head sends or receives a circuit edge."]
+    )
+    lines += [
+        "",
+        "### Rank agreement of concentration with the circuit",
+        "",
+        md(link.sentences["agreement"]),
+        "",
+    ]
     lines += _md_table(
         ["metric", "against", "heads", "Spearman rho"],
         [[a.metric, a.against, str(a.n_heads), _agreement_text(a)] for a in link.agreements],
     )
-    lines += ["", "### Concentrated, sink-parked heads outside the circuit", "", md(link.sentences["parked"]), ""]
+    lines += [
+        "",
+        "### Concentrated, sink-parked heads outside the circuit",
+        "",
+        md(link.sentences["parked"]),
+        "",
+    ]
     parked = [h for h in link.heads if h.label in link.parked_outside]
     lines += (
         [
