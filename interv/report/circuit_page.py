@@ -31,6 +31,8 @@ from typing import Any
 from interv._checks import as_int
 from interv.errors import IntervError
 from interv.report.circuit import (
+    LINK_METRICS,
+    CircuitHead,
     MissionLink,
     RankAgreement,
     check_circuit,
@@ -148,7 +150,7 @@ def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None
     in_circuit = {n for i in members for n in _split(circuit["edges"][i])[:2]}
     paths = []
     for rank, (i, value) in enumerate(zip(chosen, values, strict=True), start=1):
-        sender, receiver, part = _split(circuit["edges"][i])
+        sender, receiver, _ = _split(circuit["edges"][i])
         x1, y1 = positions[sender]
         x2, y2 = positions[receiver]
         x1 += _NODE_W
@@ -164,7 +166,8 @@ def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None
         paths.append(
             f"<path class='{classes}' d='M{x1:.1f},{y1:.1f} C{x1 + bend:.1f},{y1:.1f} "
             f"{x2 - bend:.1f},{y2:.1f} {x2:.1f},{y2:.1f}' stroke-width='{stroke:.2f}' "
-            f"tabindex='0' data-edge='{_e(circuit['edges'][i])}' data-status='{_e(circuit['status'][i])}' "
+            f"tabindex='0' data-edge='{_e(circuit['edges'][i])}' "
+            f"data-status='{_e(circuit['status'][i])}' "
             f"data-info='{_e(info)}'><title>{_e(info)}</title></path>"
         )
     nodes = []
@@ -272,13 +275,15 @@ def _agreement_text(a: RankAgreement) -> str:
     return f"ρ = {_num(a.rho, 2)} ({a.level:.0%} interval {_num(a.low, 2)} … {_num(a.high, 2)})"
 
 
+def _with_spread(head: CircuitHead, name: str) -> str:
+    return f"{_num(head.concentration[name])} ± {_num(head.spread[name], 2)}"
+
+
 def _link_section(link: MissionLink) -> str:
     rows = [
         [
             h.label,
-            f"{_num(h.concentration['normalized_entropy'])} ± {_num(h.spread['normalized_entropy'], 2)}",
-            f"{_num(h.concentration['sink_mass'])} ± {_num(h.spread['sink_mass'], 2)}",
-            f"{_num(h.concentration['contribution_norm'])} ± {_num(h.spread['contribution_norm'], 2)}",
+            *(_with_spread(h, name) for name in LINK_METRICS),
             _num(h.strength),
             "; ".join(
                 f"{e.label}: score {e.score:+.3g}, "
