@@ -20,6 +20,7 @@ from decimal import Decimal, InvalidOperation
 
 from interv import __version__
 from interv.cli.analysis import register as register_analysis
+from interv.cli.circuit import register as register_circuit
 from interv.cli.paths import register as register_paths
 from interv.cli.report import register as register_report
 from interv.cli.sweeps import register as register_sweeps
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_zoo(subparsers)
     register_analysis(subparsers)
     register_paths(subparsers)
+    register_circuit(subparsers)
     register_sweeps(subparsers)
     register_report(subparsers)
     return parser

@@ -312,6 +312,7 @@ def discover_resumable(
     scores: Callable[[], Any],
     discover: Callable[..., Any],
     from_dict: Callable[[Mapping[str, Any]], Any],
+    finish: bool = True,
 ) -> tuple[Any, int]:
     """Run (or resume) one discovery through ``store``; returns ``(result, n_exact_run)``.
 
@@ -323,6 +324,8 @@ def discover_resumable(
             caller binds model, task, method, screen, metric; see
             :func:`interv.circuits.discover`).
         from_dict: ``EdgeScores.from_dict``.
+        finish: mark the directory complete afterwards (False: the caller does, once its
+            own outputs are written).
     """
     stored = store.scores()
     if stored is None:
@@ -341,5 +344,7 @@ def discover_resumable(
         ran += len(indices)
 
     result = discover(scores=edge_scores, known=known or None, on_exact=keep)
-    store.finish(computed_in_last_run=ran, stored_before=len(known))
+    store.manifest.update(computed_in_last_run=ran, stored_before=len(known))
+    if finish:
+        store.finish()
     return result, ran

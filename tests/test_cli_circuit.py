@@ -1,0 +1,103 @@
+"""``interv circuit``: clear errors before any model loads, and a run that resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+
+import interv.models.loading
+from interv.cli import main
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): "dir"
+        if p.is_dir()
+        else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("someone's file")
+    (tmp_path / "afile").write_text("a file")
+    (tmp_path / "bad.jsonl").write_text('{"clean": "A B", "corrupted"\n')
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the options were checked")
+
+    monkeypatch.setattr(interv.models.loading, "load_model", refuse)
+
+
+BASE = ["circuit", "induction-2l", "--out", "run"]
+CASES = [
+    (["--method", "acdc"], r"unknown --method 'acdc'; choose one of \('eap', 'eap-ig'\)"),
+    (["--verify-top", "0"], r"--verify-top K must be >= 1; got 0"),
+    (["--verify-top", "-3"], r"--verify-top K must be >= 1; got -3"),
+    (["--audit", "-1"], r"--audit N must be >= 0; got -1"),
+    (["--method", "eap-ig", "--steps", "0"], r"--steps \(interpolation steps m\) must be >= 1"),
+    (["--steps", "4"], r"--steps 4 applies to --method eap-ig only"),
+    (["--pairs", "missing.jsonl"], r"--pairs file 'missing.jsonl' does not exist"),
+    (["--pairs", "bad.jsonl"], r"bad\.jsonl"),
+    (["--task", "nosuch"], r"unknown task 'nosuch'; available tasks are"),
+    (["--metric", "accuracy"], r"unknown --metric 'accuracy'; choose one of"),
+    (
+        ["--complement", "zero"],
+        r"unknown --complement 'zero'; choose one of \('corrupted', 'mean'\)",
+    ),
+    (["--n-pairs", "0"], r"--n-pairs must be >= 1; got 0"),
+    (["--n-edges", "0"], r"--n-edges must be >= 1; got 0"),
+    (["--alpha", "2"], r"--alpha must be a number in \(0, 1\) or 'none'"),
+    (["--task", "ioi", "--pairs", "x.jsonl"], r"not allowed with argument"),
+]
+
+
+@pytest.mark.parametrize(("extra", "pattern"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_a_bad_option_fails_with_its_value_and_the_choices_before_any_model_loads(
+    extra, pattern, workdir, no_load, capsys
+):
+    before = _snapshot(workdir)
+    try:
+        status = main([*BASE, *extra])
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "Traceback" not in err
+    assert any(re.search(pattern, line) for line in err.splitlines() if "error" in line), err
+    assert _snapshot(workdir) == before
+
+
+@pytest.mark.parametrize(
+    ("spec", "out", "pattern"),
+    [
+        ("nosuch-model", "run", r"nosuch-model"),
+        ("induction-2l", "afile", r"'afile' is an existing file"),
+        ("induction-2l", "mine", r"neither empty nor a circuit directory"),
+    ],
+)
+def test_a_bad_model_or_output_fails_before_any_model_loads(
+    spec, out, pattern, workdir, no_load, capsys
+):
+    before = _snapshot(workdir)
+    assert main(["circuit", spec, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert re.search(pattern, err), err
+    assert _snapshot(workdir) == before
+
+
+def test_the_command_is_listed_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["circuit", "--help"])
+    out = capsys.readouterr().out
+    assert "--verify-top K" in out and "--audit N" in out and "eap-ig" in out
