@@ -1,0 +1,356 @@
+"""Exact edge effects by path patching, and the runs every circuit computation shares.
+
+The exact effect of one edge ``u -> v`` (direction ``"noise"``, the default): the clean
+prompts run with *only* the input of ``v`` changed, by the sender's change
+``a_corrupted(u) - a_clean(u)``; every other reader reads the clean residual stream at the
+receiver's layer, and everything downstream of the receiver runs live (the change
+propagates). In the metric's unit, per prompt::
+
+    effect(u -> v) = m(clean, input of v + a_corr(u) - a_clean(u)) - m(clean)
+
+Writers' outputs: embed = the residual stream entering block 0 (token and positional
+embeddings); a head = its ``z @ W_O`` (the output bias belongs to no head and cancels in
+every difference); an MLP = its output. Readers' inputs are pre-norm: a head's query, key
+or value is recomputed from its block's first norm of the changed residual stream, an
+MLP's output from its second norm, the logits from the final norm (none is frozen).
+Under grouped-query attention an edge into a key or value input changes the key (value)
+of its key/value head, which every query head of the group reads.
+
+How it runs: one clean forward records every block's input (prefix reuse); each edge is a
+*copy* of the prompts that joins a stacked forward at its receiver's block (an edge into
+layer ``L``'s attention runs blocks ``L..``, into MLP ``L`` blocks ``L+1..``, into the
+logits only the final norm), its receiver's change added there; up to ``batch_size`` copies
+share one forward.
+
+``direction="denoise"`` swaps the runs: the corrupted prompts with the sender's clean
+output along the edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv.circuits.graph import Edge, Graph
+from interv.engine.forward import Prefix, Prompts, Suffix, forward
+from interv.engine.sites import Site
+from interv.engine.targets import TargetMetric, get_metric
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["DIRECTIONS", "edge_effects"]
+
+DIRECTIONS: tuple[str, ...] = ("noise", "denoise")
+"""``"noise"``: the clean run with senders from the corrupted run (is the edge necessary?);
+``"denoise"``: the corrupted run with senders from the clean run."""
+
+
+def runs_of(direction: str) -> tuple[str, str]:
+    """``(base run, other run)`` of a direction."""
+    if direction not in DIRECTIONS:
+        raise IntervError(f"unknown direction {direction!r}; choose one of {DIRECTIONS}")
+    return ("clean", "corrupted") if direction == "noise" else ("corrupted", "clean")
+
+
+def check_task(model: Any, task: TokenizedPairs, metric: str | TargetMetric) -> TargetMetric:
+    """The metric, after checking the task suits it and the model (clear errors)."""
+    from interv.tasks.tokenized import TokenizedPairs
+
+    if not isinstance(task, TokenizedPairs):
+        raise IntervError(
+            f"task must be TokenizedPairs (PromptPairs.tokenize(model)); got {type(task).__name__}"
+        )
+    if task.clean_tokens.shape != task.corrupted_tokens.shape:
+        raise IntervError(
+            f"clean and corrupted prompts must have equal token lengths; got "
+            f"{tuple(task.clean_tokens.shape)} and {tuple(task.corrupted_tokens.shape)}"
+        )
+    target = get_metric(metric)
+    target.check_foil(task.foil_ids)
+    Graph.from_model(model)  # refuses unsupported architectures
+    return target
+
+
+def tokens_of(task: TokenizedPairs, run: str) -> torch.Tensor:
+    """The token ids of a run (``"clean"`` or ``"corrupted"``)."""
+    return task.clean_tokens if run == "clean" else task.corrupted_tokens
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One forward of the prompts: what the circuit code reads from it (internal).
+
+    Attributes:
+        resid_pre: per block, the residual stream entering it ``[n, pos, d_model]``.
+        resid_mid: per block, between attention and MLP (MLP models only).
+        z: per block, the heads' outputs before ``W_O`` ``[n, pos, n_heads, d_head]``.
+        mlp_out: per block, the MLP output (MLP models only).
+        final: the residual stream entering the final norm.
+        logits: ``[n, d_vocab]`` at the answer positions.
+        prefix: the recorded block inputs (for suffix forwards), when recorded.
+    """
+
+    resid_pre: list[torch.Tensor]
+    resid_mid: list[torch.Tensor]
+    z: list[torch.Tensor]
+    mlp_out: list[torch.Tensor]
+    final: torch.Tensor
+    logits: torch.Tensor
+    prefix: Prefix | None
+
+
+def capture_run(
+    model: Any,
+    task: TokenizedPairs,
+    run: str,
+    *,
+    record_prefix: bool = False,
+    hooks: Sequence[tuple[Site, Any]] = (),
+) -> Run:
+    """One no-grad forward of ``run``'s prompts, capturing what :class:`Run` holds."""
+    graph = Graph.from_model(model)
+    layers = range(graph.n_layers)
+    sites = [Site("resid_pre", layer) for layer in layers] + [Site("z", layer) for layer in layers]
+    if graph.has_mlp:
+        sites += [Site("resid_mid", layer) for layer in layers]
+        sites += [Site("mlp_out", layer) for layer in layers]
+    sites.append(Site("final_resid"))
+    out = forward(
+        model,
+        Prompts.of(tokens_of(task, run), task.attention_mask),
+        hooks=hooks,
+        capture=sites,
+        readout="position_logits",
+        positions=task.answer_positions,
+        record_prefix=record_prefix,
+    )
+    got = out.captured
+    return Run(
+        resid_pre=[got[Site("resid_pre", layer)] for layer in layers],
+        resid_mid=[got[Site("resid_mid", layer)] for layer in layers] if graph.has_mlp else [],
+        z=[got[Site("z", layer)] for layer in layers],
+        mlp_out=[got[Site("mlp_out", layer)] for layer in layers] if graph.has_mlp else [],
+        final=got[Site("final_resid")],
+        logits=out.readout,
+        prefix=out.prefix,
+    )
+
+
+def head_outputs(model: Any, layer: int, z: torch.Tensor) -> torch.Tensor:
+    """``[n, pos, n_heads, d_model]``: each head's ``z @ W_O`` (no output bias)."""
+    w_out = model.blocks[layer].attn.W_O
+    return torch.einsum("bphk,hkd->bphd", z, w_out.to(z))
+
+
+def sender_outputs(model: Any, graph: Graph, run: Run, upto: int | None = None) -> torch.Tensor:
+    """``[n, pos, n_senders, d_model]``: every writer's output in :attr:`Graph.senders` order
+    (the first ``upto`` writers)."""
+    parts = [run.resid_pre[0].unsqueeze(2)]
+    for layer in range(graph.n_layers):
+        parts.append(head_outputs(model, layer, run.z[layer]))
+        if graph.has_mlp:
+            parts.append(run.mlp_out[layer].unsqueeze(2))
+        if upto is not None and sum(p.shape[2] for p in parts) >= upto:
+            break
+    out = torch.cat(parts, dim=2)
+    return out if upto is None else out[:, :, :upto]
+
+
+def sender_output(model: Any, graph: Graph, run: Run, index: int) -> torch.Tensor:
+    """``[n, pos, d_model]``: writer ``index``'s output in ``run``."""
+    node = graph.senders[index]
+    if node.kind == "embed":
+        return run.resid_pre[0]
+    if node.kind == "mlp":
+        return run.mlp_out[node.layer]
+    w_out = model.blocks[node.layer].attn.W_O[node.head]
+    z = run.z[node.layer][:, :, node.head]
+    return z @ w_out.to(z)
+
+
+def qkv_weights(model: Any, layer: int, component: str) -> torch.Tensor:
+    """``[heads, d_model, d_head]``: ``W_Q`` (query heads), ``W_K`` or ``W_V`` (key/value
+    heads) of block ``layer``."""
+    attn = model.blocks[layer].attn
+    return {"q": attn.W_Q, "k": attn.W_K, "v": attn.W_V}[component]
+
+
+def receiver_change(
+    model: Any, graph: Graph, base: Run, receiver: Any, delta: torch.Tensor
+) -> torch.Tensor:
+    """What a receiver's patched input changes, from the base run's input plus ``delta``.
+
+    q/k/v: ``(ln1(x + delta) - ln1(x)) @ W[r]`` ``[n, pos, d_head]`` (added to that head's
+    query, key or value); mlp: ``mlp(ln2(x + delta)) - mlp(ln2(x))`` (added to the
+    block's output); logits: ``delta`` itself (added to the final norm's input).
+    """
+    node = receiver.node
+    if receiver.input == "logits":
+        return delta
+    block = model.blocks[node.layer]
+    if receiver.input == "mlp":
+        x = base.resid_mid[node.layer]
+        return block.mlp(block.ln2(x + delta)) - block.mlp(block.ln2(x))
+    x = base.resid_pre[node.layer]
+    weight = qkv_weights(model, node.layer, receiver.input)[node.head]
+    return (block.ln1(x + delta) - block.ln1(x)) @ weight.to(x)
+
+
+def per_prompt_metric(
+    metric: TargetMetric, task: TokenizedPairs, logits: torch.Tensor, clean_logits: torch.Tensor
+) -> torch.Tensor:
+    """``[copies, n]`` metric of stacked copies' answer logits ``[copies * n, d_vocab]``."""
+    n = task.n_pairs
+    copies = logits.shape[0] // n
+    device = logits.device
+    values = metric(
+        logits,
+        task.target_ids.to(device).repeat(copies),
+        None if task.foil_ids is None else task.foil_ids.to(device).repeat(copies),
+        clean_logits.to(device).repeat(copies, 1),
+    )
+    return values.view(copies, n)
+
+
+def _default_batch_size(n_prompts: int, n_positions: int, d_model: int) -> int:
+    """Copies per stacked forward: about 64 MiB of residual stream per block."""
+    per_copy = n_prompts * n_positions * d_model * 4
+    return max(1, min(256, (64 << 20) // max(per_copy, 1)))
+
+
+def edge_effects(
+    model: Any,
+    task: TokenizedPairs,
+    graph: Graph | None,
+    edges: Sequence[int | Edge | str],
+    *,
+    metric: str | TargetMetric = "logit_diff",
+    direction: str = "noise",
+    batch_size: int | None = None,
+    per_prompt: bool = False,
+    on_batch: Callable[[list[int], torch.Tensor], None] | None = None,
+) -> torch.Tensor:
+    """The exact path-patching effect of each edge alone (see the module docstring).
+
+    Args:
+        model: a transformer-lens bridge in eval mode.
+        task: clean/corrupted prompt pairs of equal token lengths.
+        graph: the model's :class:`Graph` (None: built from the model).
+        edges: edges as indices, :class:`Edge` objects or labels.
+        metric: a metric name or :class:`~interv.engine.targets.TargetMetric`.
+        direction: ``"noise"`` (default: corrupted sender into the clean run) or
+            ``"denoise"``.
+        batch_size: edges (copies of the prompts) per stacked forward; None: about 64 MiB
+            of residual stream per block.
+        per_prompt: return ``[len(edges), n_prompts]`` instead of the prompt mean.
+        on_batch: called with ``(positions in edges, [k, n_prompts] effects)`` after each
+            stacked forward (a caller can store them as they come).
+
+    Returns:
+        ``[len(edges)]`` float64 prompt-mean change of the metric (in its unit), exact; or
+        ``[len(edges), n_prompts]`` with ``per_prompt``.
+    """
+    target = check_task(model, task, metric)
+    graph = Graph.from_model(model) if graph is None else graph
+    indices = graph.indices(edges)
+    base_name, other_name = runs_of(direction)
+    n = task.n_pairs
+    out = torch.zeros(len(indices), n, dtype=torch.float64)
+    if not indices:
+        return out if per_prompt else out.mean(-1)
+    base = capture_run(model, task, base_name, record_prefix=True)
+    other = capture_run(model, task, other_name)
+    if base.prefix is None:
+        raise IntervError("the base forward did not record its block inputs (prefix reuse)")
+    base_values = per_prompt_metric(target, task, base.logits, _clean_logits(base, other, base_name))
+    clean_logits = _clean_logits(base, other, base_name)
+    if batch_size is None:
+        batch_size = _default_batch_size(n, task.n_positions, model.cfg.d_model)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
+
+    def start_of(index: int) -> int:
+        receiver = graph.receiver_of(index)
+        if receiver.input == "logits":
+            return graph.n_layers
+        return receiver.node.layer + (1 if receiver.input == "mlp" else 0)
+
+    order = sorted(range(len(indices)), key=lambda j: (start_of(indices[j]), indices[j]))
+    with torch.no_grad():
+        for first in range(0, len(order), batch_size):
+            chunk = order[first : first + batch_size]
+            values = _patched_forward(
+                model, task, graph, base, other, [indices[j] for j in chunk], start_of
+            )
+            effects = per_prompt_metric(target, task, values, clean_logits).double().cpu()
+            effects = effects - base_values.double().cpu()
+            out[chunk] = effects
+            if on_batch is not None:
+                on_batch(list(chunk), effects)
+    return out if per_prompt else out.mean(-1)
+
+
+def _clean_logits(base: Run, other: Run, base_name: str) -> torch.Tensor:
+    return base.logits if base_name == "clean" else other.logits
+
+
+def _patched_forward(
+    model: Any,
+    task: TokenizedPairs,
+    graph: Graph,
+    base: Run,
+    other: Run,
+    indices: list[int],
+    start_of: Callable[[int], int],
+) -> torch.Tensor:
+    """Answer logits ``[len(indices) * n, d_vocab]`` of one stacked forward, one copy per
+    edge (sorted by the block they join at)."""
+    n = task.n_pairs
+    starts, entries = [], []
+    edits: dict[tuple[str, int], list[tuple[int, int, torch.Tensor]]] = {}
+    for copy, index in enumerate(indices):
+        receiver = graph.receiver_of(index)
+        sender = index - receiver.start
+        delta = sender_output(model, graph, other, sender) - sender_output(
+            model, graph, base, sender
+        )
+        change = receiver_change(model, graph, base, receiver, delta)
+        start = start_of(index)
+        starts.append(start)
+        if receiver.input in ("mlp", "logits"):
+            entries.append(base.prefix.residuals[start] + change)
+        else:
+            entries.append(None)
+            key = (receiver.input, receiver.node.layer)
+            edits.setdefault(key, []).append((copy, receiver.node.head, change))
+
+    def editor(changes: list[tuple[int, int, torch.Tensor]]) -> Any:
+        def edit(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            activation = activation.clone()
+            for copy, head, change in changes:
+                rows = slice(copy * n, (copy + 1) * n)
+                activation[rows, :, head] += change.to(activation)
+            return activation
+
+        return edit
+
+    hooks = [(Site(component, layer), editor(changes)) for (component, layer), changes in edits.items()]
+    suffix = Suffix(
+        prefixes=(base.prefix,) * len(indices),
+        start_layer=starts[0],
+        starts=tuple(starts),
+        entries=tuple(entries),
+    )
+    out = forward(
+        model,
+        suffix,
+        hooks=hooks,
+        readout="position_logits",
+        positions=task.answer_positions.repeat(len(indices)),
+    )
+    return out.readout

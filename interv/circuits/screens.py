@@ -1,0 +1,407 @@
+"""Edge attribution screens: EAP and EAP-IG, every edge of the graph at once (estimates).
+
+Sign convention (direction ``"noise"``, the default): a score estimates the exact effect of
+:func:`interv.circuits.patching.edge_effects`, the change of the metric when the edge's
+sender output is moved from its clean to its corrupted value along that edge only::
+
+    score(u -> v) = sum_{pos, d} (a_corr(u) - a_clean(u))[pos, d] * g_v[pos, d]
+
+prompt-averaged, with ``g_v`` the gradient of the prompt's metric with respect to the
+(pre-norm) input of reader ``v``: at the clean run for EAP (Syed et al. 2023); averaged over
+``steps`` runs whose embeddings are interpolated ``e_corr + (k / steps)(e_clean - e_corr)``,
+``k = 1..steps``, for EAP-IG (Hanna et al. 2024; ``steps=1`` is EAP). A reader's input
+gradient is the head's query, key or value gradient pulled back through its projection and
+its block's first norm (the MLP's through the MLP and the second norm; the logits' is the
+final norm's input gradient), so one forward and one backward per run score every edge.
+
+``direction="denoise"`` swaps the runs (gradients on the corrupted run, differences
+``a_clean - a_corr``): the convention of transformer-lens 4.3's
+``attribution_patch(..., EdgeAttributionConfig(granularity="edge"))``. Its edges are per
+position (writer and reader at the same position); summed over positions they equal these
+scores (the tests check it on a GPT-2-shaped model, the only kind its edge sweep accepts).
+
+These are first-order estimates, never exact: they rank, :func:`interv.circuits.discover`
+verifies. AtP*'s QK fix (Kramár et al. 2024) is not implemented in this build
+(``qk_fix=True`` is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv._pandas import require_pandas
+from interv.circuits.graph import Edge, Graph
+from interv.circuits.patching import (
+    capture_run,
+    check_task,
+    qkv_weights,
+    runs_of,
+    sender_outputs,
+    tokens_of,
+)
+from interv.engine.forward import Prompts, forward
+from interv.engine.sites import Site
+from interv.engine.targets import TargetMetric
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["METHODS", "EdgeScores", "edge_scores", "fingerprint"]
+
+METHODS: tuple[str, ...] = ("eap", "eap-ig")
+"""Screens: edge attribution patching, and EAP with integrated gradients over inputs."""
+
+
+def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
+    """A short hash of the model's name and shape, the prompts and the settings."""
+    digest = hashlib.sha256()
+    cfg = model.cfg
+    digest.update(
+        repr(
+            (
+                str(getattr(cfg, "model_name", "")),
+                cfg.n_layers,
+                cfg.n_heads,
+                cfg.d_model,
+                sorted(settings.items()),
+            )
+        ).encode()
+    )
+    for tensor in (
+        task.clean_tokens,
+        task.corrupted_tokens,
+        task.attention_mask,
+        task.answer_positions,
+        task.target_ids,
+        task.foil_ids,
+    ):
+        if tensor is not None:
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def check_method(method: str, steps: Any, qk_fix: bool) -> int:
+    """The number of gradient runs, after checking the screen's settings."""
+    if method not in METHODS:
+        raise IntervError(f"unknown method {method!r}; choose one of {METHODS}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise IntervError(
+            f"steps (m, the integrated-gradient interpolation steps) must be an int >= 1; "
+            f"got {steps!r}"
+        )
+    if qk_fix:
+        raise IntervError(
+            "qk_fix=True (AtP*'s exact softmax for query/key edges) is not implemented in this "
+            "build; use qk_fix=False, or verify the query/key edges exactly with discover()"
+        )
+    return 1 if method == "eap" else steps
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeScores:
+    """Every edge's first-order estimate (an estimate, not an intervention result).
+
+    Attributes:
+        graph: the graph scored.
+        scores: ``[n_edges]`` float64 prompt-mean estimated change of the metric, in its
+            unit (sign convention: module docstring).
+        per_prompt: ``[n_edges, n_prompts]`` float64 per-prompt estimates (or None).
+        method: ``"eap"`` or ``"eap-ig"``.
+        steps: gradient runs averaged (1 for EAP).
+        metric: the metric's name.
+        fingerprint: hash of model, prompts and settings.
+        sentence: what the numbers are, in one sentence.
+        direction: ``"noise"`` or ``"denoise"``.
+        qk_fix: whether AtP*'s QK fix was applied (always False in this build).
+    """
+
+    graph: Graph
+    scores: torch.Tensor
+    per_prompt: torch.Tensor | None
+    method: str
+    steps: int
+    metric: str
+    fingerprint: str
+    sentence: str
+    direction: str = "noise"
+    qk_fix: bool = False
+
+    def top(self, k: int) -> list[Edge]:
+        """The ``k`` edges with the largest ``|score|`` (ties by canonical order)."""
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.graph.n_edges:
+            raise IntervError(
+                f"k must be an int in 1..{self.graph.n_edges} (the graph's edges); got {k!r}"
+            )
+        order = torch.sort(-self.scores.abs(), stable=True).indices[:k]
+        return [self.graph.edges[i] for i in order.tolist()]
+
+    def to_pandas(self) -> Any:
+        """One row per edge: edge, sender, receiver, input, score, rank (by |score|)."""
+        pd = require_pandas()
+        order = torch.sort(-self.scores.abs(), stable=True).indices
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(1, order.numel() + 1)
+        edges = self.graph.edges
+        return pd.DataFrame(
+            {
+                "edge": [e.label for e in edges],
+                "sender": [e.sender.label for e in edges],
+                "receiver": [e.receiver.label for e in edges],
+                "input": [e.input for e in edges],
+                "score": self.scores.tolist(),
+                "rank": rank.tolist(),
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; :meth:`from_dict` inverts it."""
+        return {
+            "format": "interv.edge_scores/1",
+            "graph": graph_dict(self.graph),
+            "scores": self.scores.tolist(),
+            "per_prompt": None if self.per_prompt is None else self.per_prompt.tolist(),
+            "method": self.method,
+            "steps": self.steps,
+            "metric": self.metric,
+            "fingerprint": self.fingerprint,
+            "sentence": self.sentence,
+            "direction": self.direction,
+            "qk_fix": self.qk_fix,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EdgeScores:
+        """The scores :meth:`to_dict` wrote."""
+        graph = graph_from_dict(data["graph"])
+        scores = torch.tensor(data["scores"], dtype=torch.float64)
+        if scores.numel() != graph.n_edges:
+            raise IntervError(
+                f"scores hold {scores.numel()} values for a graph of {graph.n_edges} edges"
+            )
+        per_prompt = data.get("per_prompt")
+        return cls(
+            graph=graph,
+            scores=scores,
+            per_prompt=None if per_prompt is None else torch.tensor(per_prompt, dtype=torch.float64),
+            method=str(data["method"]),
+            steps=int(data["steps"]),
+            metric=str(data["metric"]),
+            fingerprint=str(data["fingerprint"]),
+            sentence=str(data["sentence"]),
+            direction=str(data.get("direction", "noise")),
+            qk_fix=bool(data.get("qk_fix", False)),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"EdgeScores({self.method}, steps={self.steps}, {self.graph.n_edges} edges of "
+            f"{self.graph.model_name}, metric {self.metric}, estimates)"
+        )
+
+
+def graph_dict(graph: Graph) -> dict[str, Any]:
+    """A graph's shape as plain data."""
+    return {
+        "n_layers": graph.n_layers,
+        "n_heads": graph.n_heads,
+        "n_kv_heads": graph.n_kv_heads,
+        "has_mlp": graph.has_mlp,
+        "model_name": graph.model_name,
+    }
+
+
+def graph_from_dict(data: Mapping[str, Any]) -> Graph:
+    """The graph of :func:`graph_dict`."""
+    return Graph(
+        n_layers=int(data["n_layers"]),
+        n_heads=int(data["n_heads"]),
+        n_kv_heads=int(data["n_kv_heads"]),
+        has_mlp=bool(data["has_mlp"]),
+        model_name=str(data["model_name"]),
+    )
+
+
+def _reader_gradients(
+    model: Any,
+    graph: Graph,
+    task: TokenizedPairs,
+    run: str,
+    metric: TargetMetric,
+    clean_logits: torch.Tensor,
+    embed: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given):
+    per receiver layer ``[n, pos, readers, d_model]`` gradients of each prompt's metric with
+    respect to each reader's own pre-norm input (readers in graph order: query heads, key
+    heads, value heads, then the MLP), and last the logits' ``[n, pos, 1, d_model]``."""
+    layers = range(graph.n_layers)
+    components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
+    kept: dict[Site, torch.Tensor] = {}
+    seen: dict[Site, torch.Tensor] = {}
+
+    def keeper(site: Site) -> Any:
+        def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            kept[site] = activation.clone()
+            return kept[site]
+
+        return keep
+
+    def looker(site: Site) -> Any:
+        def look(activation: torch.Tensor, hook: Any) -> None:
+            seen[site] = activation.detach()
+
+        return look
+
+    def replace(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        return embed.to(activation)
+
+    hooks: list[tuple[Site, Any]] = []
+    if embed is not None:
+        hooks.append((Site("resid_pre", 0), replace))
+    for layer in layers:
+        hooks.append((Site("resid_pre", layer), looker(Site("resid_pre", layer))))
+        if graph.has_mlp:
+            hooks.append((Site("resid_mid", layer), looker(Site("resid_mid", layer))))
+        hooks += [(Site(c, layer), keeper(Site(c, layer))) for c in components]
+    hooks.append((Site("final_resid"), keeper(Site("final_resid"))))
+    device = clean_logits.device
+    with torch.enable_grad():
+        out = forward(
+            model,
+            Prompts.of(tokens_of(task, run), task.attention_mask),
+            hooks=hooks,
+            readout="position_logits",
+            positions=task.answer_positions,
+            grad=True,
+        )
+        values = metric(
+            out.readout,
+            task.target_ids.to(device),
+            None if task.foil_ids is None else task.foil_ids.to(device),
+            clean_logits,
+        )
+        sites = list(kept)
+        grads = dict(zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True))
+        result = []
+        for layer in layers:
+            block = model.blocks[layer]
+            x = seen[Site("resid_pre", layer)]
+            weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
+            cotangent = torch.cat([grads[Site(c, layer)] for c in "qkv"], dim=2)
+            readers = weights.shape[0]
+            x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
+            projected = torch.einsum("bprd,rdk->bprk", block.ln1(x_rep), weights)
+            (attn,) = torch.autograd.grad(projected, [x_rep], grad_outputs=cotangent.to(projected))
+            parts = [attn]
+            if graph.has_mlp:
+                x_mid = seen[Site("resid_mid", layer)].clone().requires_grad_(True)
+                mlp_out = block.mlp(block.ln2(x_mid))
+                (mlp,) = torch.autograd.grad(
+                    mlp_out, [x_mid], grad_outputs=grads[Site("mlp_out", layer)].to(mlp_out)
+                )
+                parts.append(mlp.unsqueeze(2))
+            result.append(torch.cat(parts, dim=2).detach())
+        result.append(grads[Site("final_resid")].detach().unsqueeze(2))
+    return result
+
+
+def edge_scores(
+    model: Any,
+    task: TokenizedPairs,
+    *,
+    method: str = "eap",
+    steps: int = 5,
+    qk_fix: bool = False,
+    metric: str | TargetMetric = "logit_diff",
+    direction: str = "noise",
+    progress: Callable[[str], None] | None = None,
+) -> EdgeScores:
+    """Score every edge of the model's graph with EAP or EAP-IG (estimates).
+
+    Args:
+        model: a transformer-lens bridge in eval mode.
+        task: clean/corrupted prompt pairs of equal token lengths (batched: all at once).
+        method: ``"eap"`` or ``"eap-ig"``.
+        steps: EAP-IG's interpolation steps ``m >= 1`` (ignored by EAP).
+        qk_fix: AtP*'s QK fix; not implemented in this build (True is refused).
+        metric: a metric name or :class:`~interv.engine.targets.TargetMetric`.
+        direction: ``"noise"`` (default) or ``"denoise"`` (transformer-lens's convention).
+        progress: called with a short message after each gradient run.
+
+    Returns:
+        :class:`EdgeScores`.
+    """
+    target = check_task(model, task, metric)
+    runs = check_method(method, steps, qk_fix)
+    graph = Graph.from_model(model)
+    base_name, other_name = runs_of(direction)
+    base = capture_run(model, task, base_name)
+    other = capture_run(model, task, other_name)
+    clean_logits = base.logits if base_name == "clean" else other.logits
+    if target.name == "kl_from_clean" and base_name == "clean" and method == "eap":
+        raise IntervError(
+            "metric 'kl_from_clean' is minimal (zero gradient) at the clean run, so EAP on the "
+            "clean run scores every edge 0; use method='eap-ig', direction='denoise' or another "
+            "metric"
+        )
+    gradients: list[torch.Tensor] | None = None
+    for step in range(1, runs + 1):
+        embed = None
+        if runs > 1:
+            alpha = step / runs
+            embed = other.resid_pre[0] + alpha * (base.resid_pre[0] - other.resid_pre[0])
+        grads = _reader_gradients(model, graph, task, base_name, target, clean_logits, embed)
+        gradients = grads if gradients is None else [a + b for a, b in zip(gradients, grads, strict=True)]
+        if progress is not None:
+            progress(f"{method}: gradient run {step} of {runs}")
+    assert gradients is not None
+    gradients = [g / runs for g in gradients]
+    delta = sender_outputs(model, graph, other) - sender_outputs(model, graph, base)
+    per_prompt = torch.empty(graph.n_edges, task.n_pairs, dtype=torch.float64)
+    receivers = graph.receivers
+    position = 0
+    for layer_grads in gradients:
+        width = layer_grads.shape[2]
+        group = receivers[position : position + width]
+        position += width
+        n_senders = max(r.n_senders for r in group)
+        products = torch.einsum(
+            "bpud,bprd->bru", delta[:, :, :n_senders].double(), layer_grads.double()
+        )  # [n, readers, senders]
+        for j, receiver in enumerate(group):
+            block = products[:, j, : receiver.n_senders]
+            per_prompt[receiver.start : receiver.start + receiver.n_senders] = block.T.cpu()
+    scores = per_prompt.mean(-1)
+    name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
+    runs_text = (
+        f"the gradient at the {base_name} run"
+        if runs == 1
+        else f"the gradient averaged over {runs} runs with block 0's input interpolated from the "
+        f"{other_name} to the {base_name} prompts"
+    )
+    sentence = (
+        f"{name} estimates (first-order, not intervened) of each of the {graph.n_edges} edges' "
+        f"effect on the prompt-mean {target.definition}, over {task.n_pairs} prompt pairs: the "
+        f"sender's output moved from the {base_name} to the {other_name} run along that edge "
+        f"only ({direction}), {runs_text}"
+    )
+    return EdgeScores(
+        graph=graph,
+        scores=scores,
+        per_prompt=per_prompt,
+        method=method,
+        steps=runs,
+        metric=target.name,
+        fingerprint=fingerprint(
+            model, task, method=method, steps=runs, metric=target.name, direction=direction
+        ),
+        sentence=sentence,
+        direction=direction,
+        qk_fix=False,
+    )
