@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -101,3 +102,63 @@ def test_the_command_is_listed_in_the_help(capsys):
         main(["circuit", "--help"])
     out = capsys.readouterr().out
     assert "--verify-top K" in out and "--audit N" in out and "eap-ig" in out
+
+
+ZOO = ["circuit", "induction-2l", "--n-pairs", "8", "--verify-top", "5", "--audit", "10"]
+OUTPUTS = ("circuit.json", "faithfulness.json", "mission.json", "circuit.md", "circuit.html")
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The edges each exact evaluation is asked for; ``stop_after`` edges, then Ctrl-C."""
+    import interv.circuits.discovery as discovery
+
+    real = discovery.edge_effects
+    calls: dict = {"edges": [], "stop_after": None}
+
+    def edge_effects(model, task, graph, edges, *, on_batch=None, **kwargs):
+        edges = list(edges)
+        stop = calls["stop_after"]
+        if stop is not None:
+            head = edges[:stop]
+            values = real(model, task, graph, head, **kwargs)
+            calls["edges"] += head
+            if on_batch is not None:
+                on_batch(list(range(len(head))), values)
+            raise KeyboardInterrupt
+        calls["edges"] += edges
+        return real(model, task, graph, edges, on_batch=on_batch, **kwargs)
+
+    monkeypatch.setattr(discovery, "edge_effects", edge_effects)
+    return calls
+
+
+def test_a_zoo_run_writes_its_outputs_and_an_interrupted_run_resumes_without_recomputing(
+    tmp_path, capsys, counted
+):
+    out = tmp_path / "run"
+    counted["stop_after"] = 3
+    assert main([*ZOO, "--out", str(out)]) == 130  # Ctrl-C after 3 exact edges stored
+    first = list(counted["edges"])
+    assert len(first) == 3 and len((out / "exact.jsonl").read_text().splitlines()) == 1
+    assert not any((out / name).exists() for name in OUTPUTS)
+
+    counted.update(stop_after=None, edges=[])
+    assert main([*ZOO, "--out", str(out)]) == 0
+    assert not set(counted["edges"]) & set(first)
+    assert len(counted["edges"]) == 15 - 3
+    text = capsys.readouterr().out
+    assert "12 exact effects computed by this run; 3 stored by an earlier run were reused" in text
+    assert "5 exact (verified), 10 exact (audit), 66 estimated" in text
+    assert "concentrated, sink-parked heads outside the circuit:" in text
+    for name in OUTPUTS:
+        assert (out / name).is_file(), name
+    circuit = json.loads((out / "circuit.json").read_text())
+    assert circuit["status"].count("exact (verified)") == 5
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["computed_in_last_run"] == 12
+
+    counted["edges"] = []
+    assert main([*ZOO, "--out", str(out), "--quiet"]) == 0  # complete: nothing recomputed
+    assert counted["edges"] == []
+    assert capsys.readouterr().out == ""
