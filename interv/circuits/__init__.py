@@ -1,0 +1,53 @@
+"""Circuits, found and checked: edge screens (EAP, EAP-IG) verified by exact path patching.
+
+- :class:`Graph`, :class:`Node`, :class:`Edge` (:mod:`interv.circuits.graph`): the
+  residual-stream graph, grouped-query attention native.
+- :func:`edge_scores` (:mod:`interv.circuits.screens`): EAP and EAP-IG estimates of every
+  edge at once.
+- :func:`edge_effects` (:mod:`interv.circuits.patching`): exact path patching of edges.
+- :func:`discover` (:mod:`interv.circuits.discovery`): screen, verify the top, audit the
+  rest (:func:`interv.audit.verify_screen`), per-edge status.
+- :func:`faithfulness`, :func:`cpr`, :func:`cmd` (:mod:`interv.circuits.faithfulness`):
+  MIB's faithfulness curve, exact, with bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from interv._lazy import lazy_exports
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "Node": "interv.circuits.graph",
+    "Edge": "interv.circuits.graph",
+    "Graph": "interv.circuits.graph",
+    "edge_effects": "interv.circuits.patching",
+    "edge_scores": "interv.circuits.screens",
+    "EdgeScores": "interv.circuits.screens",
+    "discover": "interv.circuits.discovery",
+    "CircuitResult": "interv.circuits.discovery",
+    "faithfulness": "interv.circuits.faithfulness",
+    "FaithfulnessCurve": "interv.circuits.faithfulness",
+    "MIB_FRACTIONS": "interv.circuits.faithfulness",
+    "cpr": "interv.circuits.faithfulness",
+    "cmd": "interv.circuits.faithfulness",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("interv.circuits", _EXPORTS, globals())
+
+
+if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv.circuits.discovery import CircuitResult, discover
+    from interv.circuits.faithfulness import (
+        MIB_FRACTIONS,
+        FaithfulnessCurve,
+        cmd,
+        cpr,
+        faithfulness,
+    )
+    from interv.circuits.graph import Edge, Graph, Node
+    from interv.circuits.patching import edge_effects
+    from interv.circuits.screens import EdgeScores, edge_scores

@@ -267,7 +267,9 @@ def edge_effects(
     other = capture_run(model, task, other_name)
     if base.prefix is None:
         raise IntervError("the base forward did not record its block inputs (prefix reuse)")
-    base_values = per_prompt_metric(target, task, base.logits, _clean_logits(base, other, base_name))
+    base_values = per_prompt_metric(
+        target, task, base.logits, _clean_logits(base, other, base_name)
+    )
     clean_logits = _clean_logits(base, other, base_name)
     if batch_size is None:
         batch_size = _default_batch_size(n, task.n_positions, model.cfg.d_model)
@@ -339,7 +341,9 @@ def _patched_forward(
 
         return edit
 
-    hooks = [(Site(component, layer), editor(changes)) for (component, layer), changes in edits.items()]
+    hooks = [
+        (Site(component, layer), editor(changes)) for (component, layer), changes in edits.items()
+    ]
     suffix = Suffix(
         prefixes=(base.prefix,) * len(indices),
         start_layer=starts[0],

@@ -188,7 +188,9 @@ class EdgeScores:
         return cls(
             graph=graph,
             scores=scores,
-            per_prompt=None if per_prompt is None else torch.tensor(per_prompt, dtype=torch.float64),
+            per_prompt=None
+            if per_prompt is None
+            else torch.tensor(per_prompt, dtype=torch.float64),
             method=str(data["method"]),
             steps=int(data["steps"]),
             metric=str(data["metric"]),
@@ -287,7 +289,9 @@ def _reader_gradients(
             clean_logits,
         )
         sites = list(kept)
-        grads = dict(zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True))
+        grads = dict(
+            zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True)
+        )
         result = []
         for layer in layers:
             block = model.blocks[layer]
@@ -357,7 +361,9 @@ def edge_scores(
             alpha = step / runs
             embed = other.resid_pre[0] + alpha * (base.resid_pre[0] - other.resid_pre[0])
         grads = _reader_gradients(model, graph, task, base_name, target, clean_logits, embed)
-        gradients = grads if gradients is None else [a + b for a, b in zip(gradients, grads, strict=True)]
+        gradients = (
+            grads if gradients is None else [a + b for a, b in zip(gradients, grads, strict=True)]
+        )
         if progress is not None:
             progress(f"{method}: gradient run {step} of {runs}")
     assert gradients is not None

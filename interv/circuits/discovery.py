@@ -1,0 +1,295 @@
+"""Circuit discovery: screen every edge, verify the top exactly, audit the rest.
+
+>>> result = discover(model, task, method="eap-ig", screen=Screen(top_k=200, audit=200))
+>>> result.status[:3]        # "exact (verified)", "exact (audit)" or "estimated"
+>>> result.circuit(50)       # the 50 strongest edges, exact values first
+
+The screen (:func:`interv.circuits.edge_scores`) estimates every edge; the shared
+:func:`interv.audit.verify_screen` patches the top ``top_k`` by ``|estimate|`` exactly
+(:func:`interv.circuits.edge_effects`), audits a uniform random sample of the rest, bounds
+the miss rate (Clopper-Pearson) and gives the rank agreement of screen and exact (Spearman
+with a bootstrap interval). Each edge keeps its status; estimates and exact values are
+never mixed silently.
+
+Resume: ``known`` (edge index -> exact prompt-mean effect already computed, e.g. by an
+interrupted run's ``on_exact``) is reused, never recomputed; pass the interrupted run's
+``scores`` too so the ranking and the audit sample are the same.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv._pandas import require_pandas
+from interv.audit import ESTIMATED, Audit, Screen, verify_screen
+from interv.circuits.graph import Edge, Graph
+from interv.circuits.patching import check_task, edge_effects
+from interv.circuits.screens import EdgeScores, edge_scores
+from interv.engine.targets import TargetMetric
+from interv.errors import IntervError
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["CircuitResult", "discover"]
+
+FORMAT = "interv.circuit/1"
+
+
+@dataclass(frozen=True, eq=False)
+class CircuitResult:
+    """A screened, verified and audited edge ranking.
+
+    Attributes:
+        graph: the model's graph.
+        scores: the screen's :class:`~interv.circuits.EdgeScores` (estimates).
+        audit: the verification and audit (:class:`interv.audit.Audit`), per edge in graph
+            order: exact prompt-mean effects where checked (NaN elsewhere), statuses.
+        fingerprint: the screen's fingerprint (model, prompts, settings).
+        model_name, task_name: what was run.
+        sentence: what the numbers are, in one sentence.
+    """
+
+    graph: Graph
+    scores: EdgeScores
+    audit: Audit
+    fingerprint: str
+    model_name: str
+    task_name: str
+    sentence: str
+
+    @property
+    def status(self) -> tuple[str, ...]:
+        """Per edge: ``"exact (verified)"``, ``"exact (audit)"`` or ``"estimated"``."""
+        return self.audit.status
+
+    @property
+    def exact(self) -> torch.Tensor:
+        """``[n_edges]`` exact prompt-mean effects where checked, NaN elsewhere."""
+        return self.audit.exact
+
+    @property
+    def value(self) -> torch.Tensor:
+        """``[n_edges]`` the exact effect where checked, the estimate elsewhere (read
+        :attr:`status` beside it)."""
+        return self.audit.value
+
+    def ranking(self) -> torch.Tensor:
+        """Every edge index: checked edges by descending ``|exact|``, then the estimated
+        ones by descending ``|estimate|``."""
+        checked = self.audit.checked
+        key = torch.where(checked, self.exact.abs(), self.scores.scores.abs())
+        # checked first: sort by (not checked, -|value|)
+        order = torch.sort(-key, stable=True).indices
+        return torch.cat([order[checked[order]], order[~checked[order]]])
+
+    def circuit(self, n: int | None = None) -> list[Edge]:
+        """The top ``n`` edges (default ``top_k``) by the best value available, exact first."""
+        n = self.audit.screen.top_k if n is None else n
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.graph.n_edges:
+            raise IntervError(
+                f"n must be an int in 1..{self.graph.n_edges} (the graph's edges); got {n!r}"
+            )
+        return [self.graph.edges[i] for i in self.ranking()[:n].tolist()]
+
+    def heads(self, n: int | None = None) -> dict[str, float]:
+        """Nodes of :meth:`circuit` (``n`` edges) -> the summed ``|value|`` of their edges
+        (as sender or receiver), largest first."""
+        totals: dict[str, float] = {}
+        index = {edge: i for i, edge in enumerate(self.graph.edges)}
+        values = self.value
+        for edge in self.circuit(n):
+            amount = abs(float(values[index[edge]]))
+            for node in (edge.sender, edge.receiver):
+                totals[node.label] = totals.get(node.label, 0.0) + amount
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+    def to_pandas(self) -> Any:
+        """One row per edge: edge, sender, receiver, input, score, exact, status, rank."""
+        pd = require_pandas()
+        rank = torch.empty(self.graph.n_edges, dtype=torch.long)
+        rank[self.ranking()] = torch.arange(1, self.graph.n_edges + 1)
+        edges = self.graph.edges
+        exact = [None if math.isnan(v) else v for v in self.exact.tolist()]
+        return pd.DataFrame(
+            {
+                "edge": [e.label for e in edges],
+                "sender": [e.sender.label for e in edges],
+                "receiver": [e.receiver.label for e in edges],
+                "input": [e.input for e in edges],
+                "score": self.scores.scores.tolist(),
+                "exact": pd.array(exact, dtype="Float64"),
+                "status": list(self.status),
+                "rank": rank.tolist(),
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (format ``interv.circuit/1``); :meth:`from_dict` inverts it."""
+        return {
+            "format": FORMAT,
+            "model": self.model_name,
+            "task": self.task_name,
+            "fingerprint": self.fingerprint,
+            "method": self.scores.method,
+            "steps": self.scores.steps,
+            "qk_fix": self.scores.qk_fix,
+            "metric": self.scores.metric,
+            "edges": [e.label for e in self.graph.edges],
+            "scores": self.scores.scores.tolist(),
+            "exact": [None if math.isnan(v) else v for v in self.exact.tolist()],
+            "status": list(self.status),
+            "audit": self.audit.to_dict(),
+            "sentence": self.sentence,
+            "edge_scores": self.scores.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CircuitResult:
+        """The result :meth:`to_dict` wrote."""
+        if data.get("format") != FORMAT:
+            raise IntervError(
+                f"not a circuit result: format {data.get('format')!r}, expected {FORMAT!r}"
+            )
+        scores = EdgeScores.from_dict(data["edge_scores"])
+        labels = [e.label for e in scores.graph.edges]
+        if list(data["edges"]) != labels:
+            raise IntervError("the stored edges do not match the stored graph's canonical order")
+        return cls(
+            graph=scores.graph,
+            scores=scores,
+            audit=Audit.from_dict(data["audit"]),
+            fingerprint=str(data["fingerprint"]),
+            model_name=str(data["model"]),
+            task_name=str(data["task"]),
+            sentence=str(data["sentence"]),
+        )
+
+    def __repr__(self) -> str:
+        audit = self.audit
+        return (
+            f"CircuitResult({self.model_name}, {self.task_name}, {self.scores.method}: "
+            f"{self.graph.n_edges} edges, {audit.n_verified} verified, "
+            f"{int(audit.audited.numel())} audited, miss rate <= {audit.miss_bound:.3g})"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = []
+        values = self.value
+        for i in self.ranking()[:10].tolist():
+            rows.append(
+                f"<tr><td>{html.escape(self.graph.edges[i].label)}</td>"
+                f"<td>{float(self.scores.scores[i]):.4g}</td><td>{float(values[i]):.4g}</td>"
+                f"<td>{html.escape(self.status[i])}</td></tr>"
+            )
+        return (
+            f"<p>{html.escape(self.sentence)}</p><table><tr><th>edge</th><th>estimate</th>"
+            f"<th>value</th><th>status</th></tr>{''.join(rows)}</table>"
+        )
+
+
+def _known_tensor(known: Mapping[int, float] | None, graph: Graph) -> torch.Tensor | None:
+    if known is None:
+        return None
+    out = torch.full((graph.n_edges,), torch.nan, dtype=torch.float64)
+    for key, value in dict(known).items():
+        out[graph.index(key)] = float(value)
+    return out
+
+
+def discover(
+    model: Any,
+    task: TokenizedPairs,
+    *,
+    method: str = "eap",
+    steps: int = 5,
+    qk_fix: bool = False,
+    screen: Screen = Screen(top_k=200, audit=200, alpha=0.05),  # noqa: B008 - frozen value
+    metric: str | TargetMetric = "logit_diff",
+    known: Mapping[int, float] | None = None,
+    scores: EdgeScores | None = None,
+    batch_size: int | None = None,
+    on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CircuitResult:
+    """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
+
+    Args:
+        model: a transformer-lens bridge in eval mode.
+        task: clean/corrupted prompt pairs of equal token lengths.
+        method, steps, qk_fix, metric: the screen (:func:`interv.circuits.edge_scores`).
+        screen: the checking rule (:class:`interv.Screen`); its ``top_k`` must not exceed
+            the graph's edges.
+        known: edge index (or label) -> exact prompt-mean effect already computed; reused.
+        scores: the screen's scores from an earlier (interrupted) call; None computes them.
+        batch_size: edges per stacked exact forward (:func:`interv.circuits.edge_effects`).
+        on_exact: called with ``(edge indices, [k] exact effects)`` after each stacked
+            forward (store them to resume after a kill).
+        progress: called with short messages.
+
+    Returns:
+        :class:`CircuitResult`.
+    """
+    target = check_task(model, task, metric)
+    if not isinstance(screen, Screen):
+        raise IntervError(
+            f"screen must be an interv.Screen (e.g. Screen(top_k=200, audit=200)); got {screen!r}"
+        )
+    graph = Graph.from_model(model)
+    if screen.top_k > graph.n_edges:
+        raise IntervError(
+            f"Screen top_k ({screen.top_k}) must be at most the graph's {graph.n_edges} edges"
+        )
+    if scores is None:
+        scores = edge_scores(
+            model, task, method=method, steps=steps, qk_fix=qk_fix, metric=target, progress=progress
+        )
+    elif scores.graph.n_edges != graph.n_edges:
+        raise IntervError(
+            f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
+            f"{graph.n_edges}"
+        )
+
+    def evaluate(indices: torch.Tensor) -> torch.Tensor:
+        todo = indices.tolist()
+        if progress is not None:
+            progress(f"exact path patching of {len(todo)} edges")
+
+        def done(local: list[int], values: torch.Tensor) -> None:
+            if on_exact is not None:
+                on_exact([todo[i] for i in local], values.mean(-1))
+
+        return edge_effects(
+            model, task, graph, todo, metric=target, batch_size=batch_size, on_batch=done
+        )
+
+    name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
+    audit = verify_screen(
+        screen,
+        scores.scores,
+        evaluate,
+        method=f"{name} edge screen",
+        known=_known_tensor(known, graph),
+    )
+    n_estimated = sum(s == ESTIMATED for s in audit.status)
+    sentence = (
+        f"{graph.n_edges} edges of {graph.model_name} on {task.name} ({task.n_pairs} prompt "
+        f"pairs), metric: prompt-mean {target.definition}; exact = path patching of the edge "
+        f"alone (the sender's corrupted output into the receiver's input, the clean run "
+        f"elsewhere); {audit.describe()}; {n_estimated} edges carry estimates only"
+    )
+    return CircuitResult(
+        graph=graph,
+        scores=scores,
+        audit=audit,
+        fingerprint=scores.fingerprint,
+        model_name=graph.model_name,
+        task_name=task.name,
+        sentence=sentence,
+    )

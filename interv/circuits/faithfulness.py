@@ -1,0 +1,544 @@
+"""Faithfulness of circuits at MIB's edge fractions, exact, batched over prompts and circuits.
+
+A circuit ``C`` keeps its edges; every other edge is patched: its reader reads the
+*complement's* output of the sender instead of the live one. Each reader's input is rebuilt
+exactly (the pre-norm residual stream is a sum of writers' outputs)::
+
+    input(v) = R(v) + sum_{u -> v in C} (a_live(u) - a_R(u))
+
+with ``R`` the complement: the corrupted run (``complement="corrupted"``: ``R(v)`` its
+residual stream at ``v``, ``a_R(u)`` its sender outputs) or the position-wise mean over the
+corrupted prompts (``"mean"``). Everything runs on the clean prompts and live downstream;
+every circuit of the curve is one copy of the prompts in one stacked forward.
+
+Faithfulness (MIB circuit track, Mueller et al. 2025)::
+
+    f(C) = (m(C) - m(empty)) / (m(full) - m(empty))
+
+of the prompt-mean metric ``m`` (``m(full)`` is the clean run, ``m(empty)`` every edge
+patched), at edge fractions :data:`MIB_FRACTIONS` (``round(fraction * n_edges)`` edges, at
+least one). The per-prompt ratios are kept too; intervals are percentile bootstraps over
+prompts of the ratio of means. CPR (area under ``f`` over the fractions, trapezoids, circuits
+from *signed* values: the edges whose patching lowers the metric most first) and CMD (area
+between ``f`` and 1, ``|1 - f|``, circuits by absolute value) as MIB's circuit track computes
+them (linear fraction axis). Higher CPR and lower CMD are better.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interv._pandas import require_pandas
+from interv.circuits.discovery import CircuitResult
+from interv.circuits.graph import Edge, Graph
+from interv.circuits.patching import (
+    Run,
+    capture_run,
+    check_task,
+    head_outputs,
+    per_prompt_metric,
+    qkv_weights,
+)
+from interv.circuits.screens import EdgeScores, fingerprint
+from interv.engine.forward import Prompts, forward
+from interv.engine.sites import Site
+from interv.engine.targets import TargetMetric
+from interv.errors import IntervError
+from interv.stats import bootstrap_indices, percentile_interval
+
+if TYPE_CHECKING:
+    from interv.tasks.tokenized import TokenizedPairs
+
+__all__ = ["COMPLEMENTS", "MIB_FRACTIONS", "FaithfulnessCurve", "cmd", "cpr", "faithfulness"]
+
+MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+"""MIB's circuit sizes: 0.1 % ... 100 % of the graph's edges."""
+
+COMPLEMENTS: tuple[str, ...] = ("corrupted", "mean")
+"""What fills the edges outside a circuit: the corrupted run, or its position-wise mean."""
+
+FORMAT = "interv.faithfulness/1"
+
+
+def _area(fractions: Sequence[float], values: Sequence[float]) -> float:
+    total = 0.0
+    for i in range(len(values) - 1):
+        total += (fractions[i + 1] - fractions[i]) * (values[i] + values[i + 1]) / 2
+    return total
+
+
+def _check_curve(fractions: Sequence[float], faith: Sequence[float]) -> tuple[list, list]:
+    xs = [float(x) for x in fractions]
+    ys = [float(y) for y in faith]
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise IntervError(
+            f"fractions and faithfulness values must pair up, at least two of each; got "
+            f"{len(xs)} and {len(ys)}"
+        )
+    if any(b <= a for a, b in itertools.pairwise(xs)):
+        raise IntervError(f"fractions must increase; got {xs}")
+    return xs, ys
+
+
+def cpr(fractions: Sequence[float], faith: Sequence[float]) -> float:
+    """Circuit performance ratio: the trapezoid area under the faithfulness curve over the
+    (linear) fraction axis, as MIB's circuit track computes it (higher is better)."""
+    xs, ys = _check_curve(fractions, faith)
+    return _area(xs, ys)
+
+
+def cmd(fractions: Sequence[float], faith: Sequence[float]) -> float:
+    """Circuit-model difference: the trapezoid area of ``|1 - f|`` over the (linear)
+    fraction axis, as MIB's circuit track computes it (lower is better)."""
+    xs, ys = _check_curve(fractions, faith)
+    return _area(xs, [abs(1.0 - y) for y in ys])
+
+
+@dataclass(frozen=True, eq=False)
+class FaithfulnessCurve:
+    """Faithfulness of the top edges at each fraction (exact: every edge patched).
+
+    Attributes:
+        fractions: edge fractions evaluated.
+        n_edges_kept: circuit size at each fraction.
+        per_prompt: ``[n_fractions, n_prompts]`` float64 per-prompt faithfulness (NaN where
+            a prompt's full and empty metrics are equal).
+        mean: faithfulness of the prompt-mean metric at each fraction (circuits by |value|).
+        low, high: its percentile bootstrap interval over prompts (``level``).
+        signed_mean: the same for circuits by signed value (for CPR).
+        m_full, m_empty: prompt-mean metric of the clean run and with every edge patched.
+        cpr, cmd: MIB's areas (CPR from ``signed_mean``, CMD from ``mean``).
+        cpr_interval, cmd_interval: their bootstrap intervals.
+        complement: ``"corrupted"`` or ``"mean"``.
+        sentence: what the numbers are, in one sentence.
+        fingerprint: hash of model, prompts and settings.
+    """
+
+    fractions: tuple[float, ...]
+    n_edges_kept: list[int]
+    per_prompt: torch.Tensor
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    signed_mean: list[float]
+    m_full: float
+    m_empty: float
+    cpr: float
+    cmd: float
+    cpr_interval: tuple[float, float]
+    cmd_interval: tuple[float, float]
+    complement: str
+    sentence: str
+    fingerprint: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (format ``interv.faithfulness/1``)."""
+
+        def clean(values: Sequence[float]) -> list[float | None]:
+            return [None if math.isnan(v) else float(v) for v in values]
+
+        return {
+            "format": FORMAT,
+            "fingerprint": self.fingerprint,
+            "fractions": list(self.fractions),
+            "n_edges_kept": list(self.n_edges_kept),
+            "per_prompt": [clean(row) for row in self.per_prompt.tolist()],
+            "mean": clean(self.mean),
+            "low": clean(self.low),
+            "high": clean(self.high),
+            "signed_mean": clean(self.signed_mean),
+            "m_full": self.m_full,
+            "m_empty": self.m_empty,
+            "cpr": self.cpr,
+            "cmd": self.cmd,
+            "cpr_interval": clean(self.cpr_interval),
+            "cmd_interval": clean(self.cmd_interval),
+            "complement": self.complement,
+            "sentence": self.sentence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaithfulnessCurve:
+        """The curve :meth:`to_dict` wrote."""
+        if data.get("format") != FORMAT:
+            raise IntervError(
+                f"not a faithfulness curve: format {data.get('format')!r}, expected {FORMAT!r}"
+            )
+
+        def floats(values: Sequence[float | None]) -> list[float]:
+            return [math.nan if v is None else float(v) for v in values]
+
+        return cls(
+            fractions=tuple(float(f) for f in data["fractions"]),
+            n_edges_kept=[int(k) for k in data["n_edges_kept"]],
+            per_prompt=torch.tensor([floats(r) for r in data["per_prompt"]], dtype=torch.float64),
+            mean=floats(data["mean"]),
+            low=floats(data["low"]),
+            high=floats(data["high"]),
+            signed_mean=floats(data["signed_mean"]),
+            m_full=float(data["m_full"]),
+            m_empty=float(data["m_empty"]),
+            cpr=float(data["cpr"]),
+            cmd=float(data["cmd"]),
+            cpr_interval=tuple(floats(data["cpr_interval"])),  # type: ignore[arg-type]
+            cmd_interval=tuple(floats(data["cmd_interval"])),  # type: ignore[arg-type]
+            complement=str(data["complement"]),
+            sentence=str(data["sentence"]),
+            fingerprint=str(data["fingerprint"]),
+        )
+
+    def to_pandas(self) -> Any:
+        """One row per fraction: fraction, n_edges_kept, faithfulness, low, high, signed."""
+        pd = require_pandas()
+        return pd.DataFrame(
+            {
+                "fraction": list(self.fractions),
+                "n_edges_kept": list(self.n_edges_kept),
+                "faithfulness": self.mean,
+                "low": self.low,
+                "high": self.high,
+                "faithfulness_signed": self.signed_mean,
+            }
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"FaithfulnessCurve({len(self.fractions)} fractions, complement {self.complement}, "
+            f"CPR {self.cpr:.3g}, CMD {self.cmd:.3g})"
+        )
+
+
+def _rankings(ranking: Any, graph: Graph) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(edge order by |value|, edge order by signed value, what the values are)."""
+    if isinstance(ranking, CircuitResult):
+        absolute = ranking.ranking()
+        value = ranking.value
+        signed = torch.sort(value, stable=True).indices  # most negative noising effect first
+        return absolute, signed, "the circuit result's values (exact where checked)"
+    if isinstance(ranking, EdgeScores):
+        absolute = torch.sort(-ranking.scores.abs(), stable=True).indices
+        signed = torch.sort(ranking.scores, stable=True).indices
+        return absolute, signed, f"{ranking.method} estimates"
+    if isinstance(ranking, str) or not isinstance(ranking, Sequence):
+        raise IntervError(
+            "ranking must be a CircuitResult, EdgeScores or a sequence of edges (labels, Edge "
+            f"objects or indices), best first; got {type(ranking).__name__}"
+        )
+    order = graph.indices(ranking)
+    if len(set(order)) != len(order):
+        raise IntervError("ranking must not repeat an edge")
+    rest = [i for i in range(graph.n_edges) if i not in set(order)]
+    full = torch.tensor(order + rest, dtype=torch.long)
+    return full, full, "the given edge order"
+
+
+def _sizes(fractions: Sequence[float], n_edges: int) -> list[int]:
+    sizes = []
+    for fraction in fractions:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise IntervError(f"fractions must be numbers in (0, 1]; got {fraction!r}")
+        if not 0 < fraction <= 1:
+            raise IntervError(
+                f"fraction {fraction} is beyond the graph: fractions must lie in (0, 1] "
+                f"(1 = all {n_edges} edges)"
+            )
+        sizes.append(max(1, round(fraction * n_edges)))
+    return sizes
+
+
+def faithfulness(
+    model: Any,
+    task: TokenizedPairs,
+    ranking: CircuitResult | EdgeScores | Sequence[Edge | str | int],
+    *,
+    fractions: Sequence[float] = MIB_FRACTIONS,
+    complement: str = "corrupted",
+    greedy: bool = False,
+    metric: str | TargetMetric = "logit_diff",
+    n_bootstrap: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    batch_size: int | None = None,
+) -> FaithfulnessCurve:
+    """The faithfulness curve of the top edges of ``ranking`` (see the module docstring).
+
+    Args:
+        model: a transformer-lens bridge in eval mode.
+        task: clean/corrupted prompt pairs of equal token lengths.
+        ranking: a :class:`CircuitResult` (exact values where checked), :class:`EdgeScores`
+            or edges best first.
+        fractions: increasing edge fractions in (0, 1].
+        complement: ``"corrupted"`` or ``"mean"``.
+        greedy: greedy circuit growth; not implemented in this build (True is refused).
+        metric: a metric name or TargetMetric.
+        n_bootstrap, level, seed: the bootstrap over prompts.
+        batch_size: circuits (copies of the prompts) per stacked forward; None: about
+            256 MiB of sender outputs per forward.
+
+    Returns:
+        :class:`FaithfulnessCurve`.
+    """
+    target = check_task(model, task, metric)
+    if complement not in COMPLEMENTS:
+        raise IntervError(f"unknown complement {complement!r}; choose one of {COMPLEMENTS}")
+    if greedy:
+        raise IntervError(
+            "greedy=True (greedy circuit growth) is not implemented in this build; use "
+            "greedy=False (the top edges of the ranking)"
+        )
+    fractions = tuple(fractions)
+    graph = Graph.from_model(model)
+    sizes = _sizes(fractions, graph.n_edges)
+    if any(b <= a for a, b in itertools.pairwise(fractions)):
+        raise IntervError(f"fractions must increase; got {list(fractions)}")
+    absolute, signed, what = _rankings(ranking, graph)
+    masks = []
+    for order in (absolute, signed):
+        for size in sizes:
+            mask = torch.zeros(graph.n_edges, dtype=torch.bool)
+            mask[order[:size]] = True
+            masks.append(mask)
+    masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
+    kept = torch.stack(masks)
+    clean = capture_run(model, task, "clean")
+    corrupted = capture_run(model, task, "corrupted")
+    replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
+    values = circuit_metrics(
+        model, task, graph, kept, replacement, target, clean.logits, batch_size
+    )
+    full = per_prompt_metric(target, task, clean.logits, clean.logits)[0].double().cpu()
+    n_frac = len(fractions)
+    absolute_values, signed_values, empty = values[:n_frac], values[n_frac:-1], values[-1]
+    gap = full - empty
+    with torch.no_grad():
+        per_prompt = (absolute_values - empty) / gap
+    per_prompt = torch.where(gap.abs() > 0, per_prompt, torch.nan)
+
+    def ratio(rows: torch.Tensor) -> torch.Tensor:
+        return (rows.mean(-1) - empty.mean()) / (full.mean() - empty.mean())
+
+    if float(gap.mean().abs()) == 0.0:
+        raise IntervError(
+            "the clean run and the empty circuit give the same prompt-mean metric, so "
+            "faithfulness is undefined; choose prompt pairs the metric separates"
+        )
+    mean = ratio(absolute_values).tolist()
+    signed_mean = ratio(signed_values).tolist()
+    draws = bootstrap_indices(task.n_pairs, n_bootstrap, seed)  # [B, n]
+    boot_abs = _boot_ratio(absolute_values, empty, full, draws)  # [B, n_frac]
+    boot_signed = _boot_ratio(signed_values, empty, full, draws)
+    low, high = [], []
+    for j in range(n_frac):
+        a, b = percentile_interval(boot_abs[:, j], level)
+        low.append(a)
+        high.append(b)
+    boot_cpr = torch.tensor([cpr(fractions, row.tolist()) for row in boot_signed])
+    boot_cmd = torch.tensor([cmd(fractions, row.tolist()) for row in boot_abs])
+    source = (
+        "the corrupted run"
+        if complement == "corrupted"
+        else "the mean of the corrupted runs (per position)"
+    )
+    sentence = (
+        f"faithfulness (m(C) - m(empty)) / (m(full) - m(empty)) of the prompt-mean "
+        f"{target.definition}, over {task.n_pairs} prompt pairs of {task.name}: circuits of the "
+        f"top {sizes[0]}..{sizes[-1]} of {graph.n_edges} edges by {what}, every other edge's "
+        f"sender patched from {source} (exact), the rest of the clean run live; intervals: "
+        f"{level:.0%} percentile bootstrap over prompts ({n_bootstrap} resamples, seed {seed}); "
+        "CPR from circuits by signed value, CMD by absolute value"
+    )
+    return FaithfulnessCurve(
+        fractions=fractions,
+        n_edges_kept=sizes,
+        per_prompt=per_prompt,
+        mean=mean,
+        low=low,
+        high=high,
+        signed_mean=signed_mean,
+        m_full=float(full.mean()),
+        m_empty=float(empty.mean()),
+        cpr=cpr(fractions, signed_mean),
+        cmd=cmd(fractions, mean),
+        cpr_interval=percentile_interval(boot_cpr, level),
+        cmd_interval=percentile_interval(boot_cmd, level),
+        complement=complement,
+        sentence=sentence,
+        fingerprint=fingerprint(
+            model,
+            task,
+            kind="faithfulness",
+            complement=complement,
+            fractions=fractions,
+            metric=target.name,
+        ),
+    )
+
+
+def _boot_ratio(
+    rows: torch.Tensor, empty: torch.Tensor, full: torch.Tensor, draws: torch.Tensor
+) -> torch.Tensor:
+    """``[B, n_rows]`` faithfulness of the prompt means of each bootstrap resample."""
+    r = rows[:, draws].mean(-1)  # [n_rows, B]
+    e = empty[draws].mean(-1)  # [B]
+    f = full[draws].mean(-1)
+    return ((r - e) / (f - e)).T
+
+
+def _mean_run(run: Run, task: TokenizedPairs) -> Run:
+    """The position-wise mean over prompts of every captured activation, broadcast back."""
+
+    def mean(t: torch.Tensor) -> torch.Tensor:
+        return t.mean(0, keepdim=True).expand_as(t).contiguous()
+
+    return Run(
+        resid_pre=[mean(t) for t in run.resid_pre],
+        resid_mid=[mean(t) for t in run.resid_mid],
+        z=[mean(t) for t in run.z],
+        mlp_out=[mean(t) for t in run.mlp_out],
+        final=mean(run.final),
+        logits=run.logits,
+        prefix=None,
+    )
+
+
+def circuit_metrics(
+    model: Any,
+    task: TokenizedPairs,
+    graph: Graph,
+    kept: torch.Tensor,
+    replacement: Run,
+    metric: TargetMetric,
+    clean_logits: torch.Tensor,
+    batch_size: int | None = None,
+) -> torch.Tensor:
+    """``[n_circuits, n_prompts]`` float64 metric of the clean prompts with every edge outside
+    each circuit (``kept``: ``[n_circuits, n_edges]`` bool) patched from ``replacement``."""
+    n = task.n_pairs
+    d_model = model.cfg.d_model
+    if batch_size is None:
+        per_copy = n * task.n_positions * len(graph.senders) * d_model * 4
+        batch_size = max(1, (256 << 20) // max(per_copy, 1))
+    out = torch.empty(kept.shape[0], n, dtype=torch.float64)
+    with torch.no_grad():
+        for first in range(0, kept.shape[0], batch_size):
+            chunk = kept[first : first + batch_size]
+            logits = _circuit_forward(model, task, graph, chunk, replacement)
+            out[first : first + chunk.shape[0]] = (
+                per_prompt_metric(metric, task, logits, clean_logits).double().cpu()
+            )
+    return out
+
+
+def _circuit_forward(
+    model: Any, task: TokenizedPairs, graph: Graph, kept: torch.Tensor, repl: Run
+) -> torch.Tensor:
+    """One stacked forward, one copy of the clean prompts per circuit (see the module)."""
+    copies = kept.shape[0]
+    n = task.n_pairs
+    rows = copies * n
+    device = repl.final.device
+    dtype = repl.final.dtype
+    n_senders = len(graph.senders)
+
+    def rep(t: torch.Tensor) -> torch.Tensor:
+        return t.repeat(copies, *([1] * (t.ndim - 1)))
+
+    clean_tokens = Prompts.of(task.clean_tokens, task.attention_mask).repeat(copies)
+    positions = task.answer_positions.repeat(copies)
+    deltas = torch.zeros(
+        rows, task.n_positions, n_senders, model.cfg.d_model, dtype=dtype, device=device
+    )
+    masks = kept.to(device=device, dtype=dtype).repeat_interleave(n, dim=0)  # [rows, n_edges]
+    pending: dict[tuple[str, int], torch.Tensor] = {}
+    inside: list[bool] = []
+    receivers = graph.receivers
+    by_layer: dict[int, list[Any]] = {}
+    for receiver in receivers:
+        key = -1 if receiver.input == "logits" else receiver.node.layer
+        by_layer.setdefault(key, []).append(receiver)
+
+    def gathered(group: list[Any], n_used: int) -> torch.Tensor:
+        """``[rows, pos, readers, d_model]``: the kept senders' summed deltas per reader."""
+        weights = torch.stack(
+            [masks[:, r.start : r.start + r.n_senders] for r in group], dim=1
+        )  # [rows, readers, n_used] (all readers of a group read the same senders)
+        return torch.einsum("bpud,bru->bprd", deltas[:, :, :n_used], weights)
+
+    def embed_hook(activation: torch.Tensor, hook: Any) -> None:
+        deltas[:, :, 0] = activation - rep(repl.resid_pre[0])
+
+    def compute_inputs(layer: int) -> None:
+        group = [r for r in by_layer[layer] if r.input != "mlp"]
+        used = graph.n_senders_before(layer)
+        inputs = rep(repl.resid_pre[layer]).unsqueeze(2) + gathered(group, used)
+        normed = model.blocks[layer].ln1(inputs)
+        attn = model.blocks[layer].attn
+        h, kv = graph.n_heads, graph.n_kv_heads
+        parts = {"q": (0, h), "k": (h, h + kv), "v": (h + kv, h + 2 * kv)}
+        for component, (a, b) in parts.items():
+            weight = qkv_weights(model, layer, component).to(normed)
+            value = torch.einsum("bprd,rdk->bprk", normed[:, :, a:b], weight)
+            bias = getattr(attn, f"b_{component.upper()}", None)
+            if bias is not None:
+                value = value + bias.to(value)
+            pending[(component, layer)] = value
+
+    def qkv_hook(component: str, layer: int) -> Any:
+        def hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            if (component, layer) not in pending:
+                compute_inputs(layer)
+            return pending.pop((component, layer)).to(activation)
+
+        return hook
+
+    def z_hook(layer: int) -> Any:
+        def hook(activation: torch.Tensor, hook: Any) -> None:
+            start = graph.n_senders_before(layer)
+            live = head_outputs(model, layer, activation)
+            deltas[:, :, start : start + graph.n_heads] = live - head_outputs(
+                model, layer, rep(repl.z[layer])
+            )
+
+        return hook
+
+    def mlp_hook(layer: int) -> Any:
+        def hook(activation: torch.Tensor, hook: Any) -> torch.Tensor | None:
+            if inside:  # the MLP called below fires this hook again: leave that call alone
+                return None
+            group = [r for r in by_layer[layer] if r.input == "mlp"]
+            used = graph.n_senders_before(layer) + graph.n_heads
+            inputs = rep(repl.resid_mid[layer]) + gathered(group, used)[:, :, 0]
+            block = model.blocks[layer]
+            inside.append(True)
+            try:
+                new = block.mlp(block.ln2(inputs))
+            finally:
+                inside.pop()
+            deltas[:, :, used] = new - rep(repl.mlp_out[layer])
+            return new.to(activation)
+
+        return hook
+
+    def final_hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        group = by_layer[-1]
+        return (rep(repl.final) + gathered(group, n_senders)[:, :, 0]).to(activation)
+
+    hooks: list[tuple[Site, Any]] = [(Site("resid_pre", 0), embed_hook)]
+    for layer in range(graph.n_layers):
+        hooks += [
+            (Site("q", layer), qkv_hook("q", layer)),
+            (Site("k", layer), qkv_hook("k", layer)),
+            (Site("v", layer), qkv_hook("v", layer)),
+            (Site("z", layer), z_hook(layer)),
+        ]
+        if graph.has_mlp:
+            hooks.append((Site("mlp_out", layer), mlp_hook(layer)))
+    hooks.append((Site("final_resid"), final_hook))
+    out = forward(model, clean_tokens, hooks=hooks, readout="position_logits", positions=positions)
+    return out.readout
