@@ -121,10 +121,10 @@ def counted(monkeypatch):
         stop = calls["stop_after"]
         if stop is not None:
             head = edges[:stop]
-            values = real(model, task, graph, head, **kwargs)
+            values = real(model, task, graph, head, **{**kwargs, "per_prompt": True})
             calls["edges"] += head
             if on_batch is not None:
-                on_batch(list(range(len(head))), values)
+                on_batch(list(range(len(head))), values)  # [k, n_prompts], as edge_effects
             raise KeyboardInterrupt
         calls["edges"] += edges
         return real(model, task, graph, edges, on_batch=on_batch, **kwargs)

@@ -135,6 +135,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         edge_scores,
         faithfulness,
     )
+    from interv.engine.targets import get_metric  # torch: on use (CLI start-up)
     from interv.models.loading import load_model  # torch: on use (CLI start-up)
     from interv.report.circuit import circuit_markdown, mission_link  # torch: on use
     from interv.report.circuit_page import circuit_page  # torch: on use (CLI start-up)
@@ -158,17 +159,28 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
 
     def run_discovery(**resume: Any) -> Any:
         progress.start("exact effects")
-        return discover(model, task, screen=screen, metric=args.metric, **options, **resume)
+        return discover(
+            model,
+            task,
+            screen=screen,
+            metric=args.metric,
+            progress=progress.detail,
+            **options,
+            **resume,
+        )
 
     result, ran = discover_resumable(
         store, scores=scores, discover=run_discovery, from_dict=EdgeScores.from_dict, finish=False
     )
     progress.start("faithfulness")
-    curve = faithfulness(model, task, result, complement=args.complement).to_dict()
+    curve = faithfulness(
+        model, task, result, complement=args.complement, metric=args.metric
+    ).to_dict()
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
     progress.start("report")
-    circuit = result.to_dict()
+    # the metric's unit and the number of prompts travel with the circuit into its report
+    circuit = {**result.to_dict(), "unit": get_metric(args.metric).unit, "n_prompts": task.n_pairs}
     link = mission_link(circuit, heads, n=args.n_edges)
     store.write_output("circuit.json", json.dumps(circuit, indent=1) + "\n")
     store.write_output("faithfulness.json", json.dumps(curve, indent=1) + "\n")

@@ -760,6 +760,13 @@ def _link_markdown(link: MissionLink) -> list[str]:
     return lines
 
 
+def _interval(curve: Mapping[str, Any], key: str) -> str:
+    interval = curve.get(f"{key}_interval")
+    if not isinstance(interval, list) or len(interval) != 2 or None in interval:
+        return ""
+    return f" (95% interval {_num(interval[0])} ... {_num(interval[1])})"
+
+
 def _faithfulness_markdown(curve: Mapping[str, Any]) -> list[str]:
     md = markdown_text
     lines = ["## Faithfulness", "", md(curve["sentence"]), ""]
@@ -776,9 +783,9 @@ def _faithfulness_markdown(curve: Mapping[str, Any]) -> list[str]:
     lines += [
         "",
         f"- CPR (area under the faithfulness curve over the edge fractions, circuits from "
-        f"signed scores; higher is better): {_num(curve.get('cpr'), 4)}",
+        f"signed scores; higher is better): {_num(curve.get('cpr'), 4)}{_interval(curve, 'cpr')}",
         f"- CMD (area between the curve and 1, circuits from absolute scores; lower is "
-        f"better): {_num(curve.get('cmd'), 4)}",
+        f"better): {_num(curve.get('cmd'), 4)}{_interval(curve, 'cmd')}",
     ]
     return lines
 

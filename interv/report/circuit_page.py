@@ -237,7 +237,7 @@ def curve_svg(curve: Any) -> str:
     ticks = "".join(
         f"<text class='ivc-tick' x='{px(f):.1f}' y='{height - bottom + 14}' "
         f"text-anchor='middle'>{f * 100:g}%</text>"
-        for f in fractions[:: max(1, len(fractions) // 5)]
+        for f in sorted({*fractions[:: max(1, len(fractions) // 5)], fractions[-1]})
     )
     yticks = "".join(
         f"<text class='ivc-tick' x='{left - 6}' y='{py(v) + 3:.1f}' text-anchor='end'>{v:g}</text>"
@@ -335,6 +335,13 @@ def _link_section(link: MissionLink) -> str:
     )
 
 
+def _interval(curve: Mapping[str, Any], key: str) -> str:
+    interval = curve.get(f"{key}_interval")
+    if not isinstance(interval, list) or len(interval) != 2 or None in interval:
+        return ""
+    return f" (95% interval {_num(interval[0], 3)} … {_num(interval[1], 3)})"
+
+
 def _audit_line(circuit: Mapping[str, Any]) -> str:
     status = circuit["status"]
     counts = [status.count(s) for s in ("exact (verified)", "exact (audit)", "estimated")]
@@ -389,8 +396,9 @@ def circuit_fragment(
             f"<p class='ivc-sem'>{_e(curve['sentence'])}</p>"
             f"<div class='ivc-fig'>{curve_svg(curve)}</div>"
             f"<p><b>CPR</b> (area under the curve, circuits from signed scores; higher is "
-            f"better) = {_num(curve.get('cpr'), 4)} · <b>CMD</b> (area between the curve and "
-            f"1, circuits from absolute scores; lower is better) = {_num(curve.get('cmd'), 4)}"
+            f"better) = {_num(curve.get('cpr'), 4)}{_interval(curve, 'cpr')} · <b>CMD</b> (area "
+            f"between the curve and 1, circuits from absolute scores; lower is better) = "
+            f"{_num(curve.get('cmd'), 4)}{_interval(curve, 'cmd')}"
             f" · complement: {_e(curve.get('complement', 'n/a'))}</p></section>"
         )
     if link is not None:
