@@ -5,8 +5,9 @@ results with their units and scope. Heavy imports happen inside the handlers, so
 ``interv --help`` is instant. One module per group of commands:
 :mod:`~interv.cli.report` (``demo``, ``report``), :mod:`~interv.cli.sweeps` (``sweep``,
 ``sweep-merge``), :mod:`~interv.cli.analysis` (``similarity``, ``entropy-change``,
-``pruning``), :mod:`~interv.cli.paths` (``paths``, ``interactions``), :mod:`~interv.cli.zoo`
-(``zoo``); ``metrics`` lives here.
+``pruning``), :mod:`~interv.cli.paths` (``paths``, ``interactions``),
+:mod:`~interv.cli.circuit` (``circuit``), :mod:`~interv.cli.zoo` (``zoo``); ``metrics`` lives
+here.
 """
 
 from __future__ import annotations
