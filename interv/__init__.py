@@ -71,8 +71,8 @@ _EXPORTS: dict[str, str] = {
     "edge_scores": "interv.circuits.screens",
     "EdgeScores": "interv.circuits.screens",
     "edge_effects": "interv.circuits.patching",
-    "faithfulness": "interv.circuits.faithfulness",
-    "FaithfulnessCurve": "interv.circuits.faithfulness",
+    "faithfulness": "interv.circuits.curves",
+    "FaithfulnessCurve": "interv.circuits.curves",
     # intervention kinds
     "ZeroAblation": "interv.engine.interventions",
     "MeanAblation": "interv.engine.interventions",
@@ -117,8 +117,8 @@ __getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.analysis.concentration import HeadConcentration, concentration
     from interv.audit import Screen
+    from interv.circuits.curves import FaithfulnessCurve, faithfulness
     from interv.circuits.discovery import CircuitResult, discover
-    from interv.circuits.faithfulness import FaithfulnessCurve, faithfulness
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores
     from interv.engine.directions import AddVector, ProjectOut, SubspacePatch

@@ -7,7 +7,7 @@
 - :func:`edge_effects` (:mod:`interv.circuits.patching`): exact path patching of edges.
 - :func:`discover` (:mod:`interv.circuits.discovery`): screen, verify the top, audit the
   rest (:func:`interv.audit.verify_screen`), per-edge status.
-- :func:`faithfulness`, :func:`cpr`, :func:`cmd` (:mod:`interv.circuits.faithfulness`):
+- :func:`faithfulness`, :func:`cpr`, :func:`cmd` (:mod:`interv.circuits.curves`):
   MIB's faithfulness curve, exact, with bootstrap intervals.
 """
 
@@ -27,11 +27,11 @@ _EXPORTS: dict[str, str] = {
     "EdgeScores": "interv.circuits.screens",
     "discover": "interv.circuits.discovery",
     "CircuitResult": "interv.circuits.discovery",
-    "faithfulness": "interv.circuits.faithfulness",
-    "FaithfulnessCurve": "interv.circuits.faithfulness",
-    "MIB_FRACTIONS": "interv.circuits.faithfulness",
-    "cpr": "interv.circuits.faithfulness",
-    "cmd": "interv.circuits.faithfulness",
+    "faithfulness": "interv.circuits.curves",
+    "FaithfulnessCurve": "interv.circuits.curves",
+    "MIB_FRACTIONS": "interv.circuits.curves",
+    "cpr": "interv.circuits.curves",
+    "cmd": "interv.circuits.curves",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -40,14 +40,14 @@ __getattr__, __dir__ = lazy_exports("interv.circuits", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
-    from interv.circuits.discovery import CircuitResult, discover
-    from interv.circuits.faithfulness import (
+    from interv.circuits.curves import (
         MIB_FRACTIONS,
         FaithfulnessCurve,
         cmd,
         cpr,
         faithfulness,
     )
+    from interv.circuits.discovery import CircuitResult, discover
     from interv.circuits.graph import Edge, Graph, Node
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores

@@ -265,8 +265,6 @@ def edge_effects(
         return out if per_prompt else out.mean(-1)
     base = capture_run(model, task, base_name, record_prefix=True)
     other = capture_run(model, task, other_name)
-    if base.prefix is None:
-        raise IntervError("the base forward did not record its block inputs (prefix reuse)")
     base_values = per_prompt_metric(
         target, task, base.logits, _clean_logits(base, other, base_name)
     )
@@ -287,7 +285,7 @@ def edge_effects(
         for first in range(0, len(order), batch_size):
             chunk = order[first : first + batch_size]
             values = _patched_forward(
-                model, task, graph, base, other, [indices[j] for j in chunk], start_of
+                model, task, graph, base, other, [indices[j] for j in chunk], start_of, base_name
             )
             effects = per_prompt_metric(target, task, values, clean_logits).double().cpu()
             effects = effects - base_values.double().cpu()
@@ -309,9 +307,13 @@ def _patched_forward(
     other: Run,
     indices: list[int],
     start_of: Callable[[int], int],
+    base_name: str,
 ) -> torch.Tensor:
     """Answer logits ``[len(indices) * n, d_vocab]`` of one stacked forward, one copy per
-    edge (sorted by the block they join at)."""
+    edge (sorted by the block they join at). Without a recorded prefix (a backend whose
+    blocks take extra positional inputs) every copy runs the whole model, the MLP and
+    logits changes added at the MLP output and the final norm's input."""
+    suffix = base.prefix is not None
     n = task.n_pairs
     starts, entries = [], []
     edits: dict[tuple[str, int], list[tuple[int, int, torch.Tensor]]] = {}
@@ -324,8 +326,11 @@ def _patched_forward(
         change = receiver_change(model, graph, base, receiver, delta)
         start = start_of(index)
         starts.append(start)
-        if receiver.input in ("mlp", "logits"):
+        if receiver.input in ("mlp", "logits") and suffix:
             entries.append(base.prefix.residuals[start] + change)
+        elif receiver.input in ("mlp", "logits"):
+            key = ("mlp_out", receiver.node.layer) if receiver.input == "mlp" else ("final", -1)
+            edits.setdefault(key, []).append((copy, -1, change))
         else:
             entries.append(None)
             key = (receiver.input, receiver.node.layer)
@@ -336,25 +341,34 @@ def _patched_forward(
             activation = activation.clone()
             for copy, head, change in changes:
                 rows = slice(copy * n, (copy + 1) * n)
-                activation[rows, :, head] += change.to(activation)
+                if head < 0:  # an MLP output or the final norm's input
+                    activation[rows] += change.to(activation)
+                else:
+                    activation[rows, :, head] += change.to(activation)
             return activation
 
         return edit
 
-    hooks = [
-        (Site(component, layer), editor(changes)) for (component, layer), changes in edits.items()
-    ]
-    suffix = Suffix(
+    def site(component: str, layer: int) -> Site:
+        return Site("final_resid") if component == "final" else Site(component, layer)
+
+    hooks = [(site(*key), editor(changes)) for key, changes in edits.items()]
+    positions = task.answer_positions.repeat(len(indices))
+    if not suffix:
+        prompts = Prompts.of(tokens_of(task, base_name), task.attention_mask)
+        out = forward(
+            model,
+            prompts.repeat(len(indices)),
+            hooks=hooks,
+            readout="position_logits",
+            positions=positions,
+        )
+        return out.readout
+    stacked = Suffix(
         prefixes=(base.prefix,) * len(indices),
         start_layer=starts[0],
         starts=tuple(starts),
         entries=tuple(entries),
     )
-    out = forward(
-        model,
-        suffix,
-        hooks=hooks,
-        readout="position_logits",
-        positions=task.answer_positions.repeat(len(indices)),
-    )
+    out = forward(model, stacked, hooks=hooks, readout="position_logits", positions=positions)
     return out.readout

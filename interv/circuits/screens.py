@@ -368,21 +368,22 @@ def edge_scores(
             progress(f"{method}: gradient run {step} of {runs}")
     assert gradients is not None
     gradients = [g / runs for g in gradients]
-    delta = sender_outputs(model, graph, other) - sender_outputs(model, graph, base)
-    per_prompt = torch.empty(graph.n_edges, task.n_pairs, dtype=torch.float64)
-    receivers = graph.receivers
-    position = 0
-    for layer_grads in gradients:
-        width = layer_grads.shape[2]
-        group = receivers[position : position + width]
-        position += width
-        n_senders = max(r.n_senders for r in group)
-        products = torch.einsum(
-            "bpud,bprd->bru", delta[:, :, :n_senders].double(), layer_grads.double()
-        )  # [n, readers, senders]
-        for j, receiver in enumerate(group):
-            block = products[:, j, : receiver.n_senders]
-            per_prompt[receiver.start : receiver.start + receiver.n_senders] = block.T.cpu()
+    with torch.no_grad():
+        delta = sender_outputs(model, graph, other) - sender_outputs(model, graph, base)
+        per_prompt = torch.empty(graph.n_edges, task.n_pairs, dtype=torch.float64)
+        receivers = graph.receivers
+        position = 0
+        for layer_grads in gradients:
+            width = layer_grads.shape[2]
+            group = receivers[position : position + width]
+            position += width
+            n_senders = max(r.n_senders for r in group)
+            products = torch.einsum(
+                "bpud,bprd->bru", delta[:, :, :n_senders].double(), layer_grads.double()
+            )  # [n, readers, senders]
+            for j, receiver in enumerate(group):
+                block = products[:, j, : receiver.n_senders]
+                per_prompt[receiver.start : receiver.start + receiver.n_senders] = block.T.cpu()
     scores = per_prompt.mean(-1)
     name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
     runs_text = (

@@ -454,7 +454,8 @@ def _circuit_forward(
     deltas = torch.zeros(
         rows, task.n_positions, n_senders, model.cfg.d_model, dtype=dtype, device=device
     )
-    masks = kept.to(device=device, dtype=dtype).repeat_interleave(n, dim=0)  # [rows, n_edges]
+    kept = kept.cpu()
+    live_inputs: dict[Site, torch.Tensor] = {}
     pending: dict[tuple[str, int], torch.Tensor] = {}
     inside: list[bool] = []
     receivers = graph.receivers
@@ -463,12 +464,32 @@ def _circuit_forward(
         key = -1 if receiver.input == "logits" else receiver.node.layer
         by_layer.setdefault(key, []).append(receiver)
 
-    def gathered(group: list[Any], n_used: int) -> torch.Tensor:
-        """``[rows, pos, readers, d_model]``: the kept senders' summed deltas per reader."""
-        weights = torch.stack(
-            [masks[:, r.start : r.start + r.n_senders] for r in group], dim=1
-        )  # [rows, readers, n_used] (all readers of a group read the same senders)
-        return torch.einsum("bpud,bru->bprd", deltas[:, :, :n_used], weights)
+    def inputs_of(
+        group: list[Any], n_used: int, replaced: torch.Tensor, live: torch.Tensor
+    ) -> torch.Tensor:
+        """``[rows, pos, readers, d_model]``: each reader's rebuilt input. The readers of a
+        group read the same senders and their edges are contiguous; per copy the sum runs
+        over the kept senders (``replaced + sum kept deltas``) or, when most are kept, over
+        the others (``live - sum patched deltas``): work in proportion to the smaller set."""
+        readers = len(group)
+        first = group[0].start
+        block = kept[:, first : first + readers * n_used].view(copies, readers, n_used)
+        out = torch.empty(
+            rows, replaced.shape[1], readers, replaced.shape[2], dtype=dtype, device=device
+        )
+        for copy in range(copies):
+            part = slice(copy * n, (copy + 1) * n)
+            chosen = block[copy]
+            if int(chosen.sum()) * 2 > chosen.numel():
+                start, sign, chosen = live[part], -1.0, ~chosen
+            else:
+                start, sign = replaced[part], 1.0
+            out[part] = start.unsqueeze(2)
+            reader_index, sender_index = chosen.nonzero(as_tuple=True)
+            if reader_index.numel():
+                picked = deltas[part][:, :, sender_index.to(device)]
+                out[part].index_add_(2, reader_index.to(device), picked, alpha=sign)
+        return out
 
     def embed_hook(activation: torch.Tensor, hook: Any) -> None:
         deltas[:, :, 0] = activation - rep(repl.resid_pre[0])
@@ -476,7 +497,9 @@ def _circuit_forward(
     def compute_inputs(layer: int) -> None:
         group = [r for r in by_layer[layer] if r.input != "mlp"]
         used = graph.n_senders_before(layer)
-        inputs = rep(repl.resid_pre[layer]).unsqueeze(2) + gathered(group, used)
+        inputs = inputs_of(
+            group, used, rep(repl.resid_pre[layer]), live_inputs[Site("resid_pre", layer)]
+        )
         normed = model.blocks[layer].ln1(inputs)
         attn = model.blocks[layer].attn
         h, kv = graph.n_heads, graph.n_kv_heads
@@ -513,7 +536,9 @@ def _circuit_forward(
                 return None
             group = [r for r in by_layer[layer] if r.input == "mlp"]
             used = graph.n_senders_before(layer) + graph.n_heads
-            inputs = rep(repl.resid_mid[layer]) + gathered(group, used)[:, :, 0]
+            inputs = inputs_of(
+                group, used, rep(repl.resid_mid[layer]), live_inputs[Site("resid_mid", layer)]
+            )[:, :, 0]
             block = model.blocks[layer]
             inside.append(True)
             try:
@@ -527,10 +552,20 @@ def _circuit_forward(
 
     def final_hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
         group = by_layer[-1]
-        return (rep(repl.final) + gathered(group, n_senders)[:, :, 0]).to(activation)
+        rebuilt = inputs_of(group, n_senders, rep(repl.final), activation)[:, :, 0]
+        return rebuilt.to(activation)
+
+    def looker(site: Site) -> Any:
+        def look(activation: torch.Tensor, hook: Any) -> None:
+            live_inputs[site] = activation
+
+        return look
 
     hooks: list[tuple[Site, Any]] = [(Site("resid_pre", 0), embed_hook)]
     for layer in range(graph.n_layers):
+        hooks.append((Site("resid_pre", layer), looker(Site("resid_pre", layer))))
+        if graph.has_mlp:
+            hooks.append((Site("resid_mid", layer), looker(Site("resid_mid", layer))))
         hooks += [
             (Site("q", layer), qkv_hook("q", layer)),
             (Site("k", layer), qkv_hook("k", layer)),
