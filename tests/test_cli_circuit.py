@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import interv
 import interv.models.loading
 from interv.cli import main
 
@@ -162,3 +163,16 @@ def test_a_zoo_run_writes_its_outputs_and_an_interrupted_run_resumes_without_rec
     assert main([*ZOO, "--out", str(out), "--quiet"]) == 0  # complete: nothing recomputed
     assert counted["edges"] == []
     assert capsys.readouterr().out == ""
+
+
+def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
+    pairs = tmp_path / "my_pairs.jsonl"
+    interv.load_task("induction", n_pairs=4, seed=1).to_jsonl(pairs)
+    out = tmp_path / "run"
+    argv = ["circuit", "induction-2l", "--pairs", str(pairs), "--verify-top", "3", "--audit", "0"]
+    assert main([*argv, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "81 edges, 3 exact (verified), 0 exact (audit), 78 estimated" in text
+    circuit = json.loads((out / "circuit.json").read_text())
+    assert circuit["n_prompts"] == 4
+    assert circuit["unit"] == "logits"
