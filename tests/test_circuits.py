@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -413,3 +415,13 @@ def test_bad_input_gets_clear_errors(zoo):
         edge_effects(model, task, graph, [0], metric="accuracy")
     with pytest.raises(IntervError, match=r"unknown edge label 'L0H2'"):
         edge_effects(model, task, graph, ["L0H2"])
+
+
+def test_the_readme_circuits_example_runs(capsys):
+    """The README's Circuits example (a ``py`` block, outside test_readme's ``python`` ones)."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Circuits") :]
+    block = re.search(r"```py\n(.*?)```", section, flags=re.DOTALL)[1]
+    exec(compile(block, "README.md (Circuits)", "exec"), {})
+    out = capsys.readouterr().out
+    assert "81 edges" in out and "verified exactly" in out and "CPR" in out
