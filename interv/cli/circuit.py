@@ -53,6 +53,7 @@ def _alpha(text: str) -> float | None:
 
 def _checked(args: argparse.Namespace) -> dict[str, Any]:
     """Every option checked without loading anything; the pairs read (data only)."""
+    from interv.circuits.screens import check_method  # torch: on use (CLI start-up)
     from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
     from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
     from interv.tasks.builtin import load_task  # torch: on use (CLI start-up)
@@ -67,6 +68,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
             f"--steps {steps} applies to --method eap-ig only (EAP takes one gradient); "
             "drop it or pass --method eap-ig"
         )
+    check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
     top_k = as_int(args.verify_top, "--verify-top K", minimum=1)
     audit = as_int(args.audit, "--audit N", minimum=0)
     if args.n_edges is not None:
