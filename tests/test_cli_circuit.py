@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,6 +64,7 @@ CASES = [
     ),
     (["--n-pairs", "0"], r"--n-pairs must be >= 1; got 0"),
     (["--n-edges", "0"], r"--n-edges must be >= 1; got 0"),
+    (["--batch-size", "0"], r"--batch-size must be >= 1; got 0"),
     (["--alpha", "2"], r"--alpha must be a number in \(0, 1\) or 'none'"),
     (["--task", "ioi", "--pairs", "x.jsonl"], r"not allowed with argument"),
 ]
@@ -177,3 +182,43 @@ def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
     circuit = json.loads((out / "circuit.json").read_text())
     assert circuit["n_prompts"] == 4
     assert circuit["unit"] == "logits"
+
+
+KILLED_AFTER_FIRST_BATCH = """
+import os, signal, sys
+import interv.circuits.discovery as discovery
+from interv.cli import main
+
+real = discovery.edge_effects
+
+
+def edge_effects(*args, on_batch=None, **kwargs):
+    def kill_after(positions, values):
+        on_batch(positions, values)
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no finally: as a real kill
+
+    return real(*args, on_batch=kill_after, **kwargs)
+
+
+discovery.edge_effects = edge_effects
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter loads torch and the model twice: ~20 s on 2 cores
+def test_a_discovery_killed_mid_run_is_resumed_by_the_same_command(tmp_path):
+    out = tmp_path / "run"
+    argv = [*ZOO, "--batch-size", "4", "--out", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_FIRST_BATCH, *argv], env=env, capture_output=True
+    )
+    assert killed.returncode == -signal.SIGKILL
+    stored = (out / "exact.jsonl").read_text().splitlines()
+    assert len(stored) == 1 and len(json.loads(stored[0])["indices"]) == 4
+    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    assert main(argv) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (4, 15 - 4)
+    assert (out / "exact.jsonl").read_text().splitlines()[0] == stored[0]

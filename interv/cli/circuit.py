@@ -71,8 +71,9 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
     top_k = as_int(args.verify_top, "--verify-top K", minimum=1)
     audit = as_int(args.audit, "--audit N", minimum=0)
-    if args.n_edges is not None:
-        as_int(args.n_edges, "--n-edges", minimum=1)
+    for flag in ("n_edges", "batch_size"):
+        if getattr(args, flag) is not None:
+            as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
     as_int(args.n_pairs, "--n-pairs", minimum=1)
     if args.metric not in METRICS:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
@@ -167,6 +168,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
             screen=screen,
             metric=args.metric,
             progress=progress.detail,
+            batch_size=args.batch_size,
             **options,
             **resume,
         )
@@ -176,7 +178,12 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     )
     progress.start("faithfulness")
     curve = faithfulness(
-        model, task, result, complement=args.complement, metric=args.metric
+        model,
+        task,
+        result,
+        complement=args.complement,
+        metric=args.metric,
+        batch_size=args.batch_size,
     ).to_dict()
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
@@ -275,6 +282,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--complement",
         default="corrupted",
         help="what fills the edges outside a circuit: corrupted (default) or mean",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="edges (or circuits) per stacked exact forward (default: by memory)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="the output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
