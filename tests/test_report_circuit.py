@@ -247,3 +247,18 @@ def test_a_malformed_circuit_is_refused_naming_the_field(name):
 def test_bad_values_for_the_section_fail_with_a_clear_message(call, pattern):
     with pytest.raises(IntervError, match=pattern):
         call()
+
+
+def test_only_the_columns_that_hold_a_drawn_node_take_room():
+    circuit = {
+        **make_circuit(),
+        "edges": ["embed->L0H0.q", "L0H0->L29KV1.k", "L29H4->MLP29", "MLP29->logits"],
+        "scores": [0.1, -2.0, 0.5, 1.0],
+        "exact": [None, -2.5, 0.4, None],
+        "status": ["estimated", "exact (verified)", "exact (audit)", "estimated"],
+    }
+    svg = graph_svg(circuit, n_draw=4, circuit_size=1)
+    width = int(re.search(r"<svg class='ivc-graph'[^>]* width='(\d+)'", svg)[1])
+    assert width <= 40 + 5 * 150  # embed, layer 0, layer 29, MLP 29, logits: not 62 columns
+    names = re.findall(r"class='ivc-col'[^>]*>([^<]+)<", svg)
+    assert names == ["embed", "layer 0", "layer 29", "MLP 29", "logits"]

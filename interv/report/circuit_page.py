@@ -42,11 +42,11 @@ from interv.report.circuit import (
 
 __all__ = ["circuit_fragment", "circuit_page", "curve_svg", "graph_svg"]
 
-_COL_W = 170
+_COL_W = 150
 _ROW_H = 30
 _NODE_W = 56
 _NODE_H = 16
-_TOP = 14
+_TOP = 30
 
 
 @cache
@@ -95,26 +95,38 @@ def _layer(node: str) -> int:
     return int(node[3:]) if node.startswith("MLP") else -1
 
 
-def _layout(labels: Sequence[str]) -> tuple[dict[str, tuple[float, float]], int, int]:
+def _column_name(column: int, n_layers: int) -> str:
+    if column == 0:
+        return "embed"
+    if column == 2 * n_layers + 1:
+        return "logits"
+    layer = (column - 1) // 2
+    return f"layer {layer}" if column % 2 else f"MLP {layer}"
+
+
+def _layout(labels: Sequence[str]) -> tuple[dict[str, tuple[float, float]], int, int, str]:
+    """Node positions, the drawing's size and its column labels: only the columns that
+    hold a drawn node, in forward order (layers left to right)."""
     nodes = {n for label in labels for n in _split(label)[:2]}
     n_layers = max(_layer(n) for n in nodes) + 1
-    has_mlp = any(n.startswith("MLP") for n in nodes)
     columns: dict[int, list[tuple[int, str]]] = {}
     for node in nodes:
         col, key = _column(node, n_layers)
-        if not has_mlp:
-            col = (col + 1) // 2  # no MLP drawn: one column per layer
         columns.setdefault(col, []).append((key, node))
     n_rows = max(len(v) for v in columns.values())
     positions = {}
-    for col, members in columns.items():
-        members.sort()
+    names = []
+    for rank, col in enumerate(sorted(columns)):
+        members = sorted(columns[col])
         offset = (n_rows - len(members)) * _ROW_H / 2
+        x = 20 + rank * _COL_W
+        name = _e(_column_name(col, n_layers))
+        names.append(f"<text class='ivc-col' x='{x:.1f}' y='{_TOP - 8}'>{name}</text>")
         for row, (_, node) in enumerate(members):
-            positions[node] = (20 + col * _COL_W, _TOP + offset + row * _ROW_H)
-    width = 40 + (max(columns) + 1) * _COL_W
+            positions[node] = (x, _TOP + offset + row * _ROW_H)
+    width = 40 + len(columns) * _COL_W
     height = _TOP + n_rows * _ROW_H + 20
-    return positions, width, height
+    return positions, width, height, "".join(names)
 
 
 def _edge_info(circuit: Mapping[str, Any], i: int, unit: str, rank: int) -> str:
@@ -142,7 +154,7 @@ def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None
     members = set(circuit_edges(circuit, circuit_size)) if circuit_size != 0 else set()
     unit = circuit.get("unit", circuit["metric"])
     labels = [circuit["edges"][i] for i in chosen]
-    positions, width, height = _layout(labels)
+    positions, width, height, column_names = _layout(labels)
     values = [
         circuit["scores"][i] if circuit["exact"][i] is None else circuit["exact"][i] for i in chosen
     ]
@@ -186,7 +198,7 @@ def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None
         f"<figure class='ivc-figure'><figcaption class='ivc-hint'>{_e(title)}</figcaption>"
         f"<svg class='ivc-graph' role='img' width='{width}' height='{height}' "
         f"viewBox='0 0 {width} {height}' aria-label='{_e(title)}'>"
-        f"{''.join(paths)}{''.join(nodes)}</svg></figure>"
+        f"{column_names}{''.join(paths)}{''.join(nodes)}</svg></figure>"
     )
 
 
