@@ -116,6 +116,7 @@ def make_curve(complement: str = "corrupted") -> dict[str, Any]:
         "mean": mean,
         "low": [m - 0.1 for m in mean],
         "high": [m + 0.1 for m in mean],
+        "signed_mean": [0.9 * m for m in mean],
         "m_full": 3.0,
         "m_empty": 0.1,
         "cpr": 0.8,

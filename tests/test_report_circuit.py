@@ -101,6 +101,7 @@ def test_the_markdown_section_has_the_audit_the_curve_and_the_link(link):
     assert text.startswith("# Circuit: toy-2l on toy-task")
     assert "4 exact (verified), 6 exact (audit), 71 estimated" in text
     assert "## Faithfulness" in text and "CPR" in text and "CMD" in text
+    assert "circuits by signed value (CPR's)" in text
     assert "## Circuit heads beside their concentration" in text
     assert "| 1 | L1H2-&gt;logits |" in text
     assert "not intervened" in text  # an estimated edge in the top 6 says so
@@ -153,6 +154,7 @@ def test_the_layers_run_left_to_right():
 def test_the_curve_has_its_band_points_and_cpr_cmd(link):
     svg = curve_svg(make_curve())
     assert "ivc-band" in svg and svg.count("class='ivc-pt'") == 10
+    assert "class='ivc-signed'" in svg  # CPR's curve, circuits by signed value
     assert "95% interval" in svg
     fragment = circuit_fragment(make_circuit(), make_curve(), link)
     assert "CPR" in fragment and "CMD" in fragment and "complement: corrupted" in fragment

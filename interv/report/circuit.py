@@ -770,16 +770,19 @@ def _interval(curve: Mapping[str, Any], key: str) -> str:
 def _faithfulness_markdown(curve: Mapping[str, Any]) -> list[str]:
     md = markdown_text
     lines = ["## Faithfulness", "", md(curve["sentence"]), ""]
-    kept = curve.get("n_edges_kept") or [None] * len(curve["fractions"])
-    lines += _md_table(
-        ["edge fraction", "edges kept", "faithfulness (mean)", "95% interval"],
-        [
-            [f"{f:.3g}", "n/a" if k is None else str(k), _num(m), f"{_num(lo)} ... {_num(hi)}"]
-            for f, k, m, lo, hi in zip(
-                curve["fractions"], kept, curve["mean"], curve["low"], curve["high"], strict=True
-            )
-        ],
-    )
+    n = len(curve["fractions"])
+    kept = curve.get("n_edges_kept") or [None] * n
+    signed = curve.get("signed_mean")
+    signed = signed if isinstance(signed, list) and len(signed) == n else None
+    columns = ["edge fraction", "edges kept", "faithfulness, circuits by |value| (mean)"]
+    columns += ["95% interval"] + (["circuits by signed value (CPR's)"] if signed else [])
+    rows = []
+    for i, (f, k, m, lo, hi) in enumerate(
+        zip(curve["fractions"], kept, curve["mean"], curve["low"], curve["high"], strict=True)
+    ):
+        row = [f"{f:.3g}", "n/a" if k is None else str(k), _num(m), f"{_num(lo)} ... {_num(hi)}"]
+        rows.append(row + ([_num(signed[i])] if signed else []))
+    lines += _md_table(columns, rows)
     lines += [
         "",
         f"- CPR (area under the faithfulness curve over the edge fractions, circuits from "

@@ -64,6 +64,10 @@ def _num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _split(label: str) -> tuple[str, str, str]:
     sender, rest = label.split("->", 1)
     receiver, _, part = rest.partition(".")
@@ -215,6 +219,7 @@ def curve_svg(curve: Any) -> str:
     if not points:
         return "<p>The faithfulness curve is undefined at every fraction (m(full) = m(empty)).</p>"
     ys = [v for p in points for v in p[1:] if v is not None] + [0.0, 1.0]
+    ys += [v for v in curve.get("signed_mean") or [] if _is_number(v)]
     y_low, y_high = min(ys), max(ys)
     x_low, x_high = math.log10(min(fractions)), math.log10(max(fractions))
     span_x = (x_high - x_low) or 1.0
@@ -233,6 +238,18 @@ def curve_svg(curve: Any) -> str:
         + " ".join(f"{px(f):.1f},{py(lo):.1f}" for f, _, lo, _ in reversed(banded))
     )
     line = " ".join(f"{px(f):.1f},{py(m):.1f}" for f, m, _, _ in points)
+    signed = curve.get("signed_mean")
+    signed_line = (
+        "<polyline class='ivc-signed' points='"
+        + " ".join(
+            f"{px(f):.1f},{py(v):.1f}"
+            for f, v in zip(fractions, signed, strict=True)
+            if v is not None
+        )
+        + "'><title>circuits by signed value (CPR's curve)</title></polyline>"
+        if isinstance(signed, list) and len(signed) == len(fractions)
+        else ""
+    )
     kept = curve.get("n_edges_kept") or [None] * len(fractions)
     dots = []
     for (f, m, lo, hi), k in zip(
@@ -263,7 +280,7 @@ def curve_svg(curve: Any) -> str:
         f"y2='{height - bottom}'/><line class='ivc-one' x1='{left}' y1='{py(1):.1f}' "
         f"x2='{width - right}' y2='{py(1):.1f}'/>"
         + (f"<polygon class='ivc-band' points='{band}'/>" if banded else "")
-        + f"<polyline class='ivc-line' points='{line}'/>{''.join(dots)}{ticks}{yticks}"
+        + f"{signed_line}<polyline class='ivc-line' points='{line}'/>{''.join(dots)}{ticks}{yticks}"
         f"<text class='ivc-tick' x='{(left + width) / 2:.0f}' y='{height - 8}' "
         "text-anchor='middle'>edges kept (fraction of the graph, log scale)</text>"
         f"<text class='ivc-tick' x='12' y='{top - 8}'>faithfulness</text></svg>"
@@ -406,7 +423,10 @@ def circuit_fragment(
         parts.append(
             "<section class='ivc-section' data-part='faithfulness'><h2>Faithfulness</h2>"
             f"<p class='ivc-sem'>{_e(curve['sentence'])}</p>"
-            f"<div class='ivc-fig'>{curve_svg(curve)}</div>"
+            f"<div class='ivc-fig'>{curve_svg(curve)}</div><p class='ivc-hint'>Solid line and "
+            "band: circuits of the top edges by |value| (CMD's curve) with its 95% interval; "
+            "dotted line: circuits by signed value, the most negative noising effect first "
+            "(CPR's curve).</p>"
             f"<p><b>CPR</b> (area under the curve, circuits from signed scores; higher is "
             f"better) = {_num(curve.get('cpr'), 4)}{_interval(curve, 'cpr')} · <b>CMD</b> (area "
             f"between the curve and 1, circuits from absolute scores; lower is better) = "
