@@ -191,7 +191,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     # the metric's unit and the number of prompts travel with the circuit into its report
     circuit = {**result.to_dict(), "unit": get_metric(args.metric).unit, "n_prompts": task.n_pairs}
     link = mission_link(circuit, heads, n=args.n_edges)
-    store.write_output("circuit.json", json.dumps(circuit, indent=1) + "\n")
+    store.write_output("circuit.json", json.dumps(circuit) + "\n")  # 70k edges: compact
     store.write_output("faithfulness.json", json.dumps(curve, indent=1) + "\n")
     store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
     store.write_output("circuit.md", circuit_markdown(circuit, curve, link))

@@ -109,28 +109,35 @@ def _column_name(column: int, n_layers: int) -> str:
 
 
 def _layout(labels: Sequence[str]) -> tuple[dict[str, tuple[float, float]], int, int, str]:
-    """Node positions, the drawing's size and its column labels: only the columns that
-    hold a drawn node, in forward order (layers left to right)."""
+    """Node positions, the drawing's size and its column labels. Columns: only those that
+    hold a drawn node, in forward order (layers left to right). Rows: query head ``h`` in
+    row ``h`` of every layer, key/value heads below them, MLPs at the bottom, the embedding
+    and the logits in the middle, so that a path across layers keeps its rows."""
     nodes = {n for label in labels for n in _split(label)[:2]}
     n_layers = max(_layer(n) for n in nodes) + 1
-    columns: dict[int, list[tuple[int, str]]] = {}
-    for node in nodes:
-        col, key = _column(node, n_layers)
-        columns.setdefault(col, []).append((key, node))
-    n_rows = max(len(v) for v in columns.values())
-    positions = {}
-    names = []
-    for rank, col in enumerate(sorted(columns)):
-        members = sorted(columns[col])
-        offset = (n_rows - len(members)) * _ROW_H / 2
-        x = 20 + rank * _COL_W
-        name = _e(_column_name(col, n_layers))
-        names.append(f"<text class='ivc-col' x='{x:.1f}' y='{_TOP - 8}'>{name}</text>")
-        for row, (_, node) in enumerate(members):
-            positions[node] = (x, _TOP + offset + row * _ROW_H)
-    width = 40 + len(columns) * _COL_W
-    height = _TOP + n_rows * _ROW_H + 20
-    return positions, width, height, "".join(names)
+    heads = [_NODE.match(n) for n in nodes]
+    n_q = max((int(m[3]) + 1 for m in heads if m is not None and m[2] == "H"), default=0)
+    n_kv = max((int(m[3]) + 1 for m in heads if m is not None and m[2] == "KV"), default=0)
+    has_mlp = any(n.startswith("MLP") for n in nodes)
+    n_rows = max(1, n_q + n_kv + int(has_mlp))
+
+    def row(node: str) -> float:
+        found = _NODE.match(node)
+        if found is not None:
+            return int(found[3]) + (n_q if found[2] == "KV" else 0)
+        return n_rows - 1 if node.startswith("MLP") else (n_rows - 1) / 2
+
+    used = sorted({_column(n, n_layers)[0] for n in nodes})
+    col_w = max(90, min(150, 1160 // len(used)))
+    x_of = {col: 20 + rank * col_w for rank, col in enumerate(used)}
+    positions = {n: (x_of[_column(n, n_layers)[0]], _TOP + row(n) * _ROW_H) for n in nodes}
+    names = "".join(
+        f"<text class='ivc-col' x='{x:.1f}' y='{_TOP - 10}'>{_e(_column_name(c, n_layers))}</text>"
+        for c, x in x_of.items()
+    )
+    width = 40 + len(used) * col_w
+    height = _TOP + n_rows * _ROW_H + 10
+    return positions, width, height, names
 
 
 def _edge_info(circuit: Mapping[str, Any], i: int, unit: str, rank: int) -> str:
