@@ -154,3 +154,34 @@ def test_a_run_that_fails_before_storing_anything_leaves_no_directory(tmp_path):
     with pytest.raises(RuntimeError), CircuitStore.open(out, IDENTITY):
         raise RuntimeError("the model failed to load")
     assert not out.exists()
+
+
+def test_the_python_form_resumes_a_zoo_discovery_without_recomputing(tmp_path, monkeypatch):
+    import interv
+    import interv.circuits.discovery as discovery
+    from interv.sweeps.circuit import discover_in
+
+    model = interv.load_model("induction-2l")
+    task = interv.load_task("induction", n_pairs=4, seed=0).tokenize(model)
+    real = discovery.edge_effects
+    asked: list[list[int]] = []
+
+    def edge_effects(model, task, graph, edges, *, on_batch=None, **kwargs):
+        edges = list(edges)
+        asked.append(edges)
+        if len(asked) == 1:  # the first call stores 2 edges, then Ctrl-C
+            values = real(model, task, graph, edges[:2], **{**kwargs, "per_prompt": True})
+            on_batch([0, 1], values)
+            raise KeyboardInterrupt
+        return real(model, task, graph, edges, on_batch=on_batch, **kwargs)
+
+    monkeypatch.setattr(discovery, "edge_effects", edge_effects)
+    screen = Screen(top_k=4, audit=6, alpha=None)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        discover_in(out, model, task, screen=screen)
+    result = discover_in(out, model, task, screen=screen)
+    assert not set(asked[1]) & set(asked[0][:2]) and len(asked[1]) == 10 - 2
+    assert sum(s != "estimated" for s in result.status) == 10
+    with pytest.raises(IntervError, match=r"(?s)holds another discovery.*method"):
+        discover_in(out, model, task, screen=screen, method="eap-ig")

@@ -13,7 +13,11 @@ top and the audit) writes into one directory:
   "values": [...]}``, appended as one complete line, flushed and ``fsync``-ed as soon as
   the batch is computed (a kill leaves at most a torn last line, dropped on reopening).
 
-Rerunning the same command reads them back and passes the stored exact values to
+From Python, :func:`discover_in` does the same in one call:
+
+>>> result = discover_in("circuit-run", model, task, method="eap-ig", steps=5)  # doctest: +SKIP
+
+Rerunning the same command (or call) reads them back and passes the stored exact values to
 ``discover(known=...)``: nothing exact is computed twice. Another discovery (other
 method, screen, prompts or model) into the same directory is refused with the keys that
 differ. Files are written with :func:`interv._outputs.write_file` (the manifest and the
@@ -36,6 +40,9 @@ import torch
 
 from interv._checks import read_json
 from interv._outputs import MARKER, OutputDir, claim_dir, failure, is_scratch
+from interv.audit import Screen
+from interv.circuits import EdgeScores, discover, edge_scores
+from interv.circuits.screens import fingerprint
 from interv.errors import IntervError
 from interv.sweeps.store import (
     _complete_lines,
@@ -47,7 +54,14 @@ from interv.sweeps.store import (
     write_json_atomic,
 )
 
-__all__ = ["FORMAT", "OUTPUTS", "CircuitStore", "discover_resumable", "read_exact"]
+__all__ = [
+    "FORMAT",
+    "OUTPUTS",
+    "CircuitStore",
+    "discover_in",
+    "discover_resumable",
+    "read_exact",
+]
 
 FORMAT = "interv-circuit-run/1"
 """Format tag of the manifest of a circuit directory."""
@@ -348,3 +362,63 @@ def discover_resumable(
     if finish:
         store.finish()
     return result, ran
+
+
+def discover_in(
+    directory: str | Path,
+    model: Any,
+    task: Any,
+    *,
+    method: str = "eap",
+    steps: int = 5,
+    qk_fix: bool = False,
+    screen: Screen | None = None,
+    metric: str = "logit_diff",
+    batch_size: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """:func:`interv.circuits.discover`, resumable: its scores and exact effects are stored
+    in ``directory`` as they are computed, and a call with the same arguments after a kill
+    (or an exception) reuses them and recomputes no exact effect.
+
+    The directory is identified by a fingerprint of the model, the prompts and the
+    screen's settings; another discovery into it is refused naming what differs.
+    Returns the ``CircuitResult``.
+    """
+    screen = Screen(top_k=200, audit=200, alpha=0.05) if screen is None else screen
+    if not isinstance(screen, Screen):
+        raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
+    if not isinstance(metric, str):
+        raise IntervError(f"metric must be a metric name (a string) here; got {metric!r}")
+    settings = {"method": method, "steps": steps, "qk_fix": qk_fix, "metric": metric}
+    identity = {
+        "model": str(getattr(model.cfg, "model_name", "unknown")),
+        "fingerprint": fingerprint(model, task, **settings),
+        **settings,
+        "screen": {k: getattr(screen, k) for k in screen.__dataclass_fields__},
+    }
+    with CircuitStore.open(directory, identity) as store:
+
+        def scores() -> Any:
+            return edge_scores(
+                model, task, method=method, steps=steps, qk_fix=qk_fix, metric=metric
+            )
+
+        def run(**resume: Any) -> Any:
+            return discover(
+                model,
+                task,
+                method=method,
+                steps=steps,
+                qk_fix=qk_fix,
+                screen=screen,
+                metric=metric,
+                batch_size=batch_size,
+                progress=progress,
+                **resume,
+            )
+
+        result, _ = discover_resumable(
+            store, scores=scores, discover=run, from_dict=EdgeScores.from_dict
+        )
+    return result
