@@ -1,6 +1,7 @@
 """``interv demo``: the whole pipeline on one model, written to a report directory.
 
-The demo runs, on a built-in task and the same prompts throughout:
+The demo runs, on a built-in task (or the user's own pairs, ``pairs=``) and the same
+prompts throughout:
 
 1. concentration of every head at the answer position (the query whose output is
    scored), with the sink at key position 0 (BOS);
@@ -46,6 +47,7 @@ from interv.report.plots import attention_row
 from interv.report.render import write_report
 from interv.report.table import build_report
 from interv.tasks.builtin import load_task
+from interv.tasks.pairs import PromptPairs
 
 if TYPE_CHECKING:
     from interv.engine.interventions import Intervention
@@ -55,11 +57,17 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_OUT",
+    "GRID_COMPONENTS",
     "DemoResult",
     "check_demo_options",
     "demo_interventions",
+    "grid_interventions",
+    "recovery_grid",
     "run_demo",
 ]
+
+GRID_COMPONENTS = ("resid_pre", "resid_post")
+"""Residual-stream components a layer x position recovery grid can patch."""
 
 DEFAULT_MODEL = "induction-2l"
 """The zoo model the demo runs on by default (ships with interv)."""
@@ -123,12 +131,75 @@ def demo_interventions(
                 ActivationPatch("z", layer, head, direction="denoise"),
                 ValueScale(layer, head, key_positions=(0,), factor=0.0),
             ]
+    return interventions + grid_interventions(n_layers, n_positions, layers=chosen)
+
+
+def grid_interventions(
+    n_layers: int,
+    n_positions: int,
+    *,
+    component: str = "resid_pre",
+    layers: Sequence[int] | None = None,
+) -> list[Intervention]:
+    """One denoising patch of ``component`` per layer x position (layer-major): the clean
+    run's residual stream at that one layer and position patched into the corrupted run.
+
+    Raises:
+        IntervError: a component outside :data:`GRID_COMPONENTS`, or a layer outside
+            ``0 .. n_layers - 1`` (named with the allowed range).
+    """
+    if component not in GRID_COMPONENTS:
+        raise IntervError(f"unknown grid component {component!r}; choose one of {GRID_COMPONENTS}")
+    as_int(n_positions, "n_positions", minimum=1)
+    chosen = list(range(n_layers)) if layers is None else list(as_positions(layers, "layers"))
     for layer in chosen:
-        interventions += [
-            ActivationPatch("resid_pre", layer, direction="denoise", positions=(position,))
-            for position in range(n_positions)
-        ]
-    return interventions
+        check_index(layer, n_layers, "layer", f"the model has {n_layers} layers")
+    return [
+        ActivationPatch(component, layer, direction="denoise", positions=(position,))
+        for layer in chosen
+        for position in range(n_positions)
+    ]
+
+
+def recovery_grid(
+    model: Any,
+    task: PromptPairs | TokenizedPairs,
+    *,
+    component: str = "resid_pre",
+    layers: Sequence[int] | None = None,
+    metric: str = "logit_diff",
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> Report:
+    """The layer x position recovery grid of any task, as a report.
+
+    Every cell is an exact intervention: :func:`grid_interventions` (the clean run's
+    ``component`` at one layer and one position patched into the corrupted run), run
+    through :func:`interv.run`; the report (:func:`interv.report.table.build_report`,
+    concentration at the answer positions) draws the grid on its page and in
+    ``recovery_by_layer_position.png``, one cell per patch with its normalized recovery
+    (dimensionless, 1 = clean behaviour, 0 = corrupted) and its sentence.
+
+    >>> report = recovery_grid(model, interv.load_task("induction", n_pairs=8))  # doctest: +SKIP
+
+    Args:
+        model: a ``TransformerBridge``.
+        task: the prompt pairs (tokenized here: a prompt longer than the model's context
+            is refused, naming the pair and ``n_ctx``) or already tokenized pairs.
+        component: ``"resid_pre"`` (before the block) or ``"resid_post"`` (after it).
+        layers: the layers patched (default all).
+        metric: the target metric (``logit_diff`` needs foils).
+        n_bootstrap, seed: the report's bootstrap over prompts.
+    """
+    if isinstance(task, PromptPairs):
+        task = task.tokenize(model)
+    n_layers = int(model.cfg.n_layers)
+    interventions = grid_interventions(
+        n_layers, task.n_positions, component=component, layers=layers
+    )
+    heads_conc = concentration(model, task, sink=0, query_positions=task.answer_query_positions())
+    effects = run(model, task, interventions, metric, max_batch_size=_MAX_BATCH_ROWS)
+    return build_report(effects, heads_conc, n_bootstrap=n_bootstrap, seed=seed)
 
 
 def _attention_row_figure(model: Any, task: TokenizedPairs, report: Report) -> Any:
@@ -185,8 +256,10 @@ def run_demo(
     seed: int = 0,
     n_bootstrap: int = 1000,
     progress: bool | None = None,
+    pairs: PromptPairs | None = None,
 ) -> DemoResult:
-    """Run the whole pipeline on ``model`` and its built-in task; write the report to ``out``.
+    """Run the whole pipeline on ``model`` and its built-in task (or ``pairs``); write the
+    report to ``out``.
 
     Every option and the output directory are checked before the model loads. The
     directory must be new, empty, or hold only files an earlier interv run wrote there
@@ -206,11 +279,18 @@ def run_demo(
         seed: seed of the task's prompts and of the bootstrap.
         n_bootstrap: bootstrap resamples of prompts.
         progress: a progress bar on stderr; None = only when stderr is a terminal.
+        pairs: the user's own prompt pairs (e.g. ``PromptPairs.from_jsonl(path)``) instead
+            of the model's built-in task, every pair used (``n_prompts`` must then be
+            None); the demo's metric is ``logit_diff``, so they need foils.
 
     Raises:
-        IntervError: a bad option or output directory (before any model is loaded).
+        IntervError: a bad option or output directory (before any model is loaded); a
+            prompt of ``pairs`` longer than the model's context (the pair, the prompt and
+            ``n_ctx`` are named, before any intervention runs).
     """
     task_name, pairs_count, chosen = check_demo_options(model, n_prompts, layers)
+    if pairs is not None:
+        _check_own_pairs(pairs, n_prompts)
     as_int(n_bootstrap, "n_bootstrap", minimum=1)
     start = time.perf_counter()
     if out is None:
@@ -218,7 +298,8 @@ def run_demo(
     else:
         output = claim_dir(out, what="output directory", by="interv demo")
     with output, stages(_STAGES, enabled=progress) as bar:
-        report, figure = _compute(model, task_name, pairs_count, chosen, seed, n_bootstrap, bar)
+        source = pairs if pairs is not None else (task_name, pairs_count)
+        report, figure = _compute(model, source, chosen, seed, n_bootstrap, bar)
         bar.start("plots and files")
         paths = write_report(
             report, output, figures=None if figure is None else {"attention_row": figure}
@@ -226,10 +307,28 @@ def run_demo(
     return DemoResult(report, paths, time.perf_counter() - start, output.path)
 
 
+def _check_own_pairs(pairs: Any, n_prompts: int | None) -> None:
+    """The user's pairs can run the demo: a PromptPairs with foils, and no n_prompts."""
+    if not isinstance(pairs, PromptPairs):
+        raise IntervError(
+            f"pairs must be an interv.PromptPairs (e.g. PromptPairs.from_jsonl(path)); got "
+            f"{type(pairs).__name__}"
+        )
+    if n_prompts is not None:
+        raise IntervError(
+            f"n_prompts={n_prompts} counts the built-in task's pairs; with your own pairs "
+            f"every one of the {pairs.n_pairs} is used (pass fewer pairs instead)"
+        )
+    if pairs.foils is None:
+        raise IntervError(
+            f"the demo scores logit_diff (target minus foil logit), but the pairs "
+            f"{pairs.name!r} have no foils; give a foil for every pair"
+        )
+
+
 def _compute(
     model: str,
-    task_name: str,
-    n_prompts: int,
+    source: PromptPairs | tuple[str, int],
     layers: tuple[int, ...] | None,
     seed: int,
     n_bootstrap: int,
@@ -244,7 +343,11 @@ def _compute(
             f"{model} has {n_layers} layers, but the demo's table says {_DEMO_MODELS[model][1]}"
         )
     bar.start("tokenizing the task")
-    task = load_task(task_name, n_pairs=n_prompts, seed=seed).tokenize(bridge)
+    if isinstance(source, PromptPairs):
+        pairs = source
+    else:
+        pairs = load_task(source[0], n_pairs=source[1], seed=seed)
+    task = pairs.tokenize(bridge)
     bar.start("concentration")
     heads_conc = concentration(bridge, task, sink=0, query_positions=task.answer_query_positions())
     bar.start("interventions")

@@ -1131,3 +1131,208 @@ def test_a_complete_sweep_missing_a_unit_or_its_baselines_is_completed_by_its_co
     torch.testing.assert_close(repaired.clean, whole.clean, atol=1e-5, rtol=1e-5)
     manifest = json.loads((trust_workdir / "done" / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["computed_in_last_run"] == 1
+
+
+# =====================================================================================
+# Own pairs on the command line (issue 24): --pairs FILE.jsonl in demo, paths,
+# interactions and pruning; heads out of range; a prompt longer than the context. The
+# rules of the table above hold (exit status 2, the message, nothing changed, before any
+# model load where the file alone is at fault).
+# =====================================================================================
+
+_PAIR = {"clean": "A B C A", "corrupted": "D E F A", "target": "B", "foil": "C"}
+_LONG = " ".join("ABCDEFGH"[i % 8] for i in range(60))
+
+
+@pytest.fixture
+def pairs_workdir(workdir):
+    """The workdir with a pairs file without foils, one with a typo and one too long."""
+    no_foil = {key: value for key, value in _PAIR.items() if key != "foil"}
+    (workdir / "nofoil.jsonl").write_text(json.dumps(no_foil) + "\n")
+    (workdir / "typo.jsonl").write_text(json.dumps({**_PAIR, "targte": "B"}) + "\n")
+    long = {**_PAIR, "clean": _LONG, "corrupted": "Z" + _LONG[1:]}
+    (workdir / "long.jsonl").write_text(json.dumps(_PAIR) + "\n" + json.dumps(long) + "\n")
+    return workdir
+
+
+_PATHS = ["paths", "induction-2l", "--sender", "0", "2"]
+_HEADS = ["interactions", "induction-2l", "--heads", "L1H0", "L1H1"]
+PAIRS_CLI_CASES = [
+    (["demo", "--pairs", "missing.jsonl"], r"--pairs: task file 'missing\.jsonl' does not", True),
+    (
+        [*_PATHS, "--pairs", "badline.jsonl"],
+        r"--pairs: badline\.jsonl, line 2: not valid JSON",
+        True,
+    ),
+    ([*_HEADS, "--pairs", "notutf8.jsonl"], r"--pairs: .*'notutf8\.jsonl' is not UTF-8", True),
+    (["pruning", "induction-2l", "--pairs", "typo.jsonl"], r"line 1: unknown key 'targte'", True),
+    ([*_PATHS, "--pairs", "mine"], r"--pairs: .*'mine'", True),
+    (
+        [*_PATHS, "--pairs", "nofoil.jsonl"],
+        r"nofoil\.jsonl: its lines have no 'foil', but metric 'logit_diff' needs one",
+        True,
+    ),
+    (["demo", "--pairs", "nofoil.jsonl"], r"the pairs 'nofoil' have no foils", True),
+    ([*_PATHS, "--pairs", "pairs.jsonl", "--n-pairs", "5"], r"holds only 1 pairs", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "4"], r"--n-prompts 4: .*only 1", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "0"], r"--n-prompts must be >= 1", True),
+    (
+        [*_PATHS, "--pairs", "pairs.jsonl", "--task", "ioi"],
+        r"argument --task: not allowed with argument --pairs",
+        True,
+    ),
+    # found only once the model is loaded: its context and its heads
+    (
+        [*_PATHS, "--pairs", "long.jsonl"],
+        r"pair 1: prompt 'A B C .* has 61 tokens, longer than the model's context of n_ctx=48",
+        False,
+    ),
+    (
+        ["demo", "--pairs", "long.jsonl", "--out", "r"],
+        r"pair 1: prompt 'A B C .* has 61 tokens, longer than the model's context of n_ctx=48",
+        False,
+    ),
+    (
+        ["paths", "induction-2l", "--pairs", "pairs.jsonl", "--sender", "5", "0"],
+        r"layer 5 is out of range; the model has 2 layers \(valid layers 0\.\.1\)",
+        False,
+    ),
+    (
+        ["interactions", "induction-2l", "--pairs", "pairs.jsonl", "--heads", "L1H9", "L1H0"],
+        r"head 9 is out of range; layer 1 has 4 heads \(valid heads 0\.\.3\)",
+        False,
+    ),
+    (
+        [*_PATHS, "--pairs", "pairs.jsonl", "--receivers", "L3H0"],
+        r"layer 3 is out of range; the model has 2 layers",
+        False,
+    ),
+    # interv grid: the same reads, its own options
+    (["grid", "induction-2l", "--pairs", "missing.jsonl"], r"--pairs: task file 'missing", True),
+    (["grid", "induction-2l", "--pairs", "nofoil.jsonl"], r"needs one; add a foil", True),
+    (["grid", "induction-2l", "--component", "z"], r"argument --component: invalid choice", True),
+    (["grid", "induction-2l", "--layers", "-1"], r"--layers must be .*got -1|--layers.*-1", True),
+    (["grid", "induction-2l", "--out", "afile"], r"'afile' is an existing file", True),
+    (
+        ["grid", "induction-2l", "--pairs", "pairs.jsonl", "--prompt", "1"],
+        r"prompt 1 is out of range; the task has 1 prompt pairs \(valid prompts 0\.\.0\)",
+        True,
+    ),
+    (
+        ["grid", "induction-2l", "--n-pairs", "4", "--prompt", "-1"],
+        r"prompt -1 is out of range; the task has 4 prompt pairs",
+        True,
+    ),
+    (["grid", "induction-2l", "--out", "mine"], r"'mine' holds files interv did not write", True),
+    (
+        ["grid", "induction-2l", "--pairs", "long.jsonl", "--out", "g"],
+        r"pair 1: prompt 'A B C .* longer than the model's context of n_ctx=48",
+        False,
+    ),
+    (
+        ["grid", "induction-2l", "--pairs", "pairs.jsonl", "--layers", "2", "--out", "g"],
+        r"layer 2 is out of range; the model has 2 layers \(valid layers 0\.\.1\)",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern", "before_load"),
+    [pytest.param(*case, id=" ".join(case[0])) for case in PAIRS_CLI_CASES],
+)
+def test_pairs_cli_case(argv, pattern, before_load, pairs_workdir, model_loads, capsys):
+    before = _snapshot(pairs_workdir)
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    assert status == 2, captured.err
+    assert "Traceback" not in captured.err
+    error_lines = [line for line in captured.err.splitlines() if "error:" in line]
+    assert any(re.search(pattern, line) for line in error_lines), captured.err
+    assert _snapshot(pairs_workdir) == before, "the failed command changed files"
+    if before_load:
+        assert model_loads == [], f"a model was loaded before the check: {model_loads}"
+
+
+def _small_report_for_heads() -> Any:
+    from interv.engine.interventions import ZeroAblation
+    from interv.report.table import build_report
+
+    interventions = [ZeroAblation(0, h) for h in range(3)]
+    result = make_result(
+        torch.randn(3, 4, generator=torch.Generator().manual_seed(0)),
+        torch.full((4,), 2.0),
+        torch.zeros(4),
+        ["ZeroAblation"] * 3,
+        [iv.describe() for iv in interventions],
+        sites=[iv.site for iv in interventions],
+    )
+    return build_report(
+        result, make_concentration({"entropy": torch.rand(4, 1, 3)}), n_bootstrap=20
+    )
+
+
+PAIRS_PYTHON_CASES = {
+    "head_grid layer out of range": (
+        lambda r: r.head_grid({(1, 0): 1.0}),
+        r"layer 1 is out of range; the report's model has 1 layers \(valid layers 0\.\.0\)",
+    ),
+    "head_grid head out of range": (
+        lambda r: r.head_grid({(0, 3): 1.0}),
+        r"head 3 is out of range; the report's layers have 3 heads \(valid heads 0\.\.2\)",
+    ),
+    "head_grid negative head": (lambda r: r.head_grid({(0, -1): 1.0}), r"head -1 is out of"),
+    "effect_grid unknown kind": (
+        lambda r: r.effect_grid("MeanAblation"),
+        r"no rows of kind 'MeanAblation'; kinds: \('ZeroAblation',\)",
+    ),
+    "concentration_grid unknown metric": (
+        lambda r: r.concentration_grid("entropie"),
+        r"unknown concentration metric 'entropie'; choose one of \('entropy'",
+    ),
+    "largest_effects unknown kind": (
+        lambda r: r.largest_effects(3, kind="Zero"),
+        r"no rows of kind 'Zero'",
+    ),
+    "largest_effects negative n": (lambda r: r.largest_effects(-1), r"n must be >= 0; got -1"),
+    "grid_interventions component": (
+        lambda r: interv.demo.grid_interventions(2, 4, component="attn_out"),
+        r"unknown grid component 'attn_out'; choose one of \('resid_pre', 'resid_post'\)",
+    ),
+    "grid_interventions layer": (
+        lambda r: interv.demo.grid_interventions(2, 4, layers=[3]),
+        r"layer 3 is out of range; the model has 2 layers",
+    ),
+    "run_demo pairs not PromptPairs": (
+        lambda r: interv.demo.run_demo(pairs=["A B", "C D"], out="never"),
+        r"pairs must be an interv\.PromptPairs .*; got list",
+    ),
+    "run_demo pairs and n_prompts": (
+        lambda r: interv.demo.run_demo(
+            pairs=interv.PromptPairs(["A B"], ["C B"], ["B"], ["C"]), n_prompts=2, out="never"
+        ),
+        r"n_prompts=2 counts the built-in task's pairs; with your own pairs every one of the 1",
+    ),
+    "run_demo pairs without foils": (
+        lambda r: interv.demo.run_demo(
+            pairs=interv.PromptPairs(["A B"], ["C B"], ["B"]), out="never"
+        ),
+        r"the demo scores logit_diff .* the pairs 'custom' have no foils",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PAIRS_PYTHON_CASES))
+def test_pairs_python_case(name, workdir, model_loads):
+    import interv.demo  # noqa: F401  (the cases reach the demo module through the package)
+
+    call, pattern = PAIRS_PYTHON_CASES[name]
+    report = _small_report_for_heads()
+    before = _snapshot(workdir)
+    with pytest.raises(IntervError, match=pattern):
+        call(report)
+    assert _snapshot(workdir) == before, "the failed call changed files"
+    assert model_loads == [], f"a model was loaded: {model_loads}"

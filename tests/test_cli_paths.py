@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from interv.cli import main
@@ -37,3 +39,12 @@ def test_a_badly_written_head_fails_before_any_model_loads(capsys, monkeypatch):
     assert "a head is written L1H3 or 1:3 (layer, head); got 'one'" in capsys.readouterr().err
     with pytest.raises(IntervError):
         parse_head("L1")
+
+
+def test_interactions_are_printed_largest_first(capsys):
+    argv = ["interactions", "induction-2l", "--heads", "L1H0", "L1H2", "L0H2", "--n-pairs", "6"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    values = [float(m) for m in re.findall(r"interaction ([+-][\d.e+-]+) \[", out)]
+    assert len(values) == 3 and [abs(v) for v in values] == sorted(map(abs, values), reverse=True)
+    assert "pairs by |interaction|, largest first:" in out

@@ -126,7 +126,9 @@ def test_the_readme_demo_lines_write_to_different_default_directories():
 
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     lines = [
-        line for line in readme.splitlines() if line.startswith("interv demo") and "[" not in line
+        line
+        for line in readme.splitlines()
+        if line.startswith("interv demo") and "[" not in line and "--pairs" not in line
     ]
     models = [
         line.split("--model")[1].split()[0] if "--model" in line else DEFAULT_MODEL

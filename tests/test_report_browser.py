@@ -138,10 +138,15 @@ def test_page_opens_without_console_errors_and_renders_its_parts(browser, zoo):
     assert errors == []
     headline = page.find_element(By.CSS_SELECTOR, "[data-part=headline]")
     assert headline.is_displayed() and "Spearman ρ" in headline.text
-    assert len(headline.find_elements(By.CSS_SELECTOR, "ol li")) == 3
+    assert len(headline.find_elements(By.CSS_SELECTOR, "ol.iv-largest li")) == 5
+    assert len(headline.find_elements(By.CSS_SELECTOR, "ol.iv-concentrated li")) == 5
+    assert len(headline.find_elements(By.CSS_SELECTOR, "ol.iv-instructive li")) <= 3
     grids = [
-        grid for grid in page.find_elements(By.CSS_SELECTOR, ".iv-heat") if grid.is_displayed()
+        grid
+        for grid in page.find_elements(By.CSS_SELECTOR, ".iv-heat:not(.iv-recovery)")
+        if grid.is_displayed()
     ]
+    assert page.find_element(By.CSS_SELECTOR, ".iv-recovery").is_displayed()
     assert len(grids) == 1 + len(report.kinds)  # one concentration metric + one per kind
     assert len(_visible_rows(page)) == len(report.rows)
     assert page.find_element(By.CSS_SELECTOR, ".iv-count").text == (
@@ -204,10 +209,33 @@ def test_hovering_or_clicking_a_heatmap_cell_shows_that_heads_numbers(page, zoo)
     assert row.semantics in text  # the sentence of each intervention on the head
     assert "fraction of log(n)" in text and "nats" in text  # concentration with units
     cell.click()  # pins
-    ActionChains(page).move_to_element(page.find_element(By.TAG_NAME, "h1")).perform()
+    heading = page.find_element(By.CSS_SELECTOR, "[data-part=heatmaps] h2")  # in view too
+    ActionChains(page).move_to_element(heading).perform()
     assert tip.is_displayed() and "pinned" in tip.text
     page.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
     assert not tip.is_displayed()
+
+
+def test_a_pinned_tip_follows_its_head_and_closes_when_it_scrolls_away(page):
+    cell = page.find_element(By.CSS_SELECTOR, ".iv-heat[data-kind=effect] td[data-h=L0H2]")
+    page.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    cell.click()  # pins
+    tip = page.find_element(By.CSS_SELECTOR, ".iv-tip")
+    assert tip.is_displayed() and "pinned" in tip.text
+    page.execute_script("window.scrollBy(0, 60)")  # the cell stays in the window
+    page.execute_script("return new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)))")
+    assert tip.is_displayed() and "pinned" in tip.text
+    page.execute_script("window.scrollBy(0, 4000)")  # the cell leaves the window, tables come
+    page.execute_script("return new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)))")
+    assert not tip.is_displayed()
+
+
+def test_hovering_a_headline_head_shows_its_numbers(page):
+    item = page.find_element(By.CSS_SELECTOR, ".iv-largest li[data-h]")
+    page.execute_script("arguments[0].scrollIntoView({block: 'center'})", item)
+    ActionChains(page).move_to_element(item).perform()
+    tip = page.find_element(By.CSS_SELECTOR, ".iv-tip")
+    assert tip.is_displayed() and item.get_attribute("data-h") in tip.text
 
 
 def test_scatter_labels_do_not_overlap_in_the_browser(page):

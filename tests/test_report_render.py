@@ -153,7 +153,7 @@ def test_html_page_is_self_contained_and_embeds_every_figure_as_png(report):
 
 def test_page_has_headline_heatmaps_scatter_and_both_table_views(report):
     page = _parse(to_html(report, figures=False))
-    assert page.parts[:4] == ["headline", "heatmaps", "scatter", "table"]
+    assert page.parts[:5] == ["headline", "heatmaps", "scatter", "grid", "table"]
     assert page.views == ["long", "wide"]
     assert page.long_rows == len(report.rows)  # every row is in the HTML, not built by script
 
@@ -167,9 +167,10 @@ def test_headline_names_scope_agreement_interval_and_three_heads_with_sentences(
     ]
     assert f"Spearman ρ = {entry.rho:.2g}" in headline
     assert f"{entry.ci_low:.2g} … {entry.ci_high:.2g}" in headline
-    assert headline.count("<li") == 3
+    instructive = headline[headline.index("class='iv-instructive'") :]
+    assert instructive.count("<li") == 3
     for row in zoo_like.rows:
-        if f"<b>{row.label}</b>" in headline:
+        if f"<b>{row.label}</b>" in instructive:
             assert row.semantics in headline
 
 
@@ -219,7 +220,7 @@ def test_jupyter_displays_the_page(report, tmp_path):
     assert output["data"]["text/markdown"].startswith("# interv report")
 
 
-def test_page_of_a_report_without_whole_head_rows_is_its_table():
+def test_page_of_a_report_without_whole_head_rows_is_its_grid_and_table():
     interventions = [ActivationPatch("resid_pre", 0, positions=(p,)) for p in range(3)]
     interventions.append(ZeroAblation(1, 0, positions=(2,)))
     result = make_result(
@@ -232,7 +233,7 @@ def test_page_of_a_report_without_whole_head_rows_is_its_table():
     )
     conc = make_concentration({"entropy": torch.rand(N_PROMPTS, 2, 3)})
     page = _parse(page_fragment(build_report(result, conc, interventions=interventions)))
-    assert page.parts == ["headline", "table", "agreement", "scope"]
+    assert page.parts == ["headline", "grid", "table", "agreement", "scope"]
     assert page.views == ["long"] and page.long_rows == 4
 
 

@@ -10,7 +10,7 @@ status). Handlers import torch and the models lazily, so ``interv --help`` stays
 - ``interv entropy-change --zoo NAME --from STEP [--to STEP]``: per-head and overall
   split of the entropy change between two training checkpoints into sink and content
   parts.
-- ``interv pruning MODEL [--task NAME | --text] [--max-heads K] [--ks K ...]
+- ``interv pruning MODEL [--task NAME | --pairs FILE.jsonl | --text] [--max-heads K] [--ks K ...]
   [--random-seeds S ...] [--plot FILE]``: pruning
   curves (heads mean-ablated cumulatively in the order of each ranking), each printed
   with its unit and the ablation's semantics.
@@ -28,6 +28,7 @@ from interv import zoo
 from interv._checks import as_int, as_positions, check_index, read_text
 from interv._outputs import claim_file
 from interv._progress import stages
+from interv.cli.tasks import add_task_options, command_pairs
 from interv.engine.sites import head_label
 from interv.errors import IntervError
 
@@ -198,7 +199,6 @@ def _run_pruning(args: argparse.Namespace) -> int:
     from interv.analysis.pruning.rankings import check_seeds  # torch: on use (CLI start-up)
     from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
     from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
-    from interv.tasks.builtin import load_task  # torch: on use (CLI start-up)
 
     # every option, the task's prompts and the plot file are checked before the model loads
     check_model_spec(args.model)
@@ -219,7 +219,7 @@ def _run_pruning(args: argparse.Namespace) -> int:
         metrics = ("loss", *METRICS)
         if args.metric not in metrics:
             raise IntervError(f"unknown --metric {args.metric!r}; choose one of {metrics}")
-        pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)
+        pairs = command_pairs(args, metric=args.metric)
     plot = None
     if args.plot is not None:
         plot = (
@@ -356,7 +356,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     pruning.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
     source = pruning.add_mutually_exclusive_group()
-    source.add_argument("--task", default="induction", help="task name (default: induction)")
+    add_task_options(pruning, group=source, n_pairs_default=16)
     source.add_argument(
         "--text", action="store_true", help="next-token loss on interv's shipped text sample"
     )
@@ -392,7 +392,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="orders: entropy content_entropy sink_mass contribution exact_effect attribution "
         "random (default: all; attribution is left out with --text)",
     )
-    pruning.add_argument("--n-pairs", type=int, default=16, help="task prompt pairs")
     pruning.add_argument("--n-tokens", type=int, default=1024, help="text tokens (--text)")
     pruning.add_argument("--seed", type=int, default=0, help="seed of the task and 'random'")
     pruning.add_argument(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from interv._checks import as_int
+from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
 
 __all__ = ["register"]
@@ -56,8 +57,6 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     from interv.circuits.screens import check_method  # torch: on use (CLI start-up)
     from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
     from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
-    from interv.tasks.builtin import load_task  # torch: on use (CLI start-up)
-    from interv.tasks.pairs import PromptPairs  # torch: on use (CLI start-up)
 
     if args.method not in METHODS:
         raise IntervError(f"unknown --method {args.method!r}; choose one of {METHODS}")
@@ -74,21 +73,13 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     for flag in ("n_edges", "batch_size"):
         if getattr(args, flag) is not None:
             as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
-    as_int(args.n_pairs, "--n-pairs", minimum=1)
     if args.metric not in METRICS:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
     if args.complement not in COMPLEMENTS:
         raise IntervError(f"unknown --complement {args.complement!r}; choose one of {COMPLEMENTS}")
     check_model_spec(args.model)
-    if args.pairs is not None:
-        path = Path(args.pairs)
-        if not path.exists():
-            raise IntervError(f"--pairs file {args.pairs!r} does not exist")
-        pairs = PromptPairs.from_jsonl(path)
-        task_name = path.stem
-    else:
-        pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)
-        task_name = args.task
+    pairs = command_pairs(args, metric=args.metric)  # read and checked; nothing loads
+    task_name = Path(args.pairs).stem if args.pairs is not None else args.task or args._task_default
     return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
 
 
@@ -246,10 +237,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--task", default="induction", help="built-in task (default: induction)")
-    source.add_argument("--pairs", default=None, metavar="FILE.jsonl", help="prompt pairs file")
-    parser.add_argument("--n-pairs", type=int, default=8, help="pairs of --task (default: 8)")
+    add_task_options(parser, default_task="induction", n_pairs_default=8)
     parser.add_argument("--seed", type=int, default=0, help="seed of the task (default: 0)")
     parser.add_argument("--method", default="eap", help="eap (default) or eap-ig")
     parser.add_argument(

@@ -5,17 +5,22 @@
   and prints the cells with the largest effect, next to the sender's total effect (the
   activation patch on every path) and its direct effect into the logits.
 - ``interv interactions MODEL --heads L:H L:H ...`` ablates each head alone and every pair
-  together and prints the interaction terms with their intervals and compensation flags.
+  together and prints the interaction terms with their intervals and compensation flags,
+  largest |interaction| first.
 
-Every number is printed with its unit and every design with its semantics sentence.
+Both take a built-in ``--task`` or the user's own ``--pairs FILE.jsonl``
+(:mod:`interv.cli.tasks`). Every number is printed with its unit and every design with
+its semantics sentence.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 from interv._checks import as_int
+from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
 
 __all__ = ["parse_head", "register"]
@@ -36,7 +41,6 @@ def _load(args: argparse.Namespace):
     """The model and the tokenized task; every option is checked before the model loads."""
     from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
     from interv.models.loading import check_model_spec, load_model  # torch: on use (CLI start-up)
-    from interv.tasks.builtin import load_task  # torch: on use (CLI start-up)
 
     check_model_spec(args.model)
     if args.metric not in METRICS:
@@ -44,7 +48,7 @@ def _load(args: argparse.Namespace):
     for name in ("n_pairs", "top"):
         if getattr(args, name, None) is not None:
             as_int(getattr(args, name), f"--{name.replace('_', '-')}", minimum=1)
-    pairs = load_task(args.task, n_pairs=args.n_pairs, seed=args.seed)
+    pairs = command_pairs(args, metric=args.metric)
     model = load_model(args.model)
     return model, pairs.tokenize(model)
 
@@ -93,16 +97,18 @@ def _run_interactions(args: argparse.Namespace) -> int:
     )
     print(f"design: {found.semantics}")
     print(f"rule: {found.rule}")
-    for i, a in enumerate(found.heads):
-        for b in found.heads[i + 1 :]:
-            print(f"  {found.describe_pair(a, b)}")
+    pairs = [(i, j) for i in range(len(found.heads)) for j in range(i + 1, len(found.heads))]
+    # largest |interaction| first, NaN last
+    pairs.sort(key=lambda ij: (math.isnan(float(found.mean[ij])), -abs(float(found.mean[ij]))))
+    print("pairs by |interaction|, largest first:")
+    for i, j in pairs:
+        print(f"  {found.describe_pair(found.heads[i], found.heads[j])}")
     return 0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
-    parser.add_argument("--task", default="induction", help="built-in task (default: induction)")
-    parser.add_argument("--n-pairs", type=int, default=16, help="prompt pairs (default: 16)")
+    add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts (default: 0)")
     parser.add_argument(
         "--metric", default="logit_diff", help="target metric (default: logit_diff)"

@@ -1,8 +1,9 @@
 """``interv demo`` and ``interv report``: the report's command-line entry points.
 
-- ``interv demo [--model SPEC] [--out DIR]`` runs the whole pipeline (see
-  :mod:`interv.demo`), writes the report and prints where it is and the three most
-  instructive rows.
+- ``interv demo [--model SPEC] [--pairs FILE.jsonl] [--out DIR]`` runs the whole pipeline (see
+  :mod:`interv.demo`), writes the report and prints where it is and its headline (the
+  heads with the largest |effect| beside their concentration ranks, the most
+  concentrated heads beside their effects, the instructive disagreements).
 - ``interv report DIR`` renders a report from saved results: a directory that
   ``interv demo`` wrote (its ``report.json``, re-rendered in place or into ``--out``),
   or a sweep directory (``interv sweep``; effects from :func:`interv.sweeps.load_sweep`,
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from interv._checks import read_json
 from interv._inert import inert_frame
 from interv._outputs import claim_dir
+from interv.cli.tasks import PAIRS_HELP, first_pairs, read_pairs
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -40,15 +42,22 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
         f"scope: {header.model} on {header.task}, {header.n_prompts} prompts, effects in "
         f"{header.metric_unit} ({header.metric_name}), concentration at {header.query_positions}"
     )
-    print("three most instructive rows (largest gap between concentration rank and |effect| rank):")
-    for i, (_, why) in enumerate(report.instructive(3), start=1):
-        print(f"  {i}. {why}")
+    from interv.report.render import headline_lines  # torch: on use (CLI start-up)
+
+    for line in headline_lines(report, 5):
+        print(line)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from interv.demo import DEFAULT_OUT, run_demo  # torch: on use (CLI start-up)
 
-    result = run_demo(args.model, args.out, n_prompts=args.n_prompts, layers=args.layers)
+    pairs = None
+    n_prompts = args.n_prompts
+    if args.pairs is not None:
+        source = f"--pairs {args.pairs}"
+        pairs = first_pairs(read_pairs(args.pairs), n_prompts, source, "--n-prompts")
+        n_prompts = None
+    result = run_demo(args.model, args.out, n_prompts=n_prompts, layers=args.layers, pairs=pairs)
     default = Path(DEFAULT_OUT[args.model])
     if args.out is None and result.out_dir != default:
         print(
@@ -180,7 +189,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(
-        "--n-prompts", type=int, default=None, help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2)"
+        "--n-prompts",
+        type=int,
+        default=None,
+        help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2; with --pairs: every pair of the "
+        "file, or its first N)",
+    )
+    demo.add_argument(
+        "--pairs",
+        default=None,
+        metavar="FILE.jsonl",
+        help=PAIRS_HELP + " (the model's built-in task); each line needs a foil (logit_diff)",
     )
     demo.add_argument(
         "--layers", type=int, nargs="+", default=None, help="layers to intervene on (default all)"

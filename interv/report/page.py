@@ -4,12 +4,16 @@
 >>> report._repr_html_() == page_fragment(report)  # what a notebook shows
 True
 
-The page opens with a headline: the scope in one line, the rank agreement between
-normalized entropy and |effect| with its bootstrap interval, and the three heads whose
-concentration rank and |effect| rank disagree most, each with its semantics sentence.
+The page opens with a headline: the scope in one line; a note when the ablation baselines
+disagree about how many heads matter; the heads with the largest |effect| (with intervals)
+beside their concentration ranks, and the most concentrated heads beside their effects;
+the rank agreement between normalized entropy and |effect| with its bootstrap interval;
+and the heads whose concentration rank and |effect| rank disagree most among those with
+an effect beyond the near-zero bound, each with its semantics sentence.
 Then: layer x head heatmaps of concentration beside the effect of each intervention
 group (hover, focus or click a cell for that head's numbers with units and the sentence
-of each intervention on it), the concentration-vs-effect scatters, and the full table
+of each intervention on it), the concentration-vs-effect scatters, the layer x position
+recovery grid of single-position residual patches, and the full table
 (one row per site and intervention, or one row per head with the kinds as columns),
 sortable by any column and filterable by kind, layer and flag; then the agreement
 table, the scope, the flag rules and the static PNG figures.
@@ -33,7 +37,14 @@ from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
 from interv.flags import FLAGS
-from interv.report.page_figures import DEFAULT_METRIC, effect_bound, heatmaps, scatters
+from interv.report.page_figures import (
+    DEFAULT_METRIC,
+    effect_bound,
+    grid_groups,
+    heatmaps,
+    recovery_grids,
+    scatters,
+)
 from interv.report.page_tables import flag_badges, hidden_column_css, long_table, wide_table
 from interv.report.views import (
     agreement_cells,
@@ -48,6 +59,7 @@ from interv.report.views import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from interv.report.sections import RankedHead
     from interv.report.table import Report
 
 __all__ = ["page_fragment", "to_page"]
@@ -76,10 +88,10 @@ def _scope_line(report: Report) -> str:
     h = report.header
     heads = {row.head for row in report.rows if row.head is not None}
     where = h.query_positions.split(" (")[0]
+    swept = f"{len(heads)} heads in {_layers_text(report)}" if heads else "no head rows"
     return (
-        f"{h.model} on {h.task} · {h.n_prompts} prompt pairs · {len(heads)} heads in "
-        f"{_layers_text(report)} · effect = change of {h.metric_name} in {h.metric_unit} · "
-        f"concentration at {where}"
+        f"{h.model} on {h.task} · {h.n_prompts} prompt pairs · {swept} · effect = change of "
+        f"{h.metric_name} in {h.metric_unit} · concentration at {where}"
     )
 
 
@@ -107,37 +119,116 @@ def _agreement_text(report: Report) -> str:
     return lead + f"</p><p class='iv-caveat'>{_e(report.agreement_caveat)}</p>"
 
 
-def _headline(report: Report) -> str:
+_HEADLINE_N = 5
+
+
+def _others(head: RankedHead) -> str:
+    if not head.other_effects:
+        return ""
+    listed = "; ".join(f"{_e(kind)} {fmt(value, 3)}" for kind, value in head.other_effects)
+    return f"<div class='iv-others'>same head, other interventions (mean effect): {listed}</div>"
+
+
+def _effect_html(head: RankedHead, report: Report) -> str:
     h = report.header
-    unit = h.metric_unit
+    return (
+        f"effect <b>{fmt(head.effect.mean, 3)} {_e(h.metric_unit)}</b> "
+        f"({int(h.ci_level * 100)}% CI {fmt(head.effect.ci_low, 3)} … "
+        f"{fmt(head.effect.ci_high, 3)})"
+    )
+
+
+def _largest_list(report: Report, kind: str) -> str:
+    heads = report.largest_effects(_HEADLINE_N, kind)
+    if not heads:
+        return ""
+    items = "".join(
+        f"<li data-h='{_e(head.head)}'><b>{_e(head.head)}</b>: {_effect_html(head, report)} · "
+        f"<b>{_e(head.concentration_text)}</b> · sink mass {fmt(head.sink_mass, 3)} "
+        f"{flag_badges(head.flags)}{_others(head)}"
+        f"<div class='iv-sem'>{_e(head.semantics)}</div></li>"
+        for head in heads
+    )
+    return (
+        f"<h2>The heads with the largest |effect| ({_e(kind)})</h2>"
+        f"<p class='iv-hint'>Each with its interval over prompts and its rank by "
+        f"concentration among the {heads[0].n_heads} heads (1st = lowest normalized entropy, "
+        "fraction of log n): what matters, and how concentrated it is.</p>"
+        f"<ol class='iv-largest'>{items}</ol>"
+    )
+
+
+def _concentrated_list(report: Report, kind: str) -> str:
+    heads = report.most_concentrated(_HEADLINE_N, kind)
+    if not heads:
+        return ""
+    items = "".join(
+        f"<li data-h='{_e(head.head)}'><b>{_e(head.head)}</b>: normalized entropy "
+        f"<b>{fmt(head.normalized_entropy, 3)}</b>, sink mass {fmt(head.sink_mass, 3)} · "
+        f"{_effect_html(head, report)} · <b>{_e(head.effect_text)}</b> "
+        f"{flag_badges(head.flags)}</li>"
+        for head in heads
+    )
+    return (
+        "<h2>The most concentrated heads, beside their effects</h2>"
+        f"<p class='iv-hint'>Lowest normalized entropy first; effect under {_e(kind)} (the "
+        "sentence as above).</p>"
+        f"<ol class='iv-concentrated'>{items}</ol>"
+    )
+
+
+def _instructive_list(report: Report) -> str:
+    floor = report.instructive_floor()
+    unit = _e(report.header.metric_unit)
+    rule = (
+        f"Only heads whose |effect| exceeds {report.flag_rules.near_zero_fraction:g} × effect "
+        f"scale = {fmt(floor, 3)} {unit} are candidates: a tiny effect ranks low whatever "
+        "the head does."
+    )
     items = []
     for row, why in instructive_heads(report, 3):
         flags = flag_badges(row.flags)
         head = f' data-h="{row.label}"' if row.head is not None else ""
         items.append(
             f"<li{head}><b>{_e(row.label)}</b> · {_e(row.kind)}: effect "
-            f"<b>{fmt(row.effect_mean, 3)} {_e(unit)}</b> "
-            f"({int(h.ci_level * 100)}% CI {fmt(row.effect_ci_low, 3)} … "
+            f"<b>{fmt(row.effect_mean, 3)} {unit}</b> "
+            f"({int(report.header.ci_level * 100)}% CI {fmt(row.effect_ci_low, 3)} … "
             f"{fmt(row.effect_ci_high, 3)}), normalized entropy "
             f"<b>{fmt(row.concentration[DEFAULT_METRIC], 3)}</b> "
-            f"({_e(h.concentration_units[DEFAULT_METRIC])}) {flags}"
+            f"({_e(report.header.concentration_units[DEFAULT_METRIC])}) {flags}"
             f"<div class='iv-sem'>{_e(row.semantics)}</div>"
             f"<div class='iv-why'>{_e(why)}</div></li>"
         )
-    instructive = (
-        "<h2>The three most instructive heads</h2><p class='iv-hint'>Where the concentration "
-        "rank and the |effect| rank disagree most.</p><ol class='iv-instructive'>"
+    if not items:
+        return (
+            "<h2>Instructive disagreements</h2><p class='iv-hint iv-none-instructive'>None: no "
+            f"head's effect is large enough to rank. {rule}</p>"
+        )
+    return (
+        "<h2>Instructive disagreements</h2><p class='iv-hint'>Where the concentration rank "
+        f"and the |effect| rank disagree most. {rule}</p><ol class='iv-instructive'>"
         + "".join(items)
         + "</ol>"
-        if items
-        else ""
     )
-    return (
-        "<header class='iv-headline' data-part='headline'>"
-        f"<h1>interv report: {_e(h.model)} on {_e(h.task)}</h1>"
-        f"<p class='iv-scope'>{_e(_scope_line(report))}</p>"
-        f"{_agreement_text(report)}{instructive}</header>"
-    )
+
+
+def _headline(report: Report) -> str:
+    h = report.header
+    note = report.baseline_note()
+    kind = report.headline_kind
+    parts = [
+        "<header class='iv-headline' data-part='headline'>",
+        f"<h1>interv report: {_e(h.model)} on {_e(h.task)}</h1>",
+        f"<p class='iv-scope'>{_e(_scope_line(report))}</p>",
+        f"<p class='iv-caveat iv-baseline-note'>{_e(note)}</p>" if note else "",
+    ]
+    if kind is not None:
+        parts += [_largest_list(report, kind), _concentrated_list(report, kind)]
+    parts.append(_agreement_text(report))
+    if kind is not None:
+        parts.append(_instructive_list(report))
+    parts.append("</header>")
+    return "".join(parts)
 
 
 def _heatmap_section(report: Report) -> str:
@@ -172,6 +263,25 @@ def _scatter_section(report: Report) -> str:
         "<h2>Concentration against effect</h2><p class='iv-hint'>One panel per intervention; "
         "rings mark flags. Labels that would overlap are left out; hover any point.</p>"
         f"<div class='iv-fig iv-scatters'>{figures}</div></section>"
+    )
+
+
+def _grid_section(report: Report) -> str:
+    """The layer x position recovery grid of the single-position residual patches."""
+    grids = recovery_grids(report)
+    if not grids:
+        return ""
+    groups = grid_groups(report)
+    example = next(iter(next(iter(groups.values())).values()))
+    return (
+        "<section class='iv-section' data-part='grid'>"
+        "<h2>Recovery by layer and position</h2><p class='iv-hint'>Each cell is one exact "
+        "intervention: the residual stream at one layer and one position (an absolute token "
+        "index of the padded prompts) patched from the other run, everything else left as it "
+        "was; the number is the normalized recovery of the prompt-mean metric "
+        f"({_e(report.header.recovery_definition)}). Hover a cell for its sentence and its "
+        f"effect with the interval. For example: <i>{_e(example.semantics)}</i>.</p>"
+        f"<div class='iv-fig iv-heatmaps'>{grids}</div></section>"
     )
 
 
@@ -314,6 +424,7 @@ def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> s
         _screen_section(report),
         _heatmap_section(report),
         _scatter_section(report),
+        _grid_section(report),
         _table_section(report),
         _joined_sections(report),
         _agreement_section(report),

@@ -6,9 +6,13 @@
   by it: viridis for concentration (over [0, 1] for metrics that are fractions, else
   over the shown range), ``RdBu_r`` for effects on one scale shared by every group,
   symmetric around 0, so a group that does little looks pale.
+- Recovery grids: per residual component and base run, a layer x position table of the
+  normalized recovery of single-position patches (one cell per patch; hover a cell for its
+  semantics sentence and its effect with the interval).
 - Scatters: per head group, each head's mean normalized entropy (x) against its mean
-  effect (y), flagged heads ringed in their flag's colour; labels are placed without
-  overlap (:func:`interv.report.labels.place_labels`) and thinned where they do not fit.
+  effect (y), flagged heads ringed in their flag's colour; labels go to the largest
+  |effect| first, are placed without overlap (:func:`interv.report.labels.place_labels`)
+  and thinned where they do not fit.
 
 Every cell and point carries ``data-h`` (``L3H2``): the page's script shows that head's
 numbers on hover, focus or click. No stability promise; internal to :mod:`interv.report`.
@@ -19,7 +23,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from interv.analysis.concentration import METRICS
 from interv.flags import FLAGS
@@ -30,7 +34,14 @@ from interv.report.views import SHORT, HeadGroup, head_groups, swept_layers
 if TYPE_CHECKING:
     from interv.report.table import Report
 
-__all__ = ["DEFAULT_METRIC", "effect_bound", "heatmaps", "scatters"]
+__all__ = [
+    "DEFAULT_METRIC",
+    "effect_bound",
+    "grid_groups",
+    "heatmaps",
+    "recovery_grids",
+    "scatters",
+]
 
 DEFAULT_METRIC = "normalized_entropy"
 
@@ -259,8 +270,9 @@ def _scatter(report: Report, group: HeadGroup) -> str:
             f'<circle class="iv-pt" data-h="L{layer}H{head}" tabindex="0" cx="{x:.1f}" '
             f'cy="{y:.1f}" r="{_MARKER}"/>'
         )
+    # the heads that carry the effect first: a flag never outranks a larger |effect|
     ranked = sorted(
-        points, key=lambda item: (-len(item[1].flags), -abs(item[1].effect_mean), item[0])
+        points, key=lambda item: (-abs(item[1].effect_mean), -len(item[1].flags), item[0])
     )[:_MAX_LABELS]
     anchors = [(px(r.concentration[DEFAULT_METRIC]), py(r.effect_mean)) for _, r in ranked]
     sizes = [(len(r.label) * _CHAR_WIDTH + 2, _LABEL_FONT + 2) for _, r in ranked]
@@ -289,7 +301,7 @@ def _scatter(report: Report, group: HeadGroup) -> str:
     svg.append("</svg>")
     n_labelled = sum(box is not None for box in boxes)
     note = (
-        f"{n_labelled} of {len(points)} heads labelled (flagged and largest |effect| first)"
+        f"{n_labelled} of {len(points)} heads labelled (largest |effect| first)"
         if n_labelled < len(points)
         else f"{len(points)} heads"
     )
@@ -303,3 +315,72 @@ def _scatter(report: Report, group: HeadGroup) -> str:
 def scatters(report: Report) -> str:
     """One scatter per head group (groups without concentration are skipped)."""
     return "".join(_scatter(report, group) for group in head_groups(report))
+
+
+def grid_groups(report: Report) -> dict[tuple[str, str], dict[tuple[int, int], Any]]:
+    """The report's single-position patches of a layer-level component (the residual
+    stream), exact rows only: ``(component, base run) -> (layer, position) -> row``."""
+    groups: dict[tuple[str, str], dict[tuple[int, int], Any]] = {}
+    for row in report.rows:
+        site = row.site
+        if (
+            row.recovery is None
+            or not row.exact
+            or site is None
+            or site.head is not None
+            or site.positions is None
+            or len(site.positions) != 1
+        ):
+            continue
+        key = (site.component, row.base_run)
+        groups.setdefault(key, {})[(site.layer, site.positions[0])] = row
+    return groups
+
+
+def recovery_grids(report: Report) -> str:
+    """One layer x position table per :func:`grid_groups` entry: each cell the normalized
+    recovery of one patch (dimensionless, coloured on -1 .. 1), its sentence in the cell's
+    title; empty when the report has no such patches."""
+    unit = report.header.metric_unit
+    level = int(report.header.ci_level * 100)
+    parts = []
+    for (component, base_run), cells in grid_groups(report).items():
+        layers = sorted({layer for layer, _ in cells})
+        n_positions = max(position for _, position in cells) + 1
+        head_row = "".join(f"<th>{p}</th>" for p in range(n_positions))
+        lines = []
+        for layer in layers:
+            tds = []
+            for position in range(n_positions):
+                row = cells.get((layer, position))
+                value = None if row is None else row.recovery
+                if value is None or not math.isfinite(value):
+                    tds.append('<td class="iv-na">·</td>')
+                    continue
+                background = diverging(0.5 + max(-1.0, min(1.0, value)) / 2)
+                title = (
+                    f"{row.semantics}: normalized recovery {value:.3f} (dimensionless, "
+                    f"1 = clean, 0 = corrupted); effect {row.effect_mean:+.4g} {unit} "
+                    f"({level}% CI {row.effect_ci_low:.4g} .. {row.effect_ci_high:.4g})"
+                )
+                tds.append(
+                    f'<td tabindex="0" title="{html.escape(title, quote=True)}" '
+                    f'data-layer="{layer}" data-pos="{position}" '
+                    f'style="background:{background};color:{text_color(background)}">'
+                    f"{value:.2f}</td>"
+                )
+            lines.append(f"<tr><th>L{layer}</th>{''.join(tds)}</tr>")
+        caption = (
+            f"{component} patched into the {base_run} run: normalized recovery "
+            "(dimensionless), layer × position"
+        )
+        parts.append(
+            f'<figure class="iv-heat iv-recovery" data-component="{html.escape(component)}">'
+            f"<figcaption>{html.escape(caption)}</figcaption>"
+            f'<table class="iv-grid"><thead><tr><th></th>{head_row}</tr></thead>'
+            f"<tbody>{''.join(lines)}</tbody></table>"
+            f'<div class="iv-legend"><span>-1</span><span class="iv-bar" '
+            f'style="background:{css_gradient("diverging")}"></span><span>+1 (1 = clean '
+            "behaviour)</span></div></figure>"
+        )
+    return "".join(parts)

@@ -214,7 +214,7 @@ def concentration_vs_effect(
 ) -> Figure:
     """Scatter of a head's concentration against its mean effect, flagged rows highlighted.
 
-    Labels are placed without overlap, flagged heads and the largest |effect| first;
+    Labels are placed without overlap, the largest |effect| first (then flagged heads);
     labels that do not fit are left out and the title says how many are shown.
     """
     kind = _primary_kind(report, kind)
@@ -246,7 +246,7 @@ def concentration_vs_effect(
     ax.set_title(f"{title} ({len(rows)} heads)", fontsize=_FONT + 1)  # in the layout placed on
     order = sorted(
         (i for i in range(len(rows)) if math.isfinite(x[i]) and math.isfinite(y[i])),
-        key=lambda i: (-len(rows[i].flags), -abs(y[i]), i),
+        key=lambda i: (-abs(y[i]), -len(rows[i].flags), i),
     )[:_MAX_LABELS]
     finite = [(xi, yi) for xi, yi in zip(x, y, strict=True) if math.isfinite(xi + yi)]
     drawn = _label_points(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from interv.report.table import Report
 
 __all__ = [
+    "headline_lines",
     "report_files",
     "save_report",
     "to_csv",
@@ -53,6 +54,66 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(columns), separator, *[line(r) for r in rows]])
 
 
+def headline_lines(report: Report, n: int = 5) -> list[str]:
+    """The headline as plain text lines: the baseline note, the heads with the largest
+    |effect| beside their concentration ranks, the most concentrated heads beside their
+    effects, and the instructive disagreements (with the rule that admits them)."""
+    h = report.header
+    unit = h.metric_unit
+    level = f"{int(h.ci_level * 100)}% CI"
+    lines = []
+    note = report.baseline_note()
+    if note:
+        lines += [f"note: {note}"]
+    kind = report.headline_kind
+    if kind is not None:
+        largest = report.largest_effects(n, kind)
+        if largest:
+            lines += [f"heads with the largest |effect| ({kind}), beside their concentration rank:"]
+            lines += [
+                f"  {head.head}: effect {head.effect.mean:+.4g} {unit} ({level} "
+                f"{head.effect.ci_low:.4g} .. {head.effect.ci_high:.4g}), "
+                f"{head.concentration_text}"
+                for head in largest
+            ]
+            lines += [f"  semantics: {largest[0].semantics}"]
+            lines += ["most concentrated heads, beside their effects:"]
+            lines += [
+                f"  {head.head}: normalized entropy {head.normalized_entropy:.3g}, effect "
+                f"{head.effect.mean:+.4g} {unit} ({level} {head.effect.ci_low:.4g} .. "
+                f"{head.effect.ci_high:.4g}), {head.effect_text}"
+                for head in report.most_concentrated(n, kind)
+            ]
+    if kind is None:
+        return lines
+    floor = report.instructive_floor()
+    rule = (
+        f"(largest gap between concentration rank and |effect| rank, among heads with "
+        f"|effect| > {report.flag_rules.near_zero_fraction:g} x effect scale = "
+        f"{floor:.4g} {unit})"
+    )
+    instructive = report.instructive(3)
+    if instructive:
+        lines += [f"instructive disagreements {rule}:"]
+        lines += [f"  {i}. {why}" for i, (_, why) in enumerate(instructive, start=1)]
+    else:
+        lines += [f"instructive disagreements {rule}: none"]
+    return lines
+
+
+def _md_headline(report: Report) -> list[str]:
+    md = markdown_text
+    parts = ["", "## Headline", ""]
+    for line in headline_lines(report):
+        if line.startswith("  "):
+            item = line.strip()
+            numbered = re.match(r"(\d+)\. (.*)", item)
+            parts.append(f"{numbered[1]}. {md(numbered[2])}" if numbered else f"- {md(item)}")
+        else:
+            parts += ["", md(line), ""]
+    return parts
+
+
 def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
     """The report as Markdown; ``images`` maps a caption to an image path or URI.
 
@@ -66,14 +127,7 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
     parts += [f"- **{md(key)}**: {md(value)}" for key, value in header_lines(report)]
     parts += ["", "## Flags and their rules", ""]
     parts += [f"- **{md(flag)}**: {md(rule)}" for flag, rule in report.rules_text.items()]
-    parts += [
-        "",
-        "## Most instructive rows",
-        "",
-        "Largest disagreement between concentration rank and |effect| rank:",
-        "",
-    ]
-    parts += [f"{i}. {md(why)}" for i, (_, why) in enumerate(report.instructive(), start=1)]
+    parts += _md_headline(report)
     parts += ["", "## Effects beside concentration", ""]
     parts += [_md_table(row_columns(report), [row_cells(report, r) for r in report.rows])]
     columns, rows = agreement_cells(report)

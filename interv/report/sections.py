@@ -34,13 +34,19 @@ from interv.stats import bootstrap_mean_ci
 __all__ = [
     "CONCENTRATED_INDIRECT",
     "DIRECT_OPPOSED",
+    "BaselineCount",
     "DecompositionRow",
     "InteractionRow",
     "PathRow",
+    "RankedHead",
     "SectionTable",
+    "baseline_counts",
+    "baseline_note",
     "decompositions",
     "interaction_rows",
+    "ordinal",
     "path_rows",
+    "ranked_heads",
     "section_tables",
 ]
 
@@ -271,6 +277,11 @@ class SectionTable:
     rows: tuple[tuple[str, ...], ...]
 
 
+def _largest_first(value: float) -> tuple[bool, float]:
+    """Sort key: largest |value| first, NaN last."""
+    return (math.isnan(value), -abs(value))
+
+
 def _num(value: float, digits: int = 4) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}g}"
 
@@ -289,6 +300,7 @@ def section_tables(
 ) -> tuple[SectionTable, ...]:
     """The report's joined sections as tables (only those with rows)."""
     ci = f"mean [{level:.0%} CI] over prompts"
+    by_interaction = sorted(interactions, key=lambda r: _largest_first(r.interaction.mean))
     conc = "normalized entropy (fraction of log n) / sink mass (fraction)"
     tables = []
     if decomposition:
@@ -298,7 +310,8 @@ def section_tables(
                 "total = effect of the ablation on every path; direct = only on the path into "
                 "the final norm and unembedding, the norm's scale frozen at the clean run's "
                 "value; indirect = total - direct (through later blocks and the final norm's "
-                "rescaling), per prompt. The direct and total sentences are in the table.",
+                "rescaling), per prompt. The direct and total sentences are in the table. Rows "
+                "by |total effect|, largest first.",
                 (
                     "head",
                     "baseline",
@@ -320,7 +333,7 @@ def section_tables(
                         ", ".join(row.flags),
                         row.direct_semantics,
                     )
-                    for row in decomposition
+                    for row in sorted(decomposition, key=lambda r: _largest_first(r.total.mean))
                 ),
             )
         )
@@ -331,7 +344,7 @@ def section_tables(
                 "each row patches the sender's output from the other run only along its path "
                 "into the receivers' input, everything else frozen at the base run; effect = "
                 "metric minus the base run's; recovery is dimensionless (1 = clean, 0 = "
-                "corrupted).",
+                "corrupted). Rows by |effect|, largest first.",
                 (
                     "sender",
                     "receivers (input)",
@@ -354,7 +367,7 @@ def section_tables(
                         ", ".join(_num(v, 3) for v in row.receivers_normalized_entropy) or "-",
                         row.semantics,
                     )
-                    for row in paths
+                    for row in sorted(paths, key=lambda r: _largest_first(r.effect.mean))
                 ),
             )
         )
@@ -362,7 +375,7 @@ def section_tables(
         tables.append(
             SectionTable(
                 "Interactions between heads",
-                interaction_semantics,
+                f"{interaction_semantics} Rows by |interaction|, largest first.".strip(),
                 (
                     "heads",
                     "baseline",
@@ -384,8 +397,171 @@ def section_tables(
                         f"{_num(row.normalized_entropy_b, 3)} / {_num(row.sink_mass_b, 3)}",
                         "compensation" if row.compensation else "",
                     )
-                    for row in interactions
+                    for row in by_interaction
                 ),
             )
         )
     return tuple(tables)
+
+
+# ------------------------------------------------------------------------------------
+# The headline: which heads matter, and how concentrated they are (and the reverse)
+# ------------------------------------------------------------------------------------
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ..., ``11th``, ``12th``, ``13th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@dataclass(frozen=True)
+class RankedHead:
+    """One head of the headline: its effect under one kind with the interval, and its rank
+    by |effect| and by concentration among the kind's heads.
+
+    Attributes:
+        head: the head label (``L26H0``); kind: the intervention class name.
+        effect: the mean effect over prompts with its bootstrap interval (metric unit).
+        effect_rank: rank by |mean effect| among the kind's heads (1 = largest).
+        normalized_entropy: the head's mean normalized entropy (fraction of log n).
+        concentration_rank: rank by normalized entropy (1 = most concentrated).
+        n_heads: heads of the kind that are ranked (exact rows with a finite entropy).
+        sink_mass: the head's mean sink mass (fraction of the row).
+        flags: the row's flags; semantics: the intervention's sentence.
+        other_effects: ``(kind, mean effect)`` of the same head under the report's other
+            whole-head kinds, in report order.
+    """
+
+    head: str
+    kind: str
+    effect: Estimate
+    effect_rank: int
+    normalized_entropy: float
+    concentration_rank: int
+    n_heads: int
+    sink_mass: float
+    flags: tuple[str, ...]
+    semantics: str
+    other_effects: tuple[tuple[str, float], ...]
+
+    @property
+    def concentration_text(self) -> str:
+        """``157th of 270 by normalized entropy (0.612)``."""
+        return (
+            f"{ordinal(self.concentration_rank)} of {self.n_heads} by normalized entropy "
+            f"({_num(self.normalized_entropy, 3)})"
+        )
+
+    @property
+    def effect_text(self) -> str:
+        """``3rd of 270 by |effect|``."""
+        return f"{ordinal(self.effect_rank)} of {self.n_heads} by |effect|"
+
+
+def ranked_heads(rows: Sequence[Any], kind: str) -> tuple[RankedHead, ...]:
+    """Every exact whole-head row of ``kind`` with a finite normalized entropy as a
+    :class:`RankedHead`, largest |effect| first (ties: the report's order).
+
+    ``rows`` are :class:`~interv.report.table.ReportRow` (their bootstrap interval is
+    carried as is).
+    """
+    members = [
+        row
+        for row in rows
+        if row.kind == kind
+        and row.head is not None
+        and row.exact
+        and row.concentration is not None
+        and math.isfinite(row.concentration["normalized_entropy"])
+        and math.isfinite(row.effect_mean)
+    ]
+    by_effect = sorted(members, key=lambda r: (-abs(r.effect_mean), r.index))
+    by_conc = sorted(members, key=lambda r: (r.concentration["normalized_entropy"], r.index))
+    conc_rank = {row.index: rank for rank, row in enumerate(by_conc, start=1)}
+    others: dict[tuple[int, int], list[tuple[str, float]]] = {}
+    for row in rows:
+        if row.head is not None and row.exact and row.kind != kind:
+            others.setdefault(row.head, []).append((row.kind, row.effect_mean))
+    return tuple(
+        RankedHead(
+            head=row.label,
+            kind=kind,
+            effect=Estimate(row.effect_mean, row.effect_ci_low, row.effect_ci_high),
+            effect_rank=rank,
+            normalized_entropy=row.concentration["normalized_entropy"],
+            concentration_rank=conc_rank[row.index],
+            n_heads=len(members),
+            sink_mass=row.concentration["sink_mass"],
+            flags=row.flags,
+            semantics=row.semantics,
+            other_effects=tuple(others.get(row.head, ())),
+        )
+        for rank, row in enumerate(by_effect, start=1)
+    )
+
+
+@dataclass(frozen=True)
+class BaselineCount:
+    """How many heads an ablation baseline finds important.
+
+    A head *passes* when its mean effect is beyond ``near_zero_fraction x effect scale``
+    (the flag rules' "near zero") and its bootstrap interval excludes 0.
+    """
+
+    kind: str
+    n_pass: int
+    n_heads: int
+    heads: tuple[str, ...]
+
+
+def baseline_counts(
+    rows: Sequence[Any], kinds: Sequence[str], threshold: float
+) -> tuple[BaselineCount, ...]:
+    """One :class:`BaselineCount` per kind of ``kinds`` with exact whole-head rows;
+    ``threshold`` is the near-zero bound in the metric's unit."""
+    counts = []
+    for kind in kinds:
+        members = [r for r in rows if r.kind == kind and r.head is not None and r.exact]
+        if not members:
+            continue
+        passing = tuple(
+            r.label
+            for r in members
+            if abs(r.effect_mean) > threshold and (r.effect_ci_low > 0 or r.effect_ci_high < 0)
+        )
+        counts.append(BaselineCount(kind, len(passing), len(members), passing))
+    return tuple(counts)
+
+
+_ZERO, _MEAN = "ZeroAblation", "MeanAblation"
+
+
+def baseline_note(counts: Sequence[BaselineCount], threshold: float, unit: str) -> str | None:
+    """A sentence for the headline when ablation baselines disagree about how many heads
+    matter (the largest count is more than twice the smallest and at least 2 more), else
+    None. Says that the zero-ablation picture is mostly off-distribution damage when most
+    heads that pass under zero ablation do not pass under mean ablation."""
+    if len(counts) < 2:
+        return None
+    low = min(c.n_pass for c in counts)
+    high = max(c.n_pass for c in counts)
+    if not (high > 2 * low and high - low >= 2):
+        return None
+    listed = "; ".join(f"{c.kind}: {c.n_pass} of {c.n_heads} heads" for c in counts)
+    note = (
+        f"The ablation baselines disagree about how many heads matter ({listed} pass: "
+        f"|mean effect| > {threshold:.4g} {unit} with an interval excluding 0)."
+    )
+    by_kind = {c.kind: c for c in counts}
+    zero, mean = by_kind.get(_ZERO), by_kind.get(_MEAN)
+    if zero is not None and mean is not None and zero.n_pass:
+        only_zero = sorted(set(zero.heads) - set(mean.heads))
+        if 2 * len(only_zero) > zero.n_pass:
+            note += (
+                f" {len(only_zero)} of the {zero.n_pass} heads that pass under zero ablation "
+                "do not pass under mean ablation: the zero-ablation picture is mostly "
+                "off-distribution damage (setting an output to 0 moves the residual stream "
+                "where the model never is), so read the mean-ablation effects first."
+            )
+    return note

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv import __version__
-from interv._checks import from_json
+from interv._checks import as_int, check_index, from_json
 from interv._pandas import positions_text, require_pandas
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.analysis.pairwise import COMPENSATION, head_interactions
@@ -41,20 +41,26 @@ from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.flags import ESTIMATED_FLAG, FlagRules
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
-from interv.report.flags import assign_flags
+from interv.report.flags import assign_flags, is_ablation
 from interv.report.page import page_fragment
 from interv.report.render import save_report, to_markdown
 from interv.report.screens import ScreenSummary, estimate_note, summarize
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
     DIRECT_OPPOSED,
+    BaselineCount,
     DecompositionRow,
     InteractionRow,
     PathRow,
+    RankedHead,
     SectionTable,
+    baseline_counts,
+    baseline_note,
     decompositions,
     interaction_rows,
+    ordinal,
     path_rows,
+    ranked_heads,
     section_tables,
 )
 from interv.report.views import reports_recovery
@@ -201,14 +207,27 @@ class Report:
     screens: tuple[ScreenSummary, ...] = field(default=())
 
     def head_grid(self, values: dict[tuple[int, int], float]) -> torch.Tensor:
-        """``[layer, head_index]`` float64 grid of per-head values (NaN where missing)."""
-        grid = torch.full((self.header.n_layers, self.header.n_heads), torch.nan)
+        """``[layer, head_index]`` float64 grid of per-head values (NaN where missing).
+
+        Raises:
+            IntervError: a head outside the report's model (its layer or index named with
+                the valid range).
+        """
+        h = self.header
+        grid = torch.full((h.n_layers, h.n_heads), torch.nan)
         for (layer, head), value in values.items():
+            check_index(layer, h.n_layers, "layer", f"the report's model has {h.n_layers} layers")
+            check_index(head, h.n_heads, "head", f"the report's layers have {h.n_heads} heads")
             grid[layer, head] = value
         return grid.to(torch.float64)
 
     def concentration_grid(self, metric: str) -> torch.Tensor:
         """``[layer, head_index]`` mean concentration ``metric`` over prompts."""
+        if metric not in self.header.concentration_units:
+            raise IntervError(
+                f"unknown concentration metric {metric!r}; choose one of "
+                f"{tuple(self.header.concentration_units)}"
+            )
         return self.head_grid(
             {
                 (row.site.layer, row.site.head): row.concentration[metric]
@@ -220,6 +239,8 @@ class Report:
     def effect_grid(self, kind: str) -> torch.Tensor:
         """``[layer, head_index]`` mean effect of the head rows of ``kind`` (metric unit);
         NaN where a screen left only an estimate."""
+        if kind not in self.kinds:
+            raise IntervError(f"the report has no rows of kind {kind!r}; kinds: {self.kinds}")
         return self.head_grid(
             {
                 row.head: row.effect_mean
@@ -233,18 +254,32 @@ class Report:
         """Intervention kinds present, in order of first appearance."""
         return tuple(dict.fromkeys(row.kind for row in self.rows))
 
+    def instructive_floor(self) -> float:
+        """The smallest |effect| (metric unit) a row needs to be called instructive:
+        ``near_zero_fraction x effect scale`` of the flag rules; NaN without a scale."""
+        scale = self.header.effect_scale
+        if not (math.isfinite(scale) and scale > 0):
+            return math.nan
+        return self.flag_rules.near_zero_fraction * scale
+
     def instructive(self, n: int = 3) -> tuple[tuple[ReportRow, str], ...]:
         """The ``n`` rows where concentration and effect disagree most, with why.
 
         Within the head rows of each kind, heads are ranked by normalized entropy
-        (rank 1 = most concentrated) and by |effect| (rank 1 = largest). A row's
-        disagreement is ``|concentration rank - effect rank| / n_heads`` (0..1); ties
-        are broken by the number of flags. Kinds whose largest |effect| is "near zero"
-        (the flag rule's threshold) are skipped: ranking noise says nothing. Each site
-        appears once (its most disagreeing row). Estimated rows (a screen's first-order
-        estimates) are never ranked. Returns (row, explanation) pairs.
+        (rank 1 = most concentrated) and by |effect| (rank 1 = largest). Only rows whose
+        |effect| is beyond the flag rules' near-zero bound (:meth:`instructive_floor`,
+        ``near_zero_fraction x effect scale``) can be instructive: a tiny effect ranks low
+        whatever the head does, so its rank gap says nothing (a pure sink head with a 1e-7
+        logit effect is never instructive). A row's disagreement is ``|concentration rank
+        - effect rank| / n_heads`` (0..1); ties are broken by the number of flags. Each
+        site appears once (its most disagreeing row). Estimated rows (a screen's
+        first-order estimates) are never ranked. Returns (row, explanation) pairs; none
+        when the report has no effect scale.
         """
-        near_zero = self.flag_rules.near_zero_fraction * self.header.effect_scale
+        floor = self.instructive_floor()
+        if math.isnan(floor):
+            return ()
+        unit = self.header.metric_unit
         scored = []
         for kind in self.kinds:
             rows = [
@@ -254,20 +289,25 @@ class Report:
                 and row.exact
                 and row.concentration is not None
                 and not math.isnan(row.concentration["normalized_entropy"])
+                and math.isfinite(row.effect_mean)
             ]
-            if len(rows) < 2 or max(abs(row.effect_mean) for row in rows) <= near_zero:
+            if len(rows) < 2:
                 continue
             by_conc = sorted(rows, key=lambda r: r.concentration["normalized_entropy"])
             by_effect = sorted(rows, key=lambda r: -abs(r.effect_mean))
             rank_c = {row.index: rank for rank, row in enumerate(by_conc, start=1)}
             rank_e = {row.index: rank for rank, row in enumerate(by_effect, start=1)}
             for row in rows:
+                if abs(row.effect_mean) <= floor:
+                    continue
                 c, e = rank_c[row.index], rank_e[row.index]
                 why = (
-                    f"{row.label} {kind}: concentration rank {c}/{len(rows)} "
-                    f"(normalized entropy {row.concentration['normalized_entropy']:.3f}), "
-                    f"|effect| rank {e}/{len(rows)} (effect {row.effect_mean:+.4g} "
-                    f"{self.header.metric_unit}); flags: {', '.join(row.flags) or 'none'}"
+                    f"{row.label} {kind}: effect {row.effect_mean:+.4g} {unit} "
+                    f"[{row.effect_ci_low:.4g}, {row.effect_ci_high:.4g}], "
+                    f"{ordinal(e)} of {len(rows)} by |effect|, but {ordinal(c)} of {len(rows)} "
+                    f"by concentration (normalized entropy "
+                    f"{row.concentration['normalized_entropy']:.3f}); flags: "
+                    f"{', '.join(row.flags) or 'none'}"
                 )
                 scored.append((abs(c - e) / len(rows), len(row.flags), row, why))
         scored.sort(key=lambda item: (-item[0], -item[1], item[2].index))
@@ -277,6 +317,57 @@ class Report:
                 break
             chosen.setdefault(row.site, (row, why))
         return tuple(chosen.values())
+
+    @property
+    def headline_kind(self) -> str | None:
+        """The kind the headline ranks heads by: mean ablation where present (it keeps the
+        head's output on the task's distribution), else resample, else zero ablation, else
+        another ablation, else the first kind with exact whole-head rows; None without."""
+        with_heads = {r.kind for r in self.rows if r.head is not None and r.exact}
+        kinds = [k for k in self.kinds if k in with_heads]
+        for preferred in ("MeanAblation", "ResampleAblation", "ZeroAblation"):
+            if preferred in kinds:
+                return preferred
+        ablations = [k for k in kinds if is_ablation(k)]
+        return (ablations or kinds or [None])[0]
+
+    def ranked_heads(self, kind: str | None = None) -> tuple[RankedHead, ...]:
+        """Every whole-head row of ``kind`` (default :attr:`headline_kind`) with its effect
+        interval, its |effect| rank and its concentration rank, largest |effect| first."""
+        kind = self.headline_kind if kind is None else kind
+        if kind is None:
+            return ()
+        if kind not in self.kinds:
+            raise IntervError(f"the report has no rows of kind {kind!r}; kinds: {self.kinds}")
+        return ranked_heads(self.rows, kind)
+
+    def largest_effects(self, n: int = 5, kind: str | None = None) -> tuple[RankedHead, ...]:
+        """The ``n`` heads with the largest |effect| under ``kind`` (default
+        :attr:`headline_kind`), each beside its concentration rank."""
+        as_int(n, "n", minimum=0)
+        return self.ranked_heads(kind)[:n]
+
+    def most_concentrated(self, n: int = 5, kind: str | None = None) -> tuple[RankedHead, ...]:
+        """The ``n`` most concentrated heads (lowest normalized entropy), each beside its
+        effect under ``kind`` (default :attr:`headline_kind`) and its |effect| rank."""
+        as_int(n, "n", minimum=0)
+        heads = sorted(self.ranked_heads(kind), key=lambda h: h.concentration_rank)
+        return tuple(heads[:n])
+
+    def baseline_counts(self) -> tuple[BaselineCount, ...]:
+        """Per ablation kind with whole-head rows: how many heads pass (|mean effect|
+        beyond :meth:`instructive_floor` and an interval excluding 0)."""
+        floor = self.instructive_floor()
+        if math.isnan(floor):
+            return ()
+        return baseline_counts(self.rows, [k for k in self.kinds if is_ablation(k)], floor)
+
+    def baseline_note(self) -> str | None:
+        """The headline's sentence when the ablation baselines disagree about how many
+        heads matter (see :func:`interv.report.sections.baseline_note`), else None."""
+        return baseline_note(
+            self.baseline_counts(), self.instructive_floor(), self.header.metric_unit
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the whole report (round-trips with :meth:`from_dict`)."""

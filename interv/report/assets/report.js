@@ -230,8 +230,28 @@
       current = null;
     }
     function headTarget(node) {
-      return node && node.closest ? node.closest(".iv-fig [data-h]") : null;
+      return node && node.closest ? node.closest(".iv-fig [data-h], .iv-headline li[data-h]") : null;
     }
+    // A pinned tip follows its head while the page scrolls and closes once the head has
+    // left the window, so it never floats over the tables; a hover tip closes on scroll.
+    var scrolling = false;
+    function onScroll(event) {
+      if (tip.hidden || scrolling || (event.target !== document && tip.contains(event.target))) return;
+      scrolling = true;
+      window.requestAnimationFrame(function () {
+        scrolling = false;
+        if (tip.hidden) return;
+        if (!pinned) { hide(); return; }
+        var r = pinned.getBoundingClientRect();
+        if (r.bottom < 0 || r.top > window.innerHeight || (!r.width && !r.height)) {
+          pinned = null;
+          hide();
+        } else {
+          place(pinned);
+        }
+      });
+    }
+    window.addEventListener("scroll", onScroll, { passive: true, capture: true });
     root.addEventListener("mouseover", function (event) {
       var target = headTarget(event.target);
       if (target && !pinned) show(target);
