@@ -189,12 +189,14 @@ def child(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         ours = edge_scores(model, task, direction="denoise")
         t0 = time.perf_counter()
-        curve = faithfulness(model, task, ours, n_bootstrap=1000)
-        report["seconds_faithfulness"] = time.perf_counter() - t0
         report["seconds_scores"] = t0 - start
         report["scores"] = ours.scores.tolist()
-        report["faith"] = curve.per_prompt.tolist()
-        report["cpr"], report["cmd"] = curve.cpr, curve.cmd
+        report["faith"], report["cpr"], report["cmd"] = [], float("nan"), float("nan")
+        if not args.scores_only:
+            curve = faithfulness(model, task, ours, n_bootstrap=1000)
+            report["faith"] = curve.per_prompt.tolist()
+            report["cpr"], report["cmd"] = curve.cpr, curve.cmd
+        report["seconds_faithfulness"] = time.perf_counter() - t0
         order = torch.sort(-ours.scores.abs(), stable=True).indices.tolist()
         write_file(order_file, json.dumps(order).encode())
     else:  # the circuits: interv's ranking (the same edges for both sides)
@@ -203,7 +205,11 @@ def child(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         scores = tl_edge_scores(model, task, graph)
         t1 = time.perf_counter()
-        faith = tl_faithfulness(model, task, graph, order, sizes)
+        faith = (
+            torch.empty(0)
+            if args.scores_only
+            else tl_faithfulness(model, task, graph, order, sizes)
+        )
         report["seconds_scores"] = t1 - t0
         report["seconds_faithfulness"] = time.perf_counter() - t1
         report["scores"] = scores.tolist()
@@ -217,6 +223,8 @@ def run_child(args: argparse.Namespace, job: str, folder: str) -> tuple[dict, fl
     command = [sys.executable, __file__, "--job", job, "--folder", folder]
     for name in ("threads", "layers", "heads", "d_model", "pairs", "positions"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    if args.scores_only:
+        command.append("--scores-only")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     output = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
@@ -235,6 +243,12 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--positions", type=int, default=12)
+    parser.add_argument(
+        "--scores-only",
+        action="store_true",
+        help="skip the faithfulness curve on both sides (for models where "
+        "transformer-lens's faithfulness takes hours, e.g. GPT-2-small-shaped)",
+    )
     parser.add_argument("--job", choices=("tl", "interv", "build"), default=None)
     parser.add_argument("--folder", default=None)
     args = parser.parse_args()
@@ -257,7 +271,11 @@ def main() -> None:
     score_diff = (torch.tensor(ours["scores"]) - torch.tensor(theirs["scores"])).abs().max()
     faith_ours = torch.tensor(ours["faith"], dtype=torch.float64)
     faith_theirs = torch.tensor(theirs["faith"], dtype=torch.float64)
-    faith_diff = (faith_ours - faith_theirs).abs().nan_to_num(0.0).max()
+    faith_diff = (
+        (faith_ours - faith_theirs).abs().nan_to_num(0.0).max()
+        if faith_ours.numel()
+        else torch.tensor(float("nan"))
+    )
     print(f"{n_edges} edges (position-summed); MIB fractions {list(MIB_FRACTIONS)}")
     print(
         f"max |score difference| {float(score_diff):.3g} logits (scores up to "
@@ -270,14 +288,15 @@ def main() -> None:
     ):
         print(
             f"{name}: scores {report['seconds_scores']:.1f} s, faithfulness "
-            f"{report['seconds_faithfulness']:.1f} s, total {report['seconds']:.1f} s; peak RSS "
+            f"{report['seconds_faithfulness']:.2f} s, total {report['seconds']:.1f} s; peak RSS "
             f"{rss:.0f} MiB ({rss - rss_build:.0f} MiB above the model-only child's "
             f"{rss_build:.0f}); load average after {load:.2f}"
         )
     print(
         f"ratios transformer-lens / interv: time {theirs['seconds'] / ours['seconds']:.1f}x "
         f"(scores {theirs['seconds_scores'] / ours['seconds_scores']:.1f}x, faithfulness "
-        f"{theirs['seconds_faithfulness'] / ours['seconds_faithfulness']:.1f}x), peak memory "
+        f"{theirs['seconds_faithfulness'] / max(ours['seconds_faithfulness'], 1e-9):.1f}x), "
+        "peak memory "
         f"above the model {(rss_theirs - rss_build) / max(rss_ours - rss_build, 1):.1f}x"
     )
     print(f"interv CPR {ours['cpr']:.4f}, CMD {ours['cmd']:.4f}; matmul after {after:.1f} GFLOP/s")

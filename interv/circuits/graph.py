@@ -49,7 +49,7 @@ _HEAD = re.compile(r"^L(\d+)(H|KV)(\d+)$")
 _MLP = re.compile(r"^MLP(\d+)$")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Node:
     """A writer or reader of the residual stream.
 
