@@ -206,7 +206,7 @@ def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed:
     print(f"semantics: {circuit['sentence']}")
     cpr, cmd = curve.get("cpr"), curve.get("cmd")
     print(f"faithfulness: CPR {_fmt(cpr)}, CMD {_fmt(cmd)} ({curve['sentence']})")
-    top = [h for h in link.circuit_heads][:5]
+    top = link.circuit_heads[:5]
     if top:
         print(f"circuit heads (strength = summed |exact effect| of their circuit edges, {unit}):")
         for head in top:
