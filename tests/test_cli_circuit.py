@@ -222,3 +222,11 @@ def test_a_discovery_killed_mid_run_is_resumed_by_the_same_command(tmp_path):
     assert manifest["status"] == "complete"
     assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (4, 15 - 4)
     assert (out / "exact.jsonl").read_text().splitlines()[0] == stored[0]
+
+
+def test_k_beyond_the_graph_is_refused_after_loading_and_leaves_no_directory(workdir, capsys):
+    before = _snapshot(workdir)
+    assert main(["circuit", "induction-2l", "--verify-top", "1000", "--out", "run"]) == 2
+    err = capsys.readouterr().err
+    assert "--verify-top 1000 exceeds the graph's 81 edges" in err
+    assert _snapshot(workdir) == before  # the claimed directory was removed again
