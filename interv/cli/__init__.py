@@ -6,9 +6,9 @@ results with their units and scope. Heavy imports happen inside the handlers, so
 :mod:`~interv.cli.report` (``demo``, ``report``), :mod:`~interv.cli.sweeps` (``sweep``,
 ``sweep-merge``), :mod:`~interv.cli.analysis` (``similarity``, ``entropy-change``,
 ``pruning``), :mod:`~interv.cli.paths` (``paths``, ``interactions``),
-:mod:`~interv.cli.grid` (``grid``), :mod:`~interv.cli.zoo` (``zoo``); ``metrics`` lives
-here. :mod:`~interv.cli.tasks` gives every command that runs a task ``--task`` or
-``--pairs FILE.jsonl``.
+:mod:`~interv.cli.grid` (``grid``), :mod:`~interv.cli.circuit` (``circuit``),
+:mod:`~interv.cli.zoo` (``zoo``); ``metrics`` lives here. :mod:`~interv.cli.tasks` gives
+every command that runs a task ``--task`` or ``--pairs FILE.jsonl``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 
 from interv import __version__
 from interv.cli.analysis import register as register_analysis
+from interv.cli.circuit import register as register_circuit
 from interv.cli.grid import register as register_grid
 from interv.cli.paths import register as register_paths
 from interv.cli.report import register as register_report
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_analysis(subparsers)
     register_paths(subparsers)
     register_grid(subparsers)
+    register_circuit(subparsers)
     register_sweeps(subparsers)
     register_report(subparsers)
     return parser

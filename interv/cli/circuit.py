@@ -1,0 +1,283 @@
+"""``interv circuit``: find a circuit, check it exactly, and write it with its report.
+
+``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
+[--qk-fix] --verify-top K --audit N --out DIR`` scores every edge with the screen (EAP,
+or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by ``|score|`` and ``N``
+random others exactly (path patching from the corrupted run into the clean run), measures
+the faithfulness curve at MIB's edge fractions, computes the concentration of every head
+(clean run, answer position) beside the circuit, and writes into DIR:
+
+- ``circuit.json`` (``CircuitResult.to_dict()``), ``faithfulness.json``, ``mission.json``;
+- ``circuit.md`` (Markdown) and ``circuit.html`` (the self-contained page: the layered
+  drawing, the curve, the mission link);
+- the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
+  effect is stored as soon as it is computed, so the same command rerun after a kill
+  resumes where it stopped and recomputes no exact work (:mod:`interv.sweeps.circuit`).
+
+Every option is checked before the model loads. Progress goes to stderr (when it is a
+terminal, unless ``--quiet``); stdout gets a short summary with units and statuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from interv._checks import as_int
+from interv.cli.tasks import add_task_options, command_pairs
+from interv.errors import IntervError
+
+__all__ = ["register"]
+
+METHODS = ("eap", "eap-ig")
+COMPLEMENTS = ("corrupted", "mean")
+_STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
+
+
+def _alpha(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
+        ) from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
+        )
+    return value
+
+
+def _checked(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option checked without loading anything; the pairs read (data only)."""
+    from interv.circuits.screens import check_method  # torch: on use (CLI start-up)
+    from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
+    from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
+
+    if args.method not in METHODS:
+        raise IntervError(f"unknown --method {args.method!r}; choose one of {METHODS}")
+    steps = (1 if args.method == "eap" else 5) if args.steps is None else args.steps
+    steps = as_int(steps, "--steps (interpolation steps m)", minimum=1)
+    if args.method == "eap" and steps != 1:
+        raise IntervError(
+            f"--steps {steps} applies to --method eap-ig only (EAP takes one gradient); "
+            "drop it or pass --method eap-ig"
+        )
+    check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
+    top_k = as_int(args.verify_top, "--verify-top K", minimum=1)
+    audit = as_int(args.audit, "--audit N", minimum=0)
+    for flag in ("n_edges", "batch_size"):
+        if getattr(args, flag) is not None:
+            as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
+    if args.metric not in METRICS:
+        raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
+    if args.complement not in COMPLEMENTS:
+        raise IntervError(f"unknown --complement {args.complement!r}; choose one of {COMPLEMENTS}")
+    check_model_spec(args.model)
+    pairs = command_pairs(args, metric=args.metric)  # read and checked; nothing loads
+    task_name = Path(args.pairs).stem if args.pairs is not None else args.task or args._task_default
+    return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
+
+
+def _identity(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any]:
+    from interv.sweeps.execute import task_fingerprint  # torch: on use (CLI start-up)
+
+    return {
+        "model": str(args.model),
+        "task": checked["task"],
+        "task_fingerprint": task_fingerprint(checked["pairs"]),
+        "method": args.method,
+        "steps": checked["steps"],
+        "qk_fix": bool(args.qk_fix),
+        "metric": args.metric,
+        "verify_top": checked["top_k"],
+        "audit": checked["audit"],
+        "alpha": args.alpha,
+        "seed": args.seed,
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    checked = _checked(args)  # before anything heavy is imported or loaded
+    from interv._progress import stages  # torch: on use (CLI start-up)
+    from interv.sweeps.circuit import CircuitStore  # torch: on use (CLI start-up)
+
+    show = False if args.quiet else None
+    # the directory is claimed (or refused) before the model loads
+    with (
+        CircuitStore.open(args.out, _identity(args, checked)) as store,
+        stages(_STAGES, enabled=show) as progress,
+    ):
+        circuit, curve, link, ran, resumed = _discover(args, checked, store, progress)
+    if not args.quiet:
+        _summary(args.out, circuit, curve, link, ran, resumed)
+    return 0
+
+
+def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, progress: Any):
+    """Load, discover (resuming from ``store``), evaluate and write every output."""
+    from interv.analysis.concentration import concentration  # torch: on use (CLI start-up)
+    from interv.audit import Screen  # torch: on use (CLI start-up)
+    from interv.circuits import (  # torch: on use (CLI start-up)
+        EdgeScores,
+        Graph,
+        discover,
+        edge_scores,
+        faithfulness,
+    )
+    from interv.engine.targets import get_metric  # torch: on use (CLI start-up)
+    from interv.models.loading import load_model  # torch: on use (CLI start-up)
+    from interv.report.circuit import circuit_markdown, mission_link  # torch: on use
+    from interv.report.circuit_page import circuit_page  # torch: on use (CLI start-up)
+    from interv.sweeps.circuit import discover_resumable  # torch: on use (CLI start-up)
+
+    screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
+    resumed = len(store.known())
+    model = load_model(args.model)
+    task = checked["pairs"].tokenize(model)
+    graph = Graph.from_model(model)
+    for flag, value in (("--verify-top", checked["top_k"]), ("--n-edges", args.n_edges)):
+        if value is not None and value > graph.n_edges:
+            raise IntervError(
+                f"{flag} {value} exceeds the graph's {graph.n_edges} edges ({graph.describe()})"
+            )
+    options = {"method": args.method, "steps": checked["steps"], "qk_fix": args.qk_fix}
+    progress.start("scores")
+
+    def scores() -> Any:
+        return edge_scores(model, task, metric=args.metric, **options)
+
+    def run_discovery(**resume: Any) -> Any:
+        progress.start("exact effects")
+        return discover(
+            model,
+            task,
+            screen=screen,
+            metric=args.metric,
+            progress=progress.detail,
+            batch_size=args.batch_size,
+            **options,
+            **resume,
+        )
+
+    result, ran = discover_resumable(
+        store, scores=scores, discover=run_discovery, from_dict=EdgeScores.from_dict, finish=False
+    )
+    progress.start("faithfulness")
+    curve = faithfulness(
+        model,
+        task,
+        result,
+        complement=args.complement,
+        metric=args.metric,
+        batch_size=args.batch_size,
+    ).to_dict()
+    progress.start("concentration")
+    heads = concentration(model, task, query_positions=[-1])
+    progress.start("report")
+    # the metric's unit and the number of prompts travel with the circuit into its report
+    circuit = {**result.to_dict(), "unit": get_metric(args.metric).unit, "n_prompts": task.n_pairs}
+    link = mission_link(circuit, heads, n=args.n_edges)
+    store.write_output("circuit.json", json.dumps(circuit) + "\n")  # 70k edges: compact
+    store.write_output("faithfulness.json", json.dumps(curve, indent=1) + "\n")
+    store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
+    store.write_output("circuit.md", circuit_markdown(circuit, curve, link))
+    store.write_output("circuit.html", circuit_page(circuit, curve, link))
+    store.finish()
+    return circuit, curve, link, ran, resumed
+
+
+def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed: int) -> None:
+    status = circuit["status"]
+    counts = {s: status.count(s) for s in ("exact (verified)", "exact (audit)", "estimated")}
+    unit = circuit.get("unit", circuit["metric"])
+    again = f"; {resumed} stored by an earlier run were reused" if resumed else ""
+    print(
+        f"circuit written to {out}/ (circuit.html, circuit.md, circuit.json, faithfulness.json, "
+        f"mission.json): {circuit['model']} on {circuit['task']}, {len(status)} edges, "
+        f"{counts['exact (verified)']} exact (verified), {counts['exact (audit)']} exact "
+        f"(audit), {counts['estimated']} estimated; {ran} exact effects computed by this run"
+        f"{again}"
+    )
+    print(f"semantics: {circuit['sentence']}")
+    cpr, cmd = curve.get("cpr"), curve.get("cmd")
+    print(f"faithfulness: CPR {_fmt(cpr)}, CMD {_fmt(cmd)} ({curve['sentence']})")
+    top = link.circuit_heads[:5]
+    if top:
+        print(f"circuit heads (strength = summed |exact effect| of their circuit edges, {unit}):")
+        for head in top:
+            c = head.concentration
+            print(
+                f"  {head.label}: strength {head.strength:.4g}; normalized entropy "
+                f"{_fmt(c['normalized_entropy'])}, sink mass {_fmt(c['sink_mass'])}, "
+                f"contribution norm {_fmt(c['contribution_norm'])}"
+            )
+    parked = ", ".join(link.parked_outside) or "none"
+    print(f"concentrated, sink-parked heads outside the circuit: {parked}")
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None or value != value else f"{value:.4g}"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``circuit`` command to the ``interv`` parser."""
+    parser = subparsers.add_parser(
+        "circuit",
+        help="find a circuit (EAP / EAP-IG), verify it exactly, audit the rest, write a report",
+        description=(
+            "Score every edge with EAP or EAP-IG, patch the top K and N random others exactly "
+            "(path patching from the corrupted run into the clean run), measure the "
+            "faithfulness curve, put the circuit's heads beside their concentration and "
+            "write it all to DIR. Rerunning the same command resumes an interrupted run."
+        ),
+    )
+    parser.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
+    add_task_options(parser, default_task="induction", n_pairs_default=8)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the task (default: 0)")
+    parser.add_argument("--method", default="eap", help="eap (default) or eap-ig")
+    parser.add_argument(
+        "--steps", type=int, default=None, metavar="M", help="EAP-IG steps m >= 1 (default 5)"
+    )
+    parser.add_argument(
+        "--qk-fix", action="store_true", help="AtP*'s exact softmax for query/key edges"
+    )
+    parser.add_argument("--metric", default="logit_diff", help="target metric (logit_diff)")
+    parser.add_argument(
+        "--verify-top", type=int, default=20, metavar="K", help="edges verified (default 20)"
+    )
+    parser.add_argument(
+        "--audit", type=int, default=60, metavar="N", help="random edges audited (default 60)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=None,
+        metavar="A",
+        help="verify more until the 95%% miss-rate bound is below A (default none: one look)",
+    )
+    parser.add_argument(
+        "--n-edges",
+        type=int,
+        default=None,
+        help="circuit size for the mission link (default: K, every edge exact)",
+    )
+    parser.add_argument(
+        "--complement",
+        default="corrupted",
+        help="what fills the edges outside a circuit: corrupted (default) or mean",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="edges (or circuits) per stacked exact forward (default: by memory)",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="the output directory")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    parser.set_defaults(handler=_run)

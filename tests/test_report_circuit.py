@@ -1,0 +1,266 @@
+"""The circuit section: the mission link's numbers, the Markdown, the page, and bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from html.parser import HTMLParser
+
+import pytest
+from _circuit_fixtures import make_circuit, make_curve, make_table
+
+from interv.errors import IntervError
+from interv.report.circuit import (
+    MissionLink,
+    circuit_edges,
+    circuit_markdown,
+    edge_heads,
+    mission_link,
+)
+from interv.report.circuit_page import circuit_fragment, circuit_page, curve_svg, graph_svg
+
+
+@pytest.fixture(scope="module")
+def link():
+    return mission_link(make_circuit(), make_table(), n_bootstrap=200)
+
+
+def test_every_circuit_head_carries_its_concentration_beside_its_edges(link):
+    heads = {h.label: h for h in link.circuit_heads}
+    # the circuit: L1H2->logits, L0H1->L1H2.k, L1H0->logits, embed->L1H2.q
+    assert list(heads) == ["L1H2", "L0H1", "L1H0"]
+    assert heads["L1H2"].strength == pytest.approx(3.0 + 2.0 + 0.8)
+    assert [e.label for e in heads["L1H2"].edges] == [
+        "L1H2->logits",
+        "L0H1->L1H2.k",
+        "embed->L1H2.q",
+    ]
+    assert all(e.status == "exact (verified)" for h in heads.values() for e in h.edges)
+    assert heads["L0H1"].concentration["normalized_entropy"] == pytest.approx(0.1, abs=0.02)
+    assert set(heads["L0H1"].concentration) == {
+        "normalized_entropy",
+        "sink_mass",
+        "contribution_norm",
+    }
+    assert link.n_exact == link.circuit_size == 4
+
+
+def test_the_sink_parked_head_outside_the_circuit_is_listed(link):
+    assert link.parked_outside == ("L0H3",)
+    assert "normalized entropy <= 0.3 and mean sink mass > 0.5" in link.sentences["parked"]
+
+
+def test_rank_agreements_have_intervals_or_say_why_not(link):
+    by = {(a.metric, a.against): a for a in link.agreements}
+    membership = by["normalized_entropy", "membership"]
+    assert membership.n_heads == 8 and membership.rho < 0  # concentrated heads are members
+    assert membership.low <= membership.rho <= membership.high
+    strength = by["normalized_entropy", "strength"]
+    assert math.isnan(strength.rho) and "fewer than 5" in strength.reason
+    few = mission_link({**make_circuit(), "n_prompts": 3}, make_table(n_prompts=3), n_bootstrap=50)
+    row = {(a.metric, a.against): a for a in few.agreements}["sink_mass", "membership"]
+    assert not math.isnan(row.rho) and math.isnan(row.low) and "3 prompts" in row.reason
+
+
+def test_every_number_has_its_semantics_sentence(link):
+    assert "patched exactly from the corrupted run" in link.sentences["circuit"]
+    assert "clean run" in link.sentences["concentration"]
+    assert "query positions [-1]" in link.sentences["concentration"]
+    assert "bootstrap over prompts" in link.sentences["agreement"]
+    markdown = link.to_markdown()
+    for key in ("agreement", "parked"):
+        assert link.sentences[key].split(";")[0][:40].replace("|", "\\|")[:30] in markdown
+
+
+def test_a_key_value_edge_counts_for_every_query_head_of_its_group():
+    circuit = make_circuit(n_kv=2, strong={"L0H1->L1KV1.k": 2.0, "L1H3->logits": 1.0})
+    link = mission_link(circuit, make_table(), n=2, n_bootstrap=50)
+    assert {h.label for h in link.circuit_heads} == {"L0H1", "L1H2", "L1H3"}
+    assert edge_heads("L0H3->L1KV2.k") == ((0, 3, "H"), (1, 2, "KV"))
+
+
+def test_the_link_survives_json(link):
+    again = MissionLink.from_dict(json.loads(json.dumps(link.to_dict())))
+    assert again.parked_outside == link.parked_outside
+    assert [h.label for h in again.heads] == [h.label for h in link.heads]
+    assert again.to_markdown() == link.to_markdown()
+
+
+def test_the_circuit_ranks_exact_values_first():
+    circuit = make_circuit()
+    order = circuit_edges(circuit, 12)
+    exact = [circuit["exact"][i] is not None for i in order]
+    assert exact == sorted(exact, reverse=True)  # every exact edge before any estimate
+    assert circuit["edges"][order[0]] == "L1H2->logits"
+
+
+def test_the_markdown_section_has_the_audit_the_curve_and_the_link(link):
+    text = circuit_markdown(make_circuit(), make_curve(), link, top=6)
+    assert text.startswith("# Circuit: toy-2l on toy-task")
+    assert "4 exact (verified), 6 exact (audit), 71 estimated" in text
+    assert "## Faithfulness" in text and "CPR" in text and "CMD" in text
+    assert "circuits by signed value (CPR's)" in text
+    assert "## Circuit heads beside their concentration" in text
+    assert "| 1 | L1H2-&gt;logits |" in text
+    assert "not intervened" in text  # an estimated edge in the top 6 says so
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.sources: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        for name in ("src", "href"):
+            if dict(attrs).get(name):
+                self.sources.append(dict(attrs)[name])
+
+
+def test_the_page_draws_edges_by_status_with_their_numbers_offline(link):
+    page = circuit_page(make_circuit(), make_curve(), link, n_draw=20)
+    parser = _Collect()
+    parser.feed(page)
+    assert parser.sources == []  # nothing is fetched: no CDN, no link
+    edges = [a for t, a in parser.tags if t == "path" and "data-edge" in a]
+    assert len(edges) == 20
+    for attrs in edges:
+        exact = attrs["data-status"] != "estimated"
+        assert ("ivc-exact" in attrs["class"]) == exact
+        assert ("ivc-est" in attrs["class"]) == (not exact)
+        assert "score (screen estimate" in attrs["data-info"]
+        assert f"status: {attrs['data-status']}" in attrs["data-info"]
+    widths = {a["data-edge"]: float(a["stroke-width"]) for a in edges}
+    assert widths["L1H2->logits"] == max(widths.values())
+    assert widths["L1H2->logits"] > widths["L1H0->logits"]
+    nodes = {a["data-node"]: a["class"] for t, a in parser.tags if t == "g" and "data-node" in a}
+    assert "ivc-in" in nodes["L1H2"] and "ivc-in" not in nodes.get("L0H0", "")
+    assert page.count("<script>") == 1 and "interv-circuit" in page
+
+
+def test_the_layers_run_left_to_right():
+    svg = graph_svg(make_circuit(), n_draw=81)
+    x = {
+        node: float(found)
+        for node, found in re.findall(r"data-node='([^']+)'><rect x='([\d.]+)'", svg)
+    }
+    assert x["embed"] < x["L0H0"] < x["L1H0"] < x["logits"]
+    assert x["L0H0"] == x["L0H3"]
+
+
+def test_the_curve_has_its_band_points_and_cpr_cmd(link):
+    svg = curve_svg(make_curve())
+    assert "ivc-band" in svg and svg.count("class='ivc-pt'") == 10
+    assert "class='ivc-signed'" in svg  # CPR's curve, circuits by signed value
+    assert "95% interval" in svg
+    fragment = circuit_fragment(make_circuit(), make_curve(), link)
+    assert "CPR" in fragment and "CMD" in fragment and "complement: corrupted" in fragment
+
+
+def test_text_from_the_data_is_escaped():
+    circuit = make_circuit()
+    circuit["model"] = "<script>alert(1)</script>"
+    circuit["sentence"] = "[link](http://x) <img src=x>"
+    page = circuit_page(circuit)
+    assert "<script>alert" not in page and "<img src=x>" not in page
+    text = circuit_markdown(circuit)
+    assert "<script>" not in text and "[link](http" not in text
+
+
+def _broken(change):
+    circuit = copy.deepcopy(make_circuit())
+    change(circuit)
+    return circuit
+
+
+BAD_CIRCUITS = {
+    "not a mapping": (lambda: [1, 2], r"must be a CircuitResult or its to_dict\(\) mapping"),
+    "other format": (
+        lambda: _broken(lambda c: c.update(format="x")),
+        r"'format' must be 'interv.circuit/1'",
+    ),
+    "scores too short": (
+        lambda: _broken(lambda c: c["scores"].pop()),
+        r"'scores' must be a list of 81 entries",
+    ),
+    "a NaN score": (
+        lambda: _broken(lambda c: c["scores"].__setitem__(0, float("nan"))),
+        r"'scores' must be finite numbers",
+    ),
+    "unknown status": (
+        lambda: _broken(lambda c: c["status"].__setitem__(0, "guessed")),
+        r"has status 'guessed'; expected one of",
+    ),
+    "an estimate with an exact value": (
+        lambda: _broken(lambda c: c["exact"].__setitem__(c["status"].index("estimated"), 1.0)),
+        r"an exact status needs a value and an estimate has none",
+    ),
+    "a malformed edge label": (
+        lambda: _broken(lambda c: c["edges"].__setitem__(0, "L0H0=>L1H1")),
+        r"edge label 'L0H0=>L1H1' is not written like",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CIRCUITS))
+def test_a_malformed_circuit_is_refused_naming_the_field(name):
+    make, pattern = BAD_CIRCUITS[name]
+    for render in (circuit_markdown, circuit_page, lambda c: mission_link(c, make_table())):
+        with pytest.raises(IntervError, match=pattern):
+            render(make())
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda: circuit_edges(make_circuit(), 0), r"circuit size n must be >= 1; got 0"),
+        (lambda: circuit_edges(make_circuit(), 82), r"at most the graph's 81 edges; got 82"),
+        (lambda: graph_svg(make_circuit(), n_draw=0), r"n_draw must be >= 1"),
+        (
+            lambda: mission_link(make_circuit(), {**make_table(), "model": "other"}),
+            r"concentration is of model 'other' but the circuit of 'toy-2l'",
+        ),
+        (
+            lambda: mission_link(make_circuit(), make_table(n_prompts=6)),
+            r"found on 8 prompts but the concentration holds 6",
+        ),
+        (
+            lambda: mission_link(make_circuit(), {**make_table(), "per_prompt": {}}),
+            r"needs 'per_prompt' values of",
+        ),
+        (
+            lambda: circuit_markdown(make_circuit(), {**make_curve(), "format": "x"}),
+            r"format 'interv.faithfulness/1'",
+        ),
+        (
+            lambda: circuit_page(make_circuit(), {**make_curve(), "fractions": [0.5, 2.0] * 5}),
+            r"fractions must lie in \(0, 1\]",
+        ),
+        (
+            lambda: circuit_page(make_circuit(), {**make_curve(), "mean": [0.1]}),
+            r"'mean' must be a list of 10 numbers",
+        ),
+        (lambda: circuit_fragment(make_circuit(), link={"x": 1}), r"link must be a MissionLink"),
+    ],
+)
+def test_bad_values_for_the_section_fail_with_a_clear_message(call, pattern):
+    with pytest.raises(IntervError, match=pattern):
+        call()
+
+
+def test_only_the_columns_that_hold_a_drawn_node_take_room():
+    circuit = {
+        **make_circuit(),
+        "edges": ["embed->L0H0.q", "L0H0->L29KV1.k", "L29H4->MLP29", "MLP29->logits"],
+        "scores": [0.1, -2.0, 0.5, 1.0],
+        "exact": [None, -2.5, 0.4, None],
+        "status": ["estimated", "exact (verified)", "exact (audit)", "estimated"],
+    }
+    svg = graph_svg(circuit, n_draw=4, circuit_size=1)
+    width = int(re.search(r"<svg class='ivc-graph'[^>]* width='(\d+)'", svg)[1])
+    assert width <= 40 + 5 * 150  # embed, layer 0, layer 29, MLP 29, logits: not 62 columns
+    names = re.findall(r"class='ivc-col'[^>]*>([^<]+)<", svg)
+    assert names == ["embed", "layer 0", "layer 29", "MLP 29", "logits"]
