@@ -304,6 +304,12 @@ def test_discover_statuses_serialization_and_resume(zoo, zoo_exact):
     torch.testing.assert_close(again.exact, result.exact, equal_nan=True)
     scores = EdgeScores.from_dict(json.loads(json.dumps(result.scores.to_dict())))
     torch.testing.assert_close(scores.scores, result.scores.scores)
+    torch.testing.assert_close(scores.per_prompt, result.scores.per_prompt)
+    # a circuit file leaves the per-prompt estimates out unless asked
+    assert result.scores.per_prompt is not None
+    assert data["edge_scores"]["per_prompt"] is None and back.scores.per_prompt is None
+    full = CircuitResult.from_dict(json.loads(json.dumps(result.to_dict(per_prompt=True))))
+    torch.testing.assert_close(full.scores.per_prompt, result.scores.per_prompt)
 
 
 def test_faithfulness_curve_ends_and_serialization(zoo, zoo_exact):

@@ -130,8 +130,12 @@ class CircuitResult:
             }
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data (format ``interv.circuit/1``); :meth:`from_dict` inverts it."""
+    def to_dict(self, *, per_prompt: bool = False) -> dict[str, Any]:
+        """JSON-ready data (format ``interv.circuit/1``); :meth:`from_dict` inverts it.
+
+        The screen's per-prompt estimates are left out unless ``per_prompt`` (the prompt
+        means, the exact values and the audit are always kept).
+        """
         return {
             "format": FORMAT,
             "model": self.model_name,
@@ -147,7 +151,7 @@ class CircuitResult:
             "status": list(self.status),
             "audit": self.audit.to_dict(),
             "sentence": self.sentence,
-            "edge_scores": self.scores.to_dict(),
+            "edge_scores": self.scores.to_dict(per_prompt=per_prompt),
         }
 
     @classmethod

@@ -159,13 +159,18 @@ class EdgeScores:
             }
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready data; :meth:`from_dict` inverts it."""
+    def to_dict(self, *, per_prompt: bool = True) -> dict[str, Any]:
+        """Plain JSON-ready data; :meth:`from_dict` inverts it.
+
+        ``per_prompt=False`` leaves the per-prompt estimates out (``None``): on SmolLM2-135M
+        they are ``70,651 x n_prompts`` numbers, most of a file's size.
+        """
+        keep = per_prompt and self.per_prompt is not None
         return {
             "format": "interv.edge_scores/1",
             "graph": graph_dict(self.graph),
             "scores": self.scores.tolist(),
-            "per_prompt": None if self.per_prompt is None else self.per_prompt.tolist(),
+            "per_prompt": self.per_prompt.tolist() if keep else None,
             "method": self.method,
             "steps": self.steps,
             "metric": self.metric,
