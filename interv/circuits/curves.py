@@ -497,7 +497,9 @@ def _circuit_forward(
         """``[rows, pos, readers, d_model]``: each reader's rebuilt input. The readers of a
         group read the same senders and their edges are contiguous; per copy the sum runs
         over the kept senders (``replaced + sum kept deltas``) or, when most are kept, over
-        the others (``live - sum patched deltas``): work in proportion to the smaller set."""
+        the others (``live - sum patched deltas``). Few (reader, sender) pairs: gathered and
+        index-added; more: one ``[readers, senders] @ deltas`` matmul per copy (no gathered
+        copies of the deltas)."""
         readers = len(group)
         first = group[0].start
         block = kept[:, first : first + readers * n_used].view(copies, readers, n_used)
@@ -511,7 +513,14 @@ def _circuit_forward(
                 start, sign, chosen = live[part], -1.0, ~chosen
             else:
                 start, sign = replaced[part], 1.0
-            out[part] = start.unsqueeze(2)
+            target = out[part]
+            target.copy_(start.unsqueeze(2).expand_as(target))
+            count = int(chosen.sum())
+            if count * 16 > chosen.numel():
+                weights = chosen.to(device=device, dtype=dtype)
+                # [readers, senders] @ [n, pos, senders, d_model] -> [n, pos, readers, d_model]
+                target.add_(torch.matmul(weights, deltas[part, :, :n_used]), alpha=sign)
+                continue
             reader_index, sender_index = chosen.nonzero(as_tuple=True)
             reader_index, sender_index = reader_index.to(device), sender_index.to(device)
             # gathered in pieces of about 16 MiB: (reader, sender) pairs can be many
@@ -519,7 +528,7 @@ def _circuit_forward(
             for low in range(0, reader_index.numel(), step):
                 senders = sender_index[low : low + step]
                 picked = deltas[part][:, :, senders]
-                out[part].index_add_(2, reader_index[low : low + step], picked, alpha=sign)
+                target.index_add_(2, reader_index[low : low + step], picked, alpha=sign)
         return out
 
     def embed_hook(activation: torch.Tensor, hook: Any) -> None:
