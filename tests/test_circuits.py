@@ -335,7 +335,8 @@ def test_faithfulness_curve_ends_and_serialization(zoo, zoo_exact):
     assert mean_curve.mean[-1] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_faithfulness_equals_transformer_lens_on_one_pair(gpt2):
+@pytest.mark.parametrize("share", [None, 0.4])  # 12 edges (gathered), 40 % (matmul)
+def test_faithfulness_equals_transformer_lens_on_one_pair(gpt2, share):
     from transformer_lens.tools.analysis.attribution_patching import (
         Node as TLNode,
     )
@@ -346,8 +347,9 @@ def test_faithfulness_equals_transformer_lens_on_one_pair(gpt2):
     model, task = gpt2
     one = task.select([0])
     graph = Graph.from_model(model)
-    top = edge_scores(model, one).top(12)
-    curve = faithfulness(model, one, top, fractions=(12 / graph.n_edges, 1.0), n_bootstrap=10)
+    size = 12 if share is None else round(share * graph.n_edges)
+    top = edge_scores(model, one).top(size)
+    curve = faithfulness(model, one, top, fractions=(size / graph.n_edges, 1.0), n_bootstrap=10)
     kinds = {"embed": "embed", "head": "attn_head_out", "mlp": "mlp_out"}
     readers = {"q": "q_input", "k": "k_input", "v": "v_input", "mlp": "mlp_in"}
     circuit = []
