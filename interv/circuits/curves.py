@@ -324,13 +324,19 @@ def faithfulness(
             masks.append(mask)
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
-    clean = capture_run(model, task, "clean")
+    clean_logits = forward(  # only the clean logits: no activations kept
+        model,
+        Prompts.of(task.clean_tokens, task.attention_mask),
+        readout="position_logits",
+        positions=task.answer_positions,
+    ).readout
     corrupted = capture_run(model, task, "corrupted")
     replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
+    del corrupted
     values = circuit_metrics(
-        model, task, graph, kept, replacement, target, clean.logits, batch_size
+        model, task, graph, kept, replacement, target, clean_logits, batch_size
     )
-    full = per_prompt_metric(target, task, clean.logits, clean.logits)[0].double().cpu()
+    full = per_prompt_metric(target, task, clean_logits, clean_logits)[0].double().cpu()
     n_frac = len(fractions)
     absolute_values, signed_values, empty = values[:n_frac], values[n_frac:-1], values[-1]
     gap = full - empty
@@ -483,7 +489,6 @@ def _circuit_forward(
     )
     kept = kept.cpu()
     live_inputs: dict[Site, torch.Tensor] = {}
-    pending: dict[tuple[str, int], torch.Tensor] = {}
     inside: list[bool] = []
     receivers = graph.receivers
     by_layer: dict[int, list[Any]] = {}
@@ -534,29 +539,26 @@ def _circuit_forward(
     def embed_hook(activation: torch.Tensor, hook: Any) -> None:
         deltas[:, :, 0] = activation - rep(repl.resid_pre[0])
 
-    def compute_inputs(layer: int) -> None:
-        group = [r for r in by_layer[layer] if r.input != "mlp"]
+    def component_inputs(component: str, layer: int) -> torch.Tensor:
+        """The query, key or value of every head of ``layer`` from its rebuilt inputs, one
+        component at a time (a third of the readers' inputs and norm temporaries alive)."""
+        group = [r for r in by_layer[layer] if r.input == component]
         used = graph.n_senders_before(layer)
         inputs = inputs_of(
             group, used, rep(repl.resid_pre[layer]), live_inputs[Site("resid_pre", layer)]
         )
         normed = model.blocks[layer].ln1(inputs)
-        attn = model.blocks[layer].attn
-        h, kv = graph.n_heads, graph.n_kv_heads
-        parts = {"q": (0, h), "k": (h, h + kv), "v": (h + kv, h + 2 * kv)}
-        for component, (a, b) in parts.items():
-            weight = qkv_weights(model, layer, component).to(normed)
-            value = torch.einsum("bprd,rdk->bprk", normed[:, :, a:b], weight)
-            bias = getattr(attn, f"b_{component.upper()}", None)
-            if bias is not None:
-                value = value + bias.to(value)
-            pending[(component, layer)] = value
+        del inputs
+        weight = qkv_weights(model, layer, component).to(normed)
+        value = torch.einsum("bprd,rdk->bprk", normed, weight)
+        bias = getattr(model.blocks[layer].attn, f"b_{component.upper()}", None)
+        if bias is not None:
+            value = value + bias.to(value)
+        return value
 
     def qkv_hook(component: str, layer: int) -> Any:
         def hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            if (component, layer) not in pending:
-                compute_inputs(layer)
-            return pending.pop((component, layer)).to(activation)
+            return component_inputs(component, layer).to(activation)
 
         return hook
 
