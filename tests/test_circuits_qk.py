@@ -72,6 +72,43 @@ def _gpt2(directory, q_scale: float):
 
 
 @pytest.fixture(scope="module")
+def gqa():
+    """A native 3-block bridge with MLPs, 4 query heads on 2 key/value heads, and 3
+    right-padded random prompt pairs (lengths 7, 5, 6)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = TransformerBridgeConfig(
+        d_model=32,
+        d_head=8,
+        n_layers=3,
+        n_ctx=16,
+        n_heads=4,
+        n_key_value_heads=2,
+        d_vocab=40,
+        attn_only=False,
+        act_fn="gelu",
+        d_mlp=64,
+        normalization_type="LN",
+        seed=1,
+    )
+    model = TransformerBridge.boot_native(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([7, 5, 6])
+    task = TokenizedPairs(
+        clean_tokens=torch.randint(1, 40, (3, 7), generator=generator),
+        corrupted_tokens=torch.randint(1, 40, (3, 7), generator=generator),
+        attention_mask=torch.arange(7).unsqueeze(0) < lengths.unsqueeze(1),
+        answer_positions=lengths - 1,
+        target_ids=torch.randint(0, 40, (3,), generator=generator),
+        foil_ids=torch.randint(0, 40, (3,), generator=generator),
+        padding_side="right",
+        name="random pairs",
+    )
+    return model, task
+
+
+@pytest.fixture(scope="module")
 def zoo():
     model = interv.load_model("induction-2l")
     task = interv.load_task("induction", n_pairs=8, seed=1).tokenize(model)
@@ -109,8 +146,9 @@ def test_the_fix_brings_query_key_scores_closer_to_the_exact_effects(case, reque
     assert fixed_error < 0.8 * plain_error, (case, plain_error, fixed_error)
 
 
-def test_in_the_linear_limit_the_fix_equals_plain_eap(gpt2):
-    model, task = gpt2
+@pytest.mark.parametrize("case", ["gpt2", "gqa"])
+def test_in_the_linear_limit_the_fix_equals_plain_eap(case, request):
+    model, task = request.getfixturevalue(case)
     graph = Graph.from_model(model)
     metric = get_metric("logit_diff")
     base = capture_run(model, task, "clean")
@@ -122,13 +160,15 @@ def test_in_the_linear_limit_the_fix_equals_plain_eap(gpt2):
     grads = list(
         _reader_gradients(model, graph, task, "clean", metric, base.logits, None, patterns)
     )
-    heads = graph.n_heads  # GPT-2: key/value heads are the query heads
+    heads, kv = graph.n_heads, graph.n_kv_heads  # readers: query heads, key heads, values
     eps = 1e-3
     for layer in range(graph.n_layers):
-        n_senders = 1 + layer * (heads + 1)
-        part = delta[:, :, :n_senders]
+        (receiver,) = {
+            r.n_senders for r in graph.receivers if r.input == "q" and r.node.layer == layer
+        }
+        part = delta[:, :, :receiver]
         linear = torch.einsum("bpud,bprd->bru", part, grads[layer]).double()
-        for c, component in enumerate(("q", "k")):
+        for component, readers in (("q", slice(0, heads)), ("k", slice(heads, heads + kv))):
             fixed = (
                 qk_fixed_scores(
                     model,
@@ -142,11 +182,11 @@ def test_in_the_linear_limit_the_fix_equals_plain_eap(gpt2):
                 )
                 / eps
             )
-            plain = linear[:, c * heads : (c + 1) * heads]
+            plain = linear[:, readers]
             torch.testing.assert_close(fixed, plain, rtol=0, atol=2e-3 * plain.abs().max().item())
 
 
-@pytest.mark.parametrize("case", ["zoo", "gpt2"])
+@pytest.mark.parametrize("case", ["zoo", "gpt2", "gqa"])
 def test_value_mlp_and_logits_edges_are_unchanged_by_the_fix(case, request):
     model, task = request.getfixturevalue(case)
     graph = Graph.from_model(model)
