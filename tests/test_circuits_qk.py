@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import interv
-from interv.circuits import EdgeScores, Graph, edge_effects, edge_scores
+from interv.audit import Screen
+from interv.circuits import EdgeScores, Graph, discover, edge_effects, edge_scores
 from interv.circuits.patching import capture_run, sender_deltas
 from interv.circuits.screens import (
     QKBase,
@@ -244,3 +245,13 @@ def test_refusals(zoo, monkeypatch):
         patch.setattr("interv.circuits.screens._scale_of", lambda model: 1.0)
         with pytest.raises(IntervError, match=r"pattern of layer 0 recomputed .* differs"):
             edge_scores(model, task, qk_fix=True)
+
+
+def test_discover_passes_the_fix_to_its_screen(zoo):
+    model, task = zoo
+    result = discover(model, task, qk_fix=True, screen=Screen(top_k=8, audit=8, alpha=None))
+    assert result.scores.qk_fix
+    data = result.to_dict()
+    assert data["fingerprint"] == result.fingerprint
+    plain = discover(model, task, screen=Screen(top_k=8, audit=8, alpha=None))
+    assert plain.fingerprint != result.fingerprint
