@@ -250,7 +250,7 @@ def test_refusals(zoo, monkeypatch):
 def test_discover_passes_the_fix_to_its_screen(zoo):
     model, task = zoo
     result = discover(model, task, qk_fix=True, screen=Screen(top_k=8, audit=8, alpha=None))
-    assert result.scores.qk_fix
+    assert result.scores.qk_fix and "EAP with AtP*'s QK fix edge screen" in result.sentence
     data = result.to_dict()
     assert data["fingerprint"] == result.fingerprint
     plain = discover(model, task, screen=Screen(top_k=8, audit=8, alpha=None))
