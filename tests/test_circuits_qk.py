@@ -255,3 +255,27 @@ def test_discover_passes_the_fix_to_its_screen(zoo):
     assert data["fingerprint"] == result.fingerprint
     plain = discover(model, task, screen=Screen(top_k=8, audit=8, alpha=None))
     assert plain.fingerprint != result.fingerprint
+
+
+def test_a_rotary_model_is_refused_and_keeps_plain_eap():
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = TransformerBridgeConfig(
+        d_model=32, d_head=8, n_layers=2, n_ctx=16, n_heads=4, n_key_value_heads=2,
+        d_vocab=20, normalization_type="LN", positional_embedding_type="rotary", seed=1,
+    )  # fmt: skip
+    model = TransformerBridge.boot_native(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    task = TokenizedPairs(
+        torch.randint(0, 20, (2, 5), generator=generator),
+        torch.randint(0, 20, (2, 5), generator=generator),
+        torch.ones(2, 5, dtype=torch.bool),
+        torch.full((2,), 4),
+        torch.randint(0, 20, (2,), generator=generator),
+        torch.randint(0, 20, (2,), generator=generator),
+        name="random pairs",
+    )
+    with pytest.raises(IntervError, match=r"positional_embedding_type 'rotary'.*qk_fix=False"):
+        edge_scores(model, task, qk_fix=True)
+    assert torch.isfinite(edge_scores(model, task).scores).all()
