@@ -206,3 +206,11 @@ def test_a_zoo_circuit_run_re_renders_to_the_same_files(tmp_path, capsys):
     assert {k: v for k, v in _snapshot(out).items() if k != ".interv-files.json"} == {
         k: v for k, v in before.items() if k != ".interv-files.json"
     }
+
+
+def test_a_broken_sweep_manifest_is_left_to_the_sweep_path(tmp_path, capsys):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "manifest.json").write_text("{not json")
+    assert main(["report", str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert "manifest.json" in err and "circuit" not in err

@@ -56,7 +56,12 @@ def is_circuit_dir(directory: Path) -> bool:
     if (directory / "circuit.json").is_file():
         return True
     manifest = directory / "manifest.json"
-    return manifest.is_file() and _format_of(manifest, "circuit manifest") == RUN_FORMAT
+    if not manifest.is_file():
+        return False
+    try:
+        return _format_of(manifest, "manifest") == RUN_FORMAT
+    except IntervError:  # unreadable: the sweep path (or the demo's) says what is wrong
+        return False
 
 
 @contextlib.contextmanager
