@@ -156,8 +156,10 @@ class Count:
             self._callback(self.done, self.total, self.label)
 
     def close(self) -> None:
-        """Stop the bar (called by :func:`counting`)."""
+        """Stop the bar (called by :func:`counting`), drawing its final count first (tqdm
+        redraws at most every 0.1 s, so a fast last step would otherwise never show)."""
         if self._bar is not None:
+            self._bar.refresh()
             self._bar.close()
 
 

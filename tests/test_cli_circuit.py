@@ -53,7 +53,6 @@ CASES = [
     (["--audit", "-1"], r"--audit N must be >= 0; got -1"),
     (["--method", "eap-ig", "--steps", "0"], r"--steps \(interpolation steps m\) must be >= 1"),
     (["--steps", "4"], r"--steps 4 applies to --method eap-ig only"),
-    (["--qk-fix"], r"qk_fix=True \(AtP\*'s exact softmax for query/key edges\) is not implemented"),
     (["--pairs", "missing.jsonl"], r"--pairs: .*missing\.jsonl"),
     (["--pairs", "bad.jsonl"], r"bad\.jsonl"),
     (["--task", "nosuch"], r"unknown task 'nosuch'; available tasks are"),

@@ -311,8 +311,9 @@ def test_smollm2_screen_matches_attribution_patching_and_the_exact_runner(smollm
     scores = approximate_head_patching_scores(model, task, "logit_diff")
     expected = torch.stack([scores[layer, head] for layer, head in heads]).double()
     torch.testing.assert_close(estimates, expected, atol=1e-5, rtol=1e-4)
+    last = task.shared_positions[-1]  # positions real in every prompt (padding is refused)
     ablations = [
-        MeanAblation(layer, head, positions=(p,)) for layer, head in heads for p in (14, 17)
+        MeanAblation(layer, head, positions=(p,)) for layer, head in heads for p in (14, last)
     ]
     screened = interv.run(model, task, ablations, screen=Screen(top_k=3, audit=6, alpha=None))
     full = interv.run(model, task, ablations)

@@ -17,6 +17,7 @@ notebook 06 displays) is replaced by a note saying so; figures are kept.
 from __future__ import annotations
 
 import argparse
+import html
 import os
 import sys
 import time
@@ -47,6 +48,37 @@ def _trimmed(notebook: nbformat.NotebookNode) -> None:
                 )
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _final_bars(notebook: nbformat.NotebookNode) -> None:
+    """Give each progress widget's plain-text fallback its final state, in place.
+
+    A widget output's ``text/plain`` is the bar as first drawn ("0%| | 0/30"); a reader
+    without widgets (GitHub) would see every run stuck at 0%. The saved widget state holds
+    the bar's last label, value and maximum (tqdm's HBox: label, progress, counts).
+    """
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+    def model(ref: str) -> dict:
+        return state.get(ref.removeprefix("IPY_MODEL_"), {}).get("state", {})
+
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            view = data.get(WIDGET_VIEW)
+            children = model(view["model_id"]).get("children", []) if view else []
+            if len(children) != 3:
+                continue
+            left, bar, right = (model(ref) for ref in children)
+            if bar.get("max"):
+                filled = round(10 * float(bar.get("value", 0)) / float(bar["max"]))
+                text = f"{left.get('value', '')}|{'#' * filled}{' ' * (10 - filled)}|"
+                text += str(right.get("value", ""))
+                data["text/plain"] = html.unescape(text).replace("\u2007", " ")
+
+
 def render(path: Path) -> float:
     """Execute ``path`` and write its copy with outputs; returns the seconds it took."""
     notebook = nbformat.read(path, as_version=4)
@@ -56,6 +88,7 @@ def render(path: Path) -> float:
     ).execute()
     seconds = time.perf_counter() - start
     _trimmed(notebook)
+    _final_bars(notebook)
     nbformat.write(notebook, HERE / path.name)
     return seconds
 

@@ -285,6 +285,7 @@ def discover(
         )
 
     name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
+    name += " with AtP*'s QK fix" if scores.qk_fix else ""
     audit = verify_screen(
         screen,
         scores.scores,

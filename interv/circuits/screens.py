@@ -20,9 +20,24 @@ final norm's input gradient), so one forward and one backward per run score ever
 position (writer and reader at the same position); summed over positions they equal these
 scores (the tests check it on a GPT-2-shaped model, the only kind its edge sweep accepts).
 
-These are first-order estimates, never exact: they rank, :func:`interv.circuits.discover`
-verifies. AtP*'s QK fix (Kramár et al. 2024) is not implemented in this build
-(``qk_fix=True`` is refused).
+``qk_fix=True``: AtP*'s QK fix (Kramár et al. 2024). A first-order estimate through a
+saturated softmax is badly wrong for query and key inputs, so an edge into a head's query
+(key) input is scored from the attention pattern onward only: the receiver's query (key) is
+recomputed exactly at every position, ``q + (ln1(x + delta) - ln1(x)) @ W_Q[h]``, the
+attention logits and the exact softmax from it (causal and padding masks as the model's),
+and the score is ``sum (pattern' - pattern) * g_pattern`` over query and key positions, with
+``g_pattern`` the gradient of the metric with respect to the head's attention probabilities
+(at the base run for EAP; averaged over the same interpolated runs for EAP-IG, the pattern
+change staying the base run's). A key edge under grouped-query attention changes the key
+of every query head of its group: their terms are summed. Value, MLP and logits edges are
+scored as without the fix. In the linear limit (small changes) the fix equals plain EAP.
+Before scoring, the fix recomputes each layer's base attention pattern from the captured
+queries and keys and refuses (IntervError) when it does not match the model's own; rotary
+models (SmolLM2, Llama-style) are refused up front: the bridge's rotary is applied inside
+its attention module and this build does not reproduce it.
+
+These are first-order estimates, never exact (the QK fix included: it is exact only up to
+the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
 """
 
 from __future__ import annotations
@@ -95,11 +110,8 @@ def check_method(method: str, steps: Any, qk_fix: bool) -> int:
             f"steps (m, the integrated-gradient interpolation steps) must be an int >= 1; "
             f"got {steps!r}"
         )
-    if qk_fix:
-        raise IntervError(
-            "qk_fix=True (AtP*'s exact softmax for query/key edges) is not implemented in this "
-            "build; use qk_fix=False, or verify the query/key edges exactly with discover()"
-        )
+    if not isinstance(qk_fix, bool):
+        raise IntervError(f"qk_fix must be True or False; got {qk_fix!r}")
     return 1 if method == "eap" else steps
 
 
@@ -118,7 +130,7 @@ class EdgeScores:
         fingerprint: hash of model, prompts and settings.
         sentence: what the numbers are, in one sentence.
         direction: ``"noise"`` or ``"denoise"``.
-        qk_fix: whether AtP*'s QK fix was applied (always False in this build).
+        qk_fix: whether AtP*'s QK fix scored the query/key edges.
     """
 
     graph: Graph
@@ -242,12 +254,16 @@ def _reader_gradients(
     metric: TargetMetric,
     clean_logits: torch.Tensor,
     embed: torch.Tensor | None = None,
+    pattern_grads: dict[int, torch.Tensor] | None = None,
 ) -> Iterator[torch.Tensor]:
     """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given),
     then, one at a time (so that only one is held), per receiver layer
     ``[n, pos, readers, d_model]`` gradients of each prompt's metric with respect to each
     reader's own pre-norm input (readers in graph order: query heads, key
-    heads, value heads, then the MLP), and last the logits' ``[n, pos, 1, d_model]``."""
+    heads, value heads, then the MLP), and last the logits' ``[n, pos, 1, d_model]``.
+    With ``pattern_grads`` (a dict) the gradients with respect to each layer's attention
+    probabilities ``[n, n_heads, query_pos, key_pos]`` (float64) are stored in it under
+    the layer, by the first step of the iteration."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
     kept: dict[Site, torch.Tensor] = {}
@@ -277,6 +293,8 @@ def _reader_gradients(
         if graph.has_mlp:
             hooks.append((Site("resid_mid", layer), looker(Site("resid_mid", layer))))
         hooks += [(Site(c, layer), keeper(Site(c, layer))) for c in components]
+        if pattern_grads is not None:
+            hooks.append((Site("pattern", layer), keeper(Site("pattern", layer))))
     hooks.append((Site("final_resid"), keeper(Site("final_resid"))))
     device = clean_logits.device
     with torch.enable_grad():
@@ -298,6 +316,9 @@ def _reader_gradients(
         grads = dict(
             zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True)
         )
+        if pattern_grads is not None:
+            for layer in layers:
+                pattern_grads[layer] = grads.pop(Site("pattern", layer)).detach().double()
         for layer in layers:
             block = model.blocks[layer]
             x = seen[Site("resid_pre", layer)]
@@ -319,6 +340,156 @@ def _reader_gradients(
         yield grads[Site("final_resid")].detach().unsqueeze(2)
 
 
+@dataclass(frozen=True, eq=False)
+class QKBase:
+    """The base run's queries and keys, as the QK fix reads them (internal).
+
+    Attributes:
+        q: per layer ``[n, pos, n_heads, d_head]`` float64 queries (before the scale).
+        k: per layer ``[n, pos, n_key_value_heads, d_head]`` float64 keys.
+        pattern: per layer ``[n, n_heads, query_pos, key_pos]`` float64, recomputed.
+        allowed: ``[n, 1, query_pos, key_pos]`` bool, the causal and padding mask.
+        scale: the factor on ``q . k`` (``1 / sqrt(d_head)`` unless the model says otherwise).
+    """
+
+    q: list[torch.Tensor]
+    k: list[torch.Tensor]
+    pattern: list[torch.Tensor]
+    allowed: torch.Tensor
+    scale: float
+
+
+def check_qk_fix(model: Any) -> None:
+    """Refuse the QK fix for models whose attention logits it cannot recompute."""
+    kind = str(getattr(model.cfg, "positional_embedding_type", "standard"))
+    if kind in ("rotary", "alibi"):
+        raise IntervError(
+            f"qk_fix=True is not available for {getattr(model.cfg, 'model_name', 'this model')} "
+            f"(positional_embedding_type {kind!r}): the QK fix recomputes the attention logits "
+            f"from the hooked queries and keys, and this build does not reproduce the "
+            f"{kind} position encoding the bridge applies inside its attention module; use "
+            "qk_fix=False (plain EAP/EAP-IG), or verify the query/key edges exactly with "
+            "discover()"
+        )
+
+
+def _scale_of(model: Any) -> float:
+    cfg = model.cfg
+    if not getattr(cfg, "use_attn_scale", True):
+        return 1.0
+    scale = getattr(cfg, "attn_scale", None)
+    if scale is None or scale <= 0:
+        scale = cfg.d_head**0.5
+    return 1.0 / float(scale)
+
+
+def _pattern(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
+    """Softmax attention ``[..., heads, query_pos, key_pos]`` from ``q [..., qpos, heads, d]``
+    and ``k [..., kpos, heads, d]`` (masked keys get 0; fully masked rows 0)."""
+    logits = torch.einsum("...qhd,...khd->...hqk", q, k) * scale
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(logits, dim=-1).nan_to_num(0.0)
+
+
+def _groups(heads: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Key/value heads ``[..., kv, d]`` repeated to the query heads ``[..., n_heads, d]``."""
+    return heads.repeat_interleave(n_heads // heads.shape[-2], dim=-2)
+
+
+def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
+    """Queries, keys and the recomputed patterns of ``run``, checked against the model's."""
+    check_qk_fix(model)
+    layers = range(graph.n_layers)
+    sites = [Site(c, layer) for layer in layers for c in ("q", "k", "pattern")]
+    out = forward(
+        model, Prompts.of(tokens_of(task, run), task.attention_mask), capture=sites, readout=None
+    )
+    got = out.captured
+    mask = task.attention_mask.to(got[sites[0]].device).bool()
+    n_pos = mask.shape[1]
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=mask.device).tril()
+    allowed = (causal[None] & mask[:, None, :]).unsqueeze(1)
+    scale = _scale_of(model)
+    qs, ks, patterns = [], [], []
+    rows = mask[:, None, :, None]
+    for layer in layers:
+        q = got[Site("q", layer)].double()
+        k = got[Site("k", layer)].double()
+        pattern = _pattern(q, _groups(k, graph.n_heads), allowed, scale)
+        model_pattern = got[Site("pattern", layer)].double()
+        gap = ((pattern - model_pattern) * rows).abs().max().item()
+        tolerance = (
+            1e-4 if got[Site("pattern", layer)].dtype in (torch.float32, torch.float64) else 2e-2
+        )
+        if not gap <= tolerance:
+            raise IntervError(
+                f"qk_fix=True: the attention pattern of layer {layer} recomputed from its hooked "
+                f"queries and keys (softmax(q.k * {scale:.4g}), causal and padding masks) differs "
+                f"from the model's by {gap:.3g} (tolerance {tolerance:g}), so this model's "
+                "attention logits are computed some other way (a soft cap, a position encoding "
+                "or another scale); use qk_fix=False"
+            )
+        qs.append(q)
+        ks.append(k)
+        patterns.append(pattern)
+    return QKBase(q=qs, k=ks, pattern=patterns, allowed=allowed, scale=scale)
+
+
+def qk_fixed_scores(
+    model: Any,
+    graph: Graph,
+    base: QKBase,
+    x: torch.Tensor,
+    layer: int,
+    component: str,
+    delta: torch.Tensor,
+    g_pattern: torch.Tensor,
+) -> torch.Tensor:
+    """AtP*'s QK-fix scores ``[n, readers, senders]`` (float64) of the edges of ``delta``'s
+    senders into layer ``layer``'s query (``component="q"``, readers: query heads) or key
+    (``"k"``, readers: key/value heads) inputs.
+
+    Each sender's change ``delta [n, pos, senders, d_model]`` is added to the block input
+    ``x`` at every position, the receiver's query (key) recomputed exactly through the norm
+    and projection, the pattern by the exact softmax, and the change of the pattern dotted
+    with ``g_pattern [n, n_heads, qpos, kpos]`` (summed over a key/value head's group)."""
+    block = model.blocks[layer]
+    weight = qkv_weights(model, layer, component).double()
+    n, n_pos, n_senders, _ = delta.shape
+    heads = graph.n_heads
+    q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
+    per_sender = (
+        n * heads * n_pos * n_pos * 8 * 4 + n * n_pos * weight.shape[0] * weight.shape[2] * 8
+    )
+    chunk = max(1, min(n_senders, (64 << 20) // max(per_sender, 1)))
+    out = torch.zeros(n, weight.shape[0], n_senders, dtype=torch.float64, device=q.device)
+    with torch.no_grad():
+        normed = block.ln1(x).unsqueeze(2)
+        for first in range(0, n_senders, chunk):
+            part = delta[:, :, first : first + chunk].to(x)
+            change = (block.ln1(x.unsqueeze(2) + part) - normed).double()
+            moved = torch.einsum("bpcd,rdk->bcprk", change, weight.to(change.device))
+            if component == "q":
+                new = _pattern(
+                    q.unsqueeze(1) + moved,
+                    _groups(k, heads).unsqueeze(1),
+                    base.allowed.unsqueeze(1),
+                    base.scale,
+                )
+            else:
+                new = _pattern(
+                    q.unsqueeze(1),
+                    _groups(k.unsqueeze(1) + moved, heads),
+                    base.allowed.unsqueeze(1),
+                    base.scale,
+                )
+            terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
+            if component == "k":
+                terms = terms.view(n, terms.shape[1], weight.shape[0], -1).sum(-1)
+            out[:, :, first : first + chunk] = terms.transpose(1, 2)
+    return out
+
+
 def edge_scores(
     model: Any,
     task: TokenizedPairs,
@@ -338,7 +509,8 @@ def edge_scores(
         task: clean/corrupted prompt pairs of equal token lengths (batched: all at once).
         method: ``"eap"`` or ``"eap-ig"``.
         steps: EAP-IG's interpolation steps ``m >= 1`` (ignored by EAP).
-        qk_fix: AtP*'s QK fix; not implemented in this build (True is refused).
+        qk_fix: AtP*'s QK fix for the query/key edges (module docstring); refused for
+            rotary and ALiBi models and wherever the recomputed pattern is not the model's.
         metric: a metric name or :class:`~interv.engine.targets.TargetMetric`.
         direction: ``"noise"`` (default) or ``"denoise"`` (transformer-lens's convention).
         batch_size: prompts per gradient run (memory grows with it, about 110 MiB per
@@ -352,6 +524,8 @@ def edge_scores(
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
     graph = Graph.from_model(model)
+    if qk_fix:
+        check_qk_fix(model)
     base_name, other_name = runs_of(direction)
     if target.name == "kl_from_clean" and base_name == "clean" and method == "eap":
         raise IntervError(
@@ -375,13 +549,18 @@ def edge_scores(
         clean_logits = base.logits if base_name == "clean" else other.logits
         with torch.no_grad():
             delta = sender_deltas(model, graph, other, base)  # [n, pos, senders, d_model]
+        qk = qk_base(model, graph, part, base_name) if qk_fix else None
+        pattern_sum: dict[int, torch.Tensor] = {}
         for step in range(1, runs + 1):
             embed = None
             if runs > 1:
                 alpha = step / runs
                 embed = other.resid_pre[0] + alpha * (base.resid_pre[0] - other.resid_pre[0])
             position = 0
-            layers = _reader_gradients(model, graph, part, base_name, target, clean_logits, embed)
+            pattern_grads: dict[int, torch.Tensor] | None = {} if qk_fix else None
+            layers = _reader_gradients(
+                model, graph, part, base_name, target, clean_logits, embed, pattern_grads
+            )
             for layer_grads in layers:
                 width = layer_grads.shape[2]
                 group = receivers[position : position + width]
@@ -395,10 +574,16 @@ def edge_scores(
                         / runs
                     )  # [n, readers, senders]
                 for j, receiver in enumerate(group):
+                    if qk_fix and receiver.input in ("q", "k"):
+                        continue  # scored from the attention pattern on, below
                     block = products[:, j, : receiver.n_senders].T.cpu()
                     per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] += block
+            for layer, grad in (pattern_grads or {}).items():
+                pattern_sum[layer] = pattern_sum.get(layer, 0) + grad / runs
             if progress is not None:
                 progress(f"{method}: gradient run {step} of {runs} (prompts {rows[0]}..{rows[-1]})")
+        if qk is not None:
+            _add_qk_scores(model, graph, qk, base, delta, pattern_sum, per_prompt, rows)
     scores = per_prompt.mean(-1)
     name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
     runs_text = (
@@ -413,6 +598,11 @@ def edge_scores(
         f"sender's output moved from the {base_name} to the {other_name} run along that edge "
         f"only ({direction}), {runs_text}"
     )
+    if qk_fix:
+        sentence += (
+            "; query/key edges with AtP*'s QK fix (the receiver head's attention pattern "
+            "recomputed exactly, first order from the pattern on)"
+        )
     return EdgeScores(
         graph=graph,
         scores=scores,
@@ -421,9 +611,47 @@ def edge_scores(
         steps=runs,
         metric=target.name,
         fingerprint=fingerprint(
-            model, task, method=method, steps=runs, metric=target.name, direction=direction
+            model,
+            task,
+            method=method,
+            steps=runs,
+            metric=target.name,
+            direction=direction,
+            **({"qk_fix": True} if qk_fix else {}),
         ),
         sentence=sentence,
         direction=direction,
-        qk_fix=False,
+        qk_fix=qk_fix,
     )
+
+
+def _add_qk_scores(
+    model: Any,
+    graph: Graph,
+    qk: QKBase,
+    base: Any,
+    delta: torch.Tensor,
+    pattern_grads: Mapping[int, torch.Tensor],
+    per_prompt: torch.Tensor,
+    rows: list[int],
+) -> None:
+    """Write the QK-fix scores of every query/key edge of one batch into ``per_prompt``."""
+    for layer in range(graph.n_layers):
+        for component in ("q", "k"):
+            group = [r for r in graph.receivers if r.input == component and r.node.layer == layer]
+            if not group:
+                continue
+            n_senders = max(r.n_senders for r in group)
+            scores = qk_fixed_scores(
+                model,
+                graph,
+                qk,
+                base.resid_pre[layer],
+                layer,
+                component,
+                delta[:, :, :n_senders],
+                pattern_grads[layer].to(qk.q[layer].device),
+            ).cpu()
+            for receiver in group:
+                block = scores[:, receiver.node.head, : receiver.n_senders].T
+                per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] = block

@@ -11,6 +11,8 @@
   ``--parquet`` it writes the tables instead of the page, for sweeps too large for one:
   ``rows.*`` (one row per site x intervention, :meth:`Report.to_pandas`) and, for a
   sweep, ``effects.*`` (one row per intervention x prompt, ``InterventionResult.to_pandas``).
+- ``interv report DIR`` on a directory that ``interv circuit`` wrote re-renders its
+  ``circuit.md`` and ``circuit.html`` from the stored JSON (:mod:`interv.cli.report_circuit`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from interv._checks import read_json
 from interv._inert import inert_frame
 from interv._outputs import claim_dir
+from interv.cli.report_circuit import is_circuit_dir, rerender_circuit
 from interv.cli.tasks import PAIRS_HELP, first_pairs, read_pairs
 from interv.errors import IntervError
 
@@ -79,6 +82,13 @@ def _run_report(args: argparse.Namespace) -> int:
             f"{str(directory)!r} is a file; expected a directory written by interv demo or "
             "interv sweep"
         )
+    if is_circuit_dir(directory):  # interv circuit's directory: its page and Markdown again
+        if args.csv or args.parquet:
+            raise IntervError(
+                f"{str(directory)!r} is a circuit directory (interv circuit): --csv and "
+                "--parquet apply to reports and sweeps; its tables are circuit.json"
+            )
+        return rerender_circuit(directory, args.out)
     for name in ("report.json", "manifest.json"):
         if (directory / name).is_symlink():
             raise IntervError(
@@ -90,7 +100,8 @@ def _run_report(args: argparse.Namespace) -> int:
     if not is_report and not (directory / "manifest.json").is_file():
         raise IntervError(
             f"{str(directory)!r} holds neither a saved report (report.json, from interv demo) "
-            "nor a sweep (manifest.json, from interv sweep)"
+            "nor a sweep (manifest.json, from interv sweep) nor a circuit (circuit.json, from "
+            "interv circuit)"
         )
     if is_report:
         from interv.report.table import Report  # torch: on use (CLI start-up)
@@ -208,13 +219,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     report = subparsers.add_parser(
         "report",
-        help="render a report from saved results (interv demo output or a sweep directory)",
+        help="render a report from saved results (interv demo, sweep or circuit output)",
         description=(
             "Render the report page (HTML), Markdown, JSON and CSV from saved results, or "
-            "with --csv/--parquet only its tables (for sweeps too large for a page)."
+            "with --csv/--parquet only its tables (for sweeps too large for a page); for a "
+            "directory interv circuit wrote, its circuit.md and circuit.html again."
         ),
     )
-    report.add_argument("directory", help="a directory written by interv demo or interv sweep")
+    report.add_argument(
+        "directory", help="a directory written by interv demo, interv sweep or interv circuit"
+    )
     report.add_argument(
         "--out",
         default=None,

@@ -28,7 +28,6 @@ scores) or appended without following links (the log), as the sweep store does
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -39,7 +38,7 @@ from typing import Any
 import torch
 
 from interv._checks import read_json
-from interv._outputs import MARKER, OutputDir, claim_dir, failure, is_scratch
+from interv._outputs import MARKER, OutputDir, failure, is_scratch
 from interv.audit import Screen
 from interv.circuits import EdgeScores, discover, edge_scores
 from interv.circuits.screens import fingerprint
@@ -48,8 +47,8 @@ from interv.sweeps.store import (
     _complete_lines,
     _no_link,
     _only_name,
-    _truncate_torn_tail,
     now,
+    open_locked,
     versions,
     write_json_atomic,
 )
@@ -150,38 +149,16 @@ class CircuitStore:
         non-empty directory that is not a circuit directory, a link among its files, and a
         directory another process is writing.
         """
-        output = claim_dir(directory, what="circuit directory", by="interv circuit", contents=False)
-        path = output.path
         identity = json.loads(json.dumps(dict(identity), sort_keys=True))
-        try:
-            for name in (*_FILES, *OUTPUTS):
-                _no_link(path / name, "circuit file")
-            new_lock = not (path / _LOCK).exists()
-            lock_fd = os.open(path / _LOCK, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-        except (IntervError, OSError) as error:
-            output.abandon()
-            if isinstance(error, OSError):
-                raise failure(error, path / _LOCK) from None
-            raise
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as error:
-            os.close(lock_fd)
-            output.abandon()
-            raise IntervError(
-                f"circuit directory {str(path)!r} is being written by another process; wait "
-                "for it or choose another --out"
-            ) from error
-        try:
-            manifest = cls._reopen_or_create(path, identity)
-            _truncate_torn_tail(path / EXACT)
-            output.record(_FILES)
-        except BaseException:
-            os.close(lock_fd)
-            if new_lock:
-                (path / _LOCK).unlink(missing_ok=True)
-            output.abandon()
-            raise
+        path, manifest, lock_fd, output = open_locked(
+            directory,
+            what="circuit directory",
+            by="interv circuit",
+            files=_FILES,
+            links=OUTPUTS,
+            log=EXACT,
+            reopen=lambda path: cls._reopen_or_create(path, identity),
+        )
         return cls(path, manifest, lock_fd, output)
 
     @staticmethod

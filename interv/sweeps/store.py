@@ -43,7 +43,7 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -369,6 +369,61 @@ def _complete_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
+def open_locked(
+    directory: str | Path,
+    *,
+    what: str,
+    by: str,
+    files: tuple[str, ...],
+    log: str,
+    reopen: Callable[[Path], dict[str, Any]],
+    links: tuple[str, ...] = (),
+) -> tuple[Path, dict[str, Any], int, OutputDir]:
+    """Claim ``directory`` for ``by``, take its lock and reopen (or create) its manifest.
+
+    The one way a resumable store (a sweep, a circuit discovery) opens its directory: an
+    existing file, a path below a file or an unwritable place is refused by the claim; a
+    link at any of ``files`` or ``links`` is refused; the lock (``.lock``, never followed)
+    is taken without waiting, so a directory another process is writing is refused;
+    ``reopen(path)`` returns the manifest (and refuses another job's directory); a torn
+    last line of ``log`` is dropped. Everything is undone when any step fails. Returns the
+    directory, the manifest, the lock's descriptor and the claim.
+    """
+    kind = what.split()[0]
+    output = claim_dir(directory, what=what, by=by, contents=False)
+    path = output.path
+    try:
+        for name in (*files, *links):
+            _no_link(path / name, f"{kind} file")
+        new_lock = not (path / _LOCK).exists()
+        lock_fd = os.open(path / _LOCK, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
+    except (IntervError, OSError) as error:
+        output.abandon()
+        if isinstance(error, OSError):
+            raise failure(error, path / _LOCK) from None
+        raise
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as error:
+        os.close(lock_fd)
+        output.abandon()
+        raise IntervError(
+            f"{what} {str(path)!r} is being written by another process; wait for it or "
+            "choose another --out"
+        ) from error
+    try:
+        manifest = reopen(path)
+        _truncate_torn_tail(path / log)
+        output.record(files)
+    except BaseException:
+        os.close(lock_fd)
+        if new_lock:
+            (path / _LOCK).unlink(missing_ok=True)
+        output.abandon()
+        raise
+    return path, manifest, lock_fd, output
+
+
 class SweepStore:
     """Writer of one sweep directory; create it with :meth:`open`.
 
@@ -400,40 +455,15 @@ class SweepStore:
         task, a non-empty directory that is not a sweep, and a directory another process
         is writing.
         """
-        # an existing file, a path below a file or an unwritable place is refused here;
-        # what the directory holds is checked by the rules below
-        output = claim_dir(directory, what="sweep directory", by="interv sweep", contents=False)
-        directory = output.path
-        try:
-            for name in _FILES:
-                _no_link(directory / name, "sweep file")
-            new_lock = not (directory / _LOCK).exists()
-            lock_fd = os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-        except (IntervError, OSError) as error:
-            output.abandon()
-            if isinstance(error, OSError):
-                raise failure(error, directory / _LOCK) from None
-            raise
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as error:
-            os.close(lock_fd)
-            output.abandon()
-            raise IntervError(
-                f"sweep directory {str(directory)!r} is being written by another process; "
-                "wait for it or choose another --out"
-            ) from error
-        try:
-            manifest = cls._reopen_or_create(directory, config, shard, task_fingerprint)
-            _truncate_torn_tail(directory / UNITS)
-            output.record(_FILES)
-        except BaseException:
-            os.close(lock_fd)
-            if new_lock:
-                (directory / _LOCK).unlink(missing_ok=True)
-            output.abandon()
-            raise
-        return cls(directory, manifest, lock_fd, output)
+        path, manifest, lock_fd, output = open_locked(
+            directory,
+            what="sweep directory",
+            by="interv sweep",
+            files=_FILES,
+            log=UNITS,
+            reopen=lambda path: cls._reopen_or_create(path, config, shard, task_fingerprint),
+        )
+        return cls(path, manifest, lock_fd, output)
 
     @staticmethod
     def _reopen_or_create(

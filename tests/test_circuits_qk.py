@@ -1,0 +1,281 @@
+"""AtP*'s QK fix (``edge_scores(..., qk_fix=True)``) on the zoo and tiny GPT-2-shaped models.
+
+- Saturated attention (the zoo's induction heads; a GPT-2-shaped model with its queries
+  scaled up): the fixed query/key scores are closer to the exact edge effects than plain
+  EAP's.
+- The linear limit: for a sender change scaled by a small ``eps`` the fixed scores / eps
+  equal plain EAP's (the fix only differs through the softmax's and norm's curvature).
+- Value, MLP and logits edges are unchanged by the fix; grouped key heads sum over the group.
+- Refusals: rotary models, a pattern the fix cannot reproduce, a non-bool ``qk_fix``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import interv
+from interv.audit import Screen
+from interv.circuits import EdgeScores, Graph, discover, edge_effects, edge_scores
+from interv.circuits.patching import capture_run, sender_deltas
+from interv.circuits.screens import (
+    QKBase,
+    _groups,
+    _pattern,
+    _reader_gradients,
+    qk_base,
+    qk_fixed_scores,
+)
+from interv.engine.targets import get_metric
+from interv.errors import IntervError
+from interv.tasks.tokenized import TokenizedPairs
+
+
+def _gpt2(directory, q_scale: float):
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        vocab_size=50,
+        n_positions=16,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    hf = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for block in hf.transformer.h:  # c_attn: [d_model, 3 d_model], queries first
+            block.attn.c_attn.weight[:, : config.n_embd] *= q_scale
+            block.attn.c_attn.bias[: config.n_embd] *= q_scale
+    hf.save_pretrained(directory)
+    model = TransformerBridge.boot_transformers(str(directory), device="cpu", hf_model=hf).eval()
+    generator = torch.Generator().manual_seed(1)
+
+    def draw(*shape):
+        return torch.randint(0, 50, shape, generator=generator)
+
+    task = TokenizedPairs(
+        draw(4, 6),
+        draw(4, 6),
+        torch.ones(4, 6, dtype=torch.bool),
+        torch.full((4,), 5),
+        draw(4),
+        draw(4),
+        name="random pairs",
+    )
+    return model, task
+
+
+@pytest.fixture(scope="module")
+def gqa():
+    """A native 3-block bridge with MLPs, 4 query heads on 2 key/value heads, and 3
+    right-padded random prompt pairs (lengths 7, 5, 6)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = TransformerBridgeConfig(
+        d_model=32,
+        d_head=8,
+        n_layers=3,
+        n_ctx=16,
+        n_heads=4,
+        n_key_value_heads=2,
+        d_vocab=40,
+        attn_only=False,
+        act_fn="gelu",
+        d_mlp=64,
+        normalization_type="LN",
+        seed=1,
+    )
+    model = TransformerBridge.boot_native(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([7, 5, 6])
+    task = TokenizedPairs(
+        clean_tokens=torch.randint(1, 40, (3, 7), generator=generator),
+        corrupted_tokens=torch.randint(1, 40, (3, 7), generator=generator),
+        attention_mask=torch.arange(7).unsqueeze(0) < lengths.unsqueeze(1),
+        answer_positions=lengths - 1,
+        target_ids=torch.randint(0, 40, (3,), generator=generator),
+        foil_ids=torch.randint(0, 40, (3,), generator=generator),
+        padding_side="right",
+        name="random pairs",
+    )
+    return model, task
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    model = interv.load_model("induction-2l")
+    task = interv.load_task("induction", n_pairs=8, seed=1).tokenize(model)
+    return model, task
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    return _gpt2(tmp_path_factory.mktemp("gpt2"), 1.0)
+
+
+@pytest.fixture(scope="module")
+def saturated(tmp_path_factory):
+    """The GPT-2-shaped model with its queries scaled by 1000: saturated patterns (the
+    largest weight of a query row is 0.92 on average at layer 1; 0.29 unscaled)."""
+    return _gpt2(tmp_path_factory.mktemp("gpt2_saturated"), 1000.0)
+
+
+def _qk_indices(graph: Graph) -> tuple[list[int], list[int]]:
+    qk = [i for i, e in enumerate(graph.edges) if e.input in ("q", "k")]
+    rest = [i for i, e in enumerate(graph.edges) if e.input not in ("q", "k")]
+    return qk, rest
+
+
+@pytest.mark.parametrize("case", ["zoo", "saturated"])
+def test_the_fix_brings_query_key_scores_closer_to_the_exact_effects(case, request):
+    model, task = request.getfixturevalue(case)
+    graph = Graph.from_model(model)
+    qk, _ = _qk_indices(graph)
+    exact = edge_effects(model, task, graph, qk)
+    plain = edge_scores(model, task).scores[qk]
+    fixed = edge_scores(model, task, qk_fix=True).scores[qk]
+    plain_error = (plain - exact).abs().mean()
+    fixed_error = (fixed - exact).abs().mean()
+    assert fixed_error < 0.8 * plain_error, (case, plain_error, fixed_error)
+
+
+@pytest.mark.parametrize("case", ["gpt2", "gqa"])
+def test_in_the_linear_limit_the_fix_equals_plain_eap(case, request):
+    model, task = request.getfixturevalue(case)
+    graph = Graph.from_model(model)
+    metric = get_metric("logit_diff")
+    base = capture_run(model, task, "clean")
+    other = capture_run(model, task, "corrupted")
+    with torch.no_grad():
+        delta = sender_deltas(model, graph, other, base)
+    qk = qk_base(model, graph, task, "clean")
+    patterns: dict[int, torch.Tensor] = {}
+    grads = list(
+        _reader_gradients(model, graph, task, "clean", metric, base.logits, None, patterns)
+    )
+    heads, kv = graph.n_heads, graph.n_kv_heads  # readers: query heads, key heads, values
+    eps = 1e-3
+    for layer in range(graph.n_layers):
+        (receiver,) = {
+            r.n_senders for r in graph.receivers if r.input == "q" and r.node.layer == layer
+        }
+        part = delta[:, :, :receiver]
+        linear = torch.einsum("bpud,bprd->bru", part, grads[layer]).double()
+        for component, readers in (("q", slice(0, heads)), ("k", slice(heads, heads + kv))):
+            fixed = (
+                qk_fixed_scores(
+                    model,
+                    graph,
+                    qk,
+                    base.resid_pre[layer],
+                    layer,
+                    component,
+                    eps * part,
+                    patterns[layer],
+                )
+                / eps
+            )
+            plain = linear[:, readers]
+            torch.testing.assert_close(fixed, plain, rtol=0, atol=2e-3 * plain.abs().max().item())
+
+
+@pytest.mark.parametrize("case", ["zoo", "gpt2", "gqa"])
+def test_value_mlp_and_logits_edges_are_unchanged_by_the_fix(case, request):
+    model, task = request.getfixturevalue(case)
+    graph = Graph.from_model(model)
+    qk, rest = _qk_indices(graph)
+    for method, steps in (("eap", 1), ("eap-ig", 3)):
+        plain = edge_scores(model, task, method=method, steps=steps)
+        fixed = edge_scores(model, task, method=method, steps=steps, qk_fix=True)
+        assert torch.equal(plain.scores[rest], fixed.scores[rest])
+        assert not torch.equal(plain.scores[qk], fixed.scores[qk])
+        assert fixed.qk_fix and not plain.qk_fix
+        assert "QK fix" in fixed.sentence and fixed.fingerprint != plain.fingerprint
+        again = EdgeScores.from_dict(fixed.to_dict())
+        assert again.qk_fix and torch.equal(again.scores, fixed.scores)
+    denoise = edge_scores(model, task, qk_fix=True, direction="denoise")
+    assert torch.isfinite(denoise.scores).all()
+
+
+def test_a_grouped_key_head_sums_the_pattern_changes_of_its_query_heads():
+    """Two key/value heads shared by four query heads, an identity norm: against a loop."""
+    torch.manual_seed(3)
+    n, n_pos, d_model, d_head, heads, kv = 2, 5, 8, 4, 4, 2
+    w_k = torch.randn(kv, d_model, d_head)
+    block = SimpleNamespace(ln1=lambda x: x, attn=SimpleNamespace(W_K=w_k, W_Q=None, W_V=None))
+    model = SimpleNamespace(blocks=[block])
+    graph = SimpleNamespace(n_heads=heads)
+    q = torch.randn(n, n_pos, heads, d_head).double()
+    k = torch.randn(n, n_pos, kv, d_head).double()
+    allowed = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()[None, None].expand(n, 1, -1, -1)
+    pattern = _pattern(q, _groups(k, heads), allowed, 0.5)
+    base = QKBase(q=[q], k=[k], pattern=[pattern], allowed=allowed, scale=0.5)
+    x = torch.randn(n, n_pos, d_model).double()
+    delta = torch.randn(n, n_pos, 3, d_model).double()
+    g_pattern = torch.randn(n, heads, n_pos, n_pos).double()
+    got = qk_fixed_scores(model, graph, base, x, 0, "k", delta, g_pattern)
+    assert got.shape == (n, kv, 3)
+    for s in range(3):
+        for g in range(kv):
+            moved = k.clone()
+            moved[:, :, g] += delta[:, :, s] @ w_k[g].double()
+            new = _pattern(q, _groups(moved, heads), allowed, 0.5)
+            want = ((new - pattern) * g_pattern).sum((-1, -2))[:, g * 2 : g * 2 + 2].sum(-1)
+            torch.testing.assert_close(got[:, g, s], want)
+
+
+def test_refusals(zoo, monkeypatch):
+    model, task = zoo
+    with pytest.raises(IntervError, match=r"qk_fix must be True or False; got 'yes'"):
+        edge_scores(model, task, qk_fix="yes")
+    with monkeypatch.context() as patch:
+        patch.setattr(model.cfg, "positional_embedding_type", "rotary")
+        with pytest.raises(IntervError, match=r"qk_fix=True is not available .* 'rotary'"):
+            edge_scores(model, task, qk_fix=True)
+        edge_scores(model, task)  # plain EAP stays available
+    with monkeypatch.context() as patch:
+        patch.setattr("interv.circuits.screens._scale_of", lambda model: 1.0)
+        with pytest.raises(IntervError, match=r"pattern of layer 0 recomputed .* differs"):
+            edge_scores(model, task, qk_fix=True)
+
+
+def test_discover_passes_the_fix_to_its_screen(zoo):
+    model, task = zoo
+    result = discover(model, task, qk_fix=True, screen=Screen(top_k=8, audit=8, alpha=None))
+    assert result.scores.qk_fix and "EAP with AtP*'s QK fix edge screen" in result.sentence
+    data = result.to_dict()
+    assert data["fingerprint"] == result.fingerprint
+    plain = discover(model, task, screen=Screen(top_k=8, audit=8, alpha=None))
+    assert plain.fingerprint != result.fingerprint
+
+
+def test_a_rotary_model_is_refused_and_keeps_plain_eap():
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = TransformerBridgeConfig(
+        d_model=32, d_head=8, n_layers=2, n_ctx=16, n_heads=4, n_key_value_heads=2,
+        d_vocab=20, normalization_type="LN", positional_embedding_type="rotary", seed=1,
+    )  # fmt: skip
+    model = TransformerBridge.boot_native(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    task = TokenizedPairs(
+        torch.randint(0, 20, (2, 5), generator=generator),
+        torch.randint(0, 20, (2, 5), generator=generator),
+        torch.ones(2, 5, dtype=torch.bool),
+        torch.full((2,), 4),
+        torch.randint(0, 20, (2,), generator=generator),
+        torch.randint(0, 20, (2,), generator=generator),
+        name="random pairs",
+    )
+    with pytest.raises(IntervError, match=r"positional_embedding_type 'rotary'.*qk_fix=False"):
+        edge_scores(model, task, qk_fix=True)
+    assert torch.isfinite(edge_scores(model, task).scores).all()
