@@ -12,6 +12,8 @@
   the verified top edges.
 - Faithfulness: 1 for the full graph, 0 for the empty one; transformer-lens's
   ``faithfulness`` on one prompt pair; CPR and CMD on a fixed array by hand.
+- Greedy circuits: every edge reaches the logits, the induction key edges inside; their
+  faithfulness evaluated exactly like the top edges'.
 - Bad input: clear IntervErrors.
 """
 
@@ -42,6 +44,7 @@ from interv.circuits import (
     faithfulness,
 )
 from interv.circuits.curves import circuit_metrics
+from interv.circuits.greedy import connected_to_logits, greedy_order
 from interv.circuits.patching import capture_run
 from interv.engine.paths import PathPatch
 from interv.engine.targets import get_metric
@@ -332,7 +335,8 @@ def test_faithfulness_curve_ends_and_serialization(zoo, zoo_exact):
     assert mean_curve.mean[-1] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_faithfulness_equals_transformer_lens_on_one_pair(gpt2):
+@pytest.mark.parametrize("share", [None, 0.4])  # 12 edges (gathered), 40 % (matmul)
+def test_faithfulness_equals_transformer_lens_on_one_pair(gpt2, share):
     from transformer_lens.tools.analysis.attribution_patching import (
         Node as TLNode,
     )
@@ -343,8 +347,9 @@ def test_faithfulness_equals_transformer_lens_on_one_pair(gpt2):
     model, task = gpt2
     one = task.select([0])
     graph = Graph.from_model(model)
-    top = edge_scores(model, one).top(12)
-    curve = faithfulness(model, one, top, fractions=(12 / graph.n_edges, 1.0), n_bootstrap=10)
+    size = 12 if share is None else round(share * graph.n_edges)
+    top = edge_scores(model, one).top(size)
+    curve = faithfulness(model, one, top, fractions=(size / graph.n_edges, 1.0), n_bootstrap=10)
     kinds = {"embed": "embed", "head": "attn_head_out", "mlp": "mlp_out"}
     readers = {"q": "q_input", "k": "k_input", "v": "v_input", "mlp": "mlp_in"}
     circuit = []
@@ -431,3 +436,70 @@ def test_the_readme_circuits_example_runs(capsys):
     exec(compile(block, "README.md (Circuits)", "exec"), {})
     out = capsys.readouterr().out
     assert "81 edges" in out and "verified exactly" in out and "CPR" in out
+
+
+def test_greedy_order_on_a_grouped_graph_by_hand():
+    """Grouped-query (4 query heads, 2 key/value heads): the best edge, into L1KV0's keys,
+    waits until a query head of its group (L1H0 or L1H1) reaches the logits."""
+    graph = Graph(n_layers=2, n_heads=4, n_kv_heads=2, has_mlp=False)
+    priority = torch.zeros(graph.n_edges, dtype=torch.float64)
+    best, second = graph.index("L0H3->L1KV0.k"), graph.index("L1H1->logits")
+    priority[best], priority[second] = 10.0, 1.0
+    priority[graph.index("L1H2->logits")] = 5.0  # opens L1KV1, not L1KV0
+    order = greedy_order(graph, priority).tolist()
+    assert sorted(order) == list(range(graph.n_edges))  # every edge, once
+    assert order[:3] == [graph.index("L1H2->logits"), second, best]
+    for n in (1, 2, 3, 10, 40, graph.n_edges):
+        assert connected_to_logits(graph, order[:n])
+    assert not connected_to_logits(graph, [best])
+    with pytest.raises(IntervError, match=r"priority must have one value per edge \(57\); got 56"):
+        greedy_order(graph, priority[:-1])
+
+
+def test_greedy_circuits_reach_the_logits_and_hold_the_induction_key_edges(zoo, zoo_exact):
+    """Measured (8 pairs, seed 1): greedy by |exact| puts L0H2's key edges into the
+    induction heads at places 1, 5, 6, 11 (top by |exact|: 3, 6, 7, 11); the top 1..9
+    edges by |exact| do not all reach the logits (embed->L0H2.v comes first)."""
+    model, task = zoo
+    graph = Graph.from_model(model)
+    order = greedy_order(graph, zoo_exact.abs())
+    assert sorted(order.tolist()) == list(range(81))
+    for n in range(1, 82):
+        assert connected_to_logits(graph, order[:n].tolist())
+    top = zoo_exact.abs().argsort(descending=True).tolist()
+    assert not connected_to_logits(graph, top[:1])
+    assert set(INDUCTION_KEY_EDGES) <= {graph.edges[i].label for i in order[:12].tolist()}
+    # CircuitResult.circuit(n, greedy=True): n edges, connected, the greedy order of ranking()
+    result = discover(model, task, method="eap-ig", screen=Screen(top_k=20, audit=20, alpha=None))
+    for n in (1, 12, 20, 81):
+        circuit = result.circuit(n, greedy=True)
+        assert len(circuit) == len(set(circuit)) == n
+        assert connected_to_logits(graph, graph.indices(circuit))
+    assert set(INDUCTION_KEY_EDGES) <= {e.label for e in result.circuit(20, greedy=True)}
+    with pytest.raises(IntervError, match=r"greedy must be True or False; got 'yes'"):
+        result.circuit(5, greedy="yes")
+
+
+def test_greedy_faithfulness_is_evaluated_like_the_top_edges(zoo, zoo_exact):
+    """The greedy curve equals the top-n curve of the greedy order given as the ranking
+    (the same exact evaluation, only the circuits differ), and says so."""
+    model, task = zoo
+    graph = Graph.from_model(model)
+    top = zoo_exact.abs().argsort(descending=True)
+    ranked = [graph.edges[i] for i in top.tolist()]
+    greedy = faithfulness(model, task, ranked, greedy=True, n_bootstrap=50)
+    priority = torch.empty(81, dtype=torch.float64)
+    priority[top] = -torch.arange(81.0, dtype=torch.float64)  # best ranked first
+    grown = [graph.edges[i] for i in greedy_order(graph, priority).tolist()]
+    reference = faithfulness(model, task, grown, n_bootstrap=50)
+    assert greedy.mean == pytest.approx(reference.mean, abs=1e-12)
+    torch.testing.assert_close(greedy.per_prompt, reference.per_prompt, equal_nan=True)
+    assert greedy.mean[-1] == pytest.approx(1.0, abs=1e-5)
+    assert greedy.greedy and not reference.greedy
+    assert "greedy circuits (grown from the logits" in greedy.sentence
+    assert "circuits of the top" in reference.sentence
+    assert greedy.fingerprint != reference.fingerprint
+    back = FaithfulnessCurve.from_dict(json.loads(json.dumps(greedy.to_dict())))
+    assert back.greedy and back.mean == pytest.approx(greedy.mean)
+    with pytest.raises(IntervError, match=r"greedy must be True or False; got 1"):
+        faithfulness(model, task, ranked, greedy=1)

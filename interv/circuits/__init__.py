@@ -9,6 +9,8 @@
   rest (:func:`interv.audit.verify_screen`), per-edge status.
 - :func:`faithfulness`, :func:`cpr`, :func:`cmd` (:mod:`interv.circuits.curves`):
   MIB's faithfulness curve, exact, with bootstrap intervals.
+- :func:`greedy_order` (:mod:`interv.circuits.greedy`): greedy circuits, grown from the
+  logits.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "MIB_FRACTIONS": "interv.circuits.curves",
     "cpr": "interv.circuits.curves",
     "cmd": "interv.circuits.curves",
+    "greedy_order": "interv.circuits.greedy",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -49,5 +52,6 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     )
     from interv.circuits.discovery import CircuitResult, discover
     from interv.circuits.graph import Edge, Graph, Node
+    from interv.circuits.greedy import greedy_order
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores

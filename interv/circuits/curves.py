@@ -17,11 +17,14 @@ Faithfulness (MIB circuit track, Mueller et al. 2025)::
 
 of the prompt-mean metric ``m`` (``m(full)`` is the clean run, ``m(empty)`` every edge
 patched), at edge fractions :data:`MIB_FRACTIONS` (``round(fraction * n_edges)`` edges, at
-least one). The per-prompt ratios are kept too; intervals are percentile bootstraps over
-prompts of the ratio of means. CPR (area under ``f`` over the fractions, trapezoids, circuits
-from *signed* values: the edges whose patching lowers the metric most first) and CMD (area
-between ``f`` and 1, ``|1 - f|``, circuits by absolute value) as MIB's circuit track computes
-them (linear fraction axis). Higher CPR and lower CMD are better.
+least one). A circuit is the top edges of the ranking, or (``greedy=True``) the greedy circuit
+of that size (:mod:`interv.circuits.greedy`: grown from the logits, every edge reaching them);
+either is evaluated the same way. The per-prompt ratios are kept too; intervals are
+percentile bootstraps over prompts of the ratio of means. CPR (area under ``f`` over the
+fractions, trapezoids, circuits from *signed* values: the edges whose patching lowers the
+metric most first) and CMD (area between ``f`` and 1, ``|1 - f|``, circuits by absolute
+value) as MIB's circuit track computes them (linear fraction axis). Higher CPR and lower
+CMD are better.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from interv._pandas import require_pandas
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
+from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import (
     Run,
     capture_run,
@@ -102,7 +106,8 @@ def cmd(fractions: Sequence[float], faith: Sequence[float]) -> float:
 
 @dataclass(frozen=True, eq=False)
 class FaithfulnessCurve:
-    """Faithfulness of the top edges at each fraction (exact: every edge patched).
+    """Faithfulness of the circuits at each fraction (exact: every edge outside patched);
+    the circuits are the top edges of the ranking, or grown greedily (``greedy``).
 
     Attributes:
         fractions: edge fractions evaluated.
@@ -116,6 +121,7 @@ class FaithfulnessCurve:
         cpr, cmd: MIB's areas (CPR from ``signed_mean``, CMD from ``mean``).
         cpr_interval, cmd_interval: their bootstrap intervals.
         complement: ``"corrupted"`` or ``"mean"``.
+        greedy: whether the circuits were grown greedily from the logits (else top edges).
         sentence: what the numbers are, in one sentence.
         fingerprint: hash of model, prompts and settings.
     """
@@ -136,6 +142,7 @@ class FaithfulnessCurve:
     complement: str
     sentence: str
     fingerprint: str
+    greedy: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (format ``interv.faithfulness/1``)."""
@@ -160,6 +167,7 @@ class FaithfulnessCurve:
             "cpr_interval": clean(self.cpr_interval),
             "cmd_interval": clean(self.cmd_interval),
             "complement": self.complement,
+            "greedy": self.greedy,
             "sentence": self.sentence,
         }
 
@@ -191,6 +199,7 @@ class FaithfulnessCurve:
             complement=str(data["complement"]),
             sentence=str(data["sentence"]),
             fingerprint=str(data["fingerprint"]),
+            greedy=bool(data.get("greedy", False)),
         )
 
     def to_pandas(self) -> Any:
@@ -238,6 +247,13 @@ def _rankings(ranking: Any, graph: Graph) -> tuple[torch.Tensor, torch.Tensor, s
     return full, full, "the given edge order"
 
 
+def _greedy(graph: Graph, order: torch.Tensor) -> torch.Tensor:
+    """The greedy order of a ranking (best first): its rank is the priority."""
+    priority = torch.empty(graph.n_edges, dtype=torch.float64)
+    priority[order] = -torch.arange(graph.n_edges, dtype=torch.float64)
+    return greedy_order(graph, priority)
+
+
 def _sizes(fractions: Sequence[float], n_edges: int) -> list[int]:
     sizes = []
     for fraction in fractions:
@@ -275,7 +291,10 @@ def faithfulness(
             or edges best first.
         fractions: increasing edge fractions in (0, 1].
         complement: ``"corrupted"`` or ``"mean"``.
-        greedy: greedy circuit growth; not implemented in this build (True is refused).
+        greedy: False (default): each circuit is the top ``n`` edges of the ranking; True:
+            the greedy circuit of ``n`` edges (:func:`interv.circuits.greedy.greedy_order`:
+            grown from the logits, each step the best-ranked edge whose receiver already
+            reaches the logits). Evaluated the same way either way.
         metric: a metric name or TargetMetric.
         n_bootstrap, level, seed: the bootstrap over prompts.
         batch_size: circuits (copies of the prompts) per stacked forward; None: about
@@ -287,17 +306,16 @@ def faithfulness(
     target = check_task(model, task, metric)
     if complement not in COMPLEMENTS:
         raise IntervError(f"unknown complement {complement!r}; choose one of {COMPLEMENTS}")
-    if greedy:
-        raise IntervError(
-            "greedy=True (greedy circuit growth) is not implemented in this build; use "
-            "greedy=False (the top edges of the ranking)"
-        )
+    if not isinstance(greedy, bool):
+        raise IntervError(f"greedy must be True or False; got {greedy!r}")
     fractions = tuple(fractions)
     graph = Graph.from_model(model)
     sizes = _sizes(fractions, graph.n_edges)
     if any(b <= a for a, b in itertools.pairwise(fractions)):
         raise IntervError(f"fractions must increase; got {list(fractions)}")
     absolute, signed, what = _rankings(ranking, graph)
+    if greedy:
+        absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
     masks = []
     for order in (absolute, signed):
         for size in sizes:
@@ -306,13 +324,19 @@ def faithfulness(
             masks.append(mask)
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
-    clean = capture_run(model, task, "clean")
+    clean_logits = forward(  # only the clean logits: no activations kept
+        model,
+        Prompts.of(task.clean_tokens, task.attention_mask),
+        readout="position_logits",
+        positions=task.answer_positions,
+    ).readout
     corrupted = capture_run(model, task, "corrupted")
     replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
+    del corrupted
     values = circuit_metrics(
-        model, task, graph, kept, replacement, target, clean.logits, batch_size
+        model, task, graph, kept, replacement, target, clean_logits, batch_size
     )
-    full = per_prompt_metric(target, task, clean.logits, clean.logits)[0].double().cpu()
+    full = per_prompt_metric(target, task, clean_logits, clean_logits)[0].double().cpu()
     n_frac = len(fractions)
     absolute_values, signed_values, empty = values[:n_frac], values[n_frac:-1], values[-1]
     gap = full - empty
@@ -345,12 +369,19 @@ def faithfulness(
         if complement == "corrupted"
         else "the mean of the corrupted runs (per position)"
     )
+    construction = (
+        "greedy circuits (grown from the logits: each step the best-ranked edge whose "
+        "receiver already reaches the logits) of"
+        if greedy
+        else "circuits of the top"
+    )
     sentence = (
         f"faithfulness (m(C) - m(empty)) / (m(full) - m(empty)) of the prompt-mean "
-        f"{target.definition}, over {task.n_pairs} prompt pairs of {task.name}: circuits of the "
-        f"top {sizes[0]}..{sizes[-1]} of {graph.n_edges} edges by {what}, every other edge's "
-        f"sender patched from {source} (exact), the rest of the clean run live; intervals: "
-        f"{level:.0%} percentile bootstrap over prompts ({n_bootstrap} resamples, seed {seed}); "
+        f"{target.definition}, over {task.n_pairs} prompt pairs of {task.name}: "
+        f"{construction} {sizes[0]}..{sizes[-1]} of {graph.n_edges} edges by {what}, every "
+        f"other edge's sender patched from {source} (exact), the rest of the clean run "
+        f"live; intervals: {level:.0%} percentile bootstrap over prompts ({n_bootstrap} "
+        f"resamples, seed {seed}); "
         "CPR from circuits by signed value, CMD by absolute value"
     )
     return FaithfulnessCurve(
@@ -376,7 +407,9 @@ def faithfulness(
             complement=complement,
             fractions=fractions,
             metric=target.name,
+            **({"greedy": True} if greedy else {}),
         ),
+        greedy=greedy,
     )
 
 
@@ -456,7 +489,6 @@ def _circuit_forward(
     )
     kept = kept.cpu()
     live_inputs: dict[Site, torch.Tensor] = {}
-    pending: dict[tuple[str, int], torch.Tensor] = {}
     inside: list[bool] = []
     receivers = graph.receivers
     by_layer: dict[int, list[Any]] = {}
@@ -470,7 +502,9 @@ def _circuit_forward(
         """``[rows, pos, readers, d_model]``: each reader's rebuilt input. The readers of a
         group read the same senders and their edges are contiguous; per copy the sum runs
         over the kept senders (``replaced + sum kept deltas``) or, when most are kept, over
-        the others (``live - sum patched deltas``): work in proportion to the smaller set."""
+        the others (``live - sum patched deltas``). Few (reader, sender) pairs: gathered and
+        index-added; more: one ``[readers, senders] @ deltas`` matmul per copy (no gathered
+        copies of the deltas)."""
         readers = len(group)
         first = group[0].start
         block = kept[:, first : first + readers * n_used].view(copies, readers, n_used)
@@ -484,7 +518,14 @@ def _circuit_forward(
                 start, sign, chosen = live[part], -1.0, ~chosen
             else:
                 start, sign = replaced[part], 1.0
-            out[part] = start.unsqueeze(2)
+            target = out[part]
+            target.copy_(start.unsqueeze(2).expand_as(target))
+            count = int(chosen.sum())
+            if count * 16 > chosen.numel():
+                weights = chosen.to(device=device, dtype=dtype)
+                # [readers, senders] @ [n, pos, senders, d_model] -> [n, pos, readers, d_model]
+                target.add_(torch.matmul(weights, deltas[part, :, :n_used]), alpha=sign)
+                continue
             reader_index, sender_index = chosen.nonzero(as_tuple=True)
             reader_index, sender_index = reader_index.to(device), sender_index.to(device)
             # gathered in pieces of about 16 MiB: (reader, sender) pairs can be many
@@ -492,35 +533,32 @@ def _circuit_forward(
             for low in range(0, reader_index.numel(), step):
                 senders = sender_index[low : low + step]
                 picked = deltas[part][:, :, senders]
-                out[part].index_add_(2, reader_index[low : low + step], picked, alpha=sign)
+                target.index_add_(2, reader_index[low : low + step], picked, alpha=sign)
         return out
 
     def embed_hook(activation: torch.Tensor, hook: Any) -> None:
         deltas[:, :, 0] = activation - rep(repl.resid_pre[0])
 
-    def compute_inputs(layer: int) -> None:
-        group = [r for r in by_layer[layer] if r.input != "mlp"]
+    def component_inputs(component: str, layer: int) -> torch.Tensor:
+        """The query, key or value of every head of ``layer`` from its rebuilt inputs, one
+        component at a time (a third of the readers' inputs and norm temporaries alive)."""
+        group = [r for r in by_layer[layer] if r.input == component]
         used = graph.n_senders_before(layer)
         inputs = inputs_of(
             group, used, rep(repl.resid_pre[layer]), live_inputs[Site("resid_pre", layer)]
         )
         normed = model.blocks[layer].ln1(inputs)
-        attn = model.blocks[layer].attn
-        h, kv = graph.n_heads, graph.n_kv_heads
-        parts = {"q": (0, h), "k": (h, h + kv), "v": (h + kv, h + 2 * kv)}
-        for component, (a, b) in parts.items():
-            weight = qkv_weights(model, layer, component).to(normed)
-            value = torch.einsum("bprd,rdk->bprk", normed[:, :, a:b], weight)
-            bias = getattr(attn, f"b_{component.upper()}", None)
-            if bias is not None:
-                value = value + bias.to(value)
-            pending[(component, layer)] = value
+        del inputs
+        weight = qkv_weights(model, layer, component).to(normed)
+        value = torch.einsum("bprd,rdk->bprk", normed, weight)
+        bias = getattr(model.blocks[layer].attn, f"b_{component.upper()}", None)
+        if bias is not None:
+            value = value + bias.to(value)
+        return value
 
     def qkv_hook(component: str, layer: int) -> Any:
         def hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            if (component, layer) not in pending:
-                compute_inputs(layer)
-            return pending.pop((component, layer)).to(activation)
+            return component_inputs(component, layer).to(activation)
 
         return hook
 

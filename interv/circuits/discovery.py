@@ -29,6 +29,7 @@ import torch
 from interv._pandas import require_pandas
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
 from interv.circuits.graph import Edge, Graph
+from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
 from interv.circuits.screens import EdgeScores, edge_scores
 from interv.engine.targets import TargetMetric
@@ -89,14 +90,24 @@ class CircuitResult:
         order = torch.sort(-key, stable=True).indices
         return torch.cat([order[checked[order]], order[~checked[order]]])
 
-    def circuit(self, n: int | None = None) -> list[Edge]:
-        """The top ``n`` edges (default ``top_k``) by the best value available, exact first."""
+    def circuit(self, n: int | None = None, *, greedy: bool = False) -> list[Edge]:
+        """The top ``n`` edges (default ``top_k``) of :meth:`ranking` (exact first); with
+        ``greedy`` the greedy circuit of ``n`` edges instead (grown from the logits, each
+        step the best-ranked edge whose receiver already reaches the logits:
+        :func:`interv.circuits.greedy.greedy_order`), in the order it grew."""
         n = self.audit.screen.top_k if n is None else n
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.graph.n_edges:
             raise IntervError(
                 f"n must be an int in 1..{self.graph.n_edges} (the graph's edges); got {n!r}"
             )
-        return [self.graph.edges[i] for i in self.ranking()[:n].tolist()]
+        if not isinstance(greedy, bool):
+            raise IntervError(f"greedy must be True or False; got {greedy!r}")
+        order = self.ranking()
+        if greedy:
+            priority = torch.empty(self.graph.n_edges, dtype=torch.float64)
+            priority[order] = -torch.arange(self.graph.n_edges, dtype=torch.float64)
+            order = greedy_order(self.graph, priority)
+        return [self.graph.edges[i] for i in order[:n].tolist()]
 
     def heads(self, n: int | None = None) -> dict[str, float]:
         """Nodes of :meth:`circuit` (``n`` edges) -> the summed ``|value|`` of their edges
