@@ -175,12 +175,14 @@ def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
     interv.load_task("induction", n_pairs=4, seed=1).to_jsonl(pairs)
     out = tmp_path / "run"
     argv = ["circuit", "induction-2l", "--pairs", str(pairs), "--verify-top", "3", "--audit", "0"]
-    assert main([*argv, "--out", str(out)]) == 0
+    assert main([*argv, "--greedy", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "81 edges, 3 exact (verified), 0 exact (audit), 78 estimated" in text
     circuit = json.loads((out / "circuit.json").read_text())
     assert circuit["n_prompts"] == 4
     assert circuit["unit"] == "logits"
+    curve = json.loads((out / "faithfulness.json").read_text())
+    assert curve["greedy"] is True and "greedy circuits" in curve["sentence"]
 
 
 KILLED_AFTER_FIRST_BATCH = """

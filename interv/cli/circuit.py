@@ -173,6 +173,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         task,
         result,
         complement=args.complement,
+        greedy=args.greedy,
         metric=args.metric,
         batch_size=args.batch_size,
     ).to_dict()
@@ -270,6 +271,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--complement",
         default="corrupted",
         help="what fills the edges outside a circuit: corrupted (default) or mean",
+    )
+    parser.add_argument(
+        "--greedy",
+        action="store_true",
+        help="faithfulness of greedy circuits grown from the logits (default: the top edges)",
     )
     parser.add_argument(
         "--batch-size",
