@@ -29,11 +29,23 @@ import torch
 # interv[test] has no selenium, and there they are not collected.
 if importlib.util.find_spec("selenium") is None:
     collect_ignore = ["test_report_browser.py", "test_attention_viewer_browser.py"]
+import _background
 from hypothesis import settings
 
 # Torch calls are slow on first use; a deadline would make property tests flaky.
 settings.register_profile("interv", deadline=None, max_examples=60, derandomize=True)
 settings.load_profile("interv")
+
+
+def pytest_collection_finish(session):
+    """Start the single-threaded zoo training at once when its test is selected, so that
+    it runs on the core the other tests leave free (tests/_background.py)."""
+    if any(item.nodeid.endswith(_background.TRAINING_TEST) for item in session.items):
+        _background.start_training("induction-2l")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _background.stop_all()
 
 
 # Real pretrained models shipped in PyPI packages, loaded once per test session. The
