@@ -101,6 +101,27 @@ def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def scores_fingerprint(
+    model: Any,
+    task: TokenizedPairs,
+    method: str,
+    steps: int,
+    metric: str,
+    direction: str,
+    qk_fix: bool,
+) -> str:
+    """The fingerprint of a screen's scores of ``model`` on ``task`` with these settings."""
+    return fingerprint(
+        model,
+        task,
+        method=method,
+        steps=steps,
+        metric=metric,
+        direction=direction,
+        **({"qk_fix": True} if qk_fix else {}),
+    )
+
+
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
     """The number of gradient runs, after checking the screen's settings."""
     if method not in METHODS:
@@ -610,15 +631,7 @@ def edge_scores(
         method=method,
         steps=runs,
         metric=target.name,
-        fingerprint=fingerprint(
-            model,
-            task,
-            method=method,
-            steps=runs,
-            metric=target.name,
-            direction=direction,
-            **({"qk_fix": True} if qk_fix else {}),
-        ),
+        fingerprint=scores_fingerprint(model, task, method, runs, target.name, direction, qk_fix),
         sentence=sentence,
         direction=direction,
         qk_fix=qk_fix,
