@@ -36,6 +36,7 @@ __all__ = ["register"]
 
 METHODS = ("eap", "eap-ig")
 COMPLEMENTS = ("corrupted", "mean")
+CONVENTIONS = ("interv", "mib")
 _STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
 
 
@@ -80,6 +81,8 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
             as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
     if args.metric not in METRICS:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
+    if args.convention not in CONVENTIONS:
+        raise IntervError(f"unknown --convention {args.convention!r}; choose one of {CONVENTIONS}")
     if args.complement not in COMPLEMENTS:
         raise IntervError(f"unknown --complement {args.complement!r}; choose one of {COMPLEMENTS}")
     check_model_spec(args.model)
@@ -180,6 +183,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         result,
         complement=args.complement,
         greedy=args.greedy,
+        convention=args.convention,
         metric=args.metric,
         batch_size=args.batch_size,
     ).to_dict()
@@ -305,6 +309,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--greedy",
         action="store_true",
         help="faithfulness of greedy circuits grown from the logits (default: the top edges)",
+    )
+    parser.add_argument(
+        "--convention",
+        default="interv",
+        help="faithfulness curve sizes: interv (default: max(1, round(p N)) edges) or mib "
+        "(MIB's int(p N) edges, pruned to those connecting the input to the logits)",
     )
     parser.add_argument(
         "--batch-size",
