@@ -5,8 +5,10 @@ Model: SmolLM2-135M (30 layers x 9 query heads = 270 heads); task: the shipped I
 difference target minus foil (logits), prompt mean.
 
 Jobs, each run as a full exact sweep (``interv.run``, every intervention intervened on)
-and as a screened one (``interv.run(..., screen=Screen(...))``, default
-``Screen()``: top 20 verified, 60 audited, alpha 0.05):
+and as screened ones (``interv.run(..., screen=Screen(...))``, :data:`SCREENS`: the
+default ``Screen()``, top 20 verified, 60 audited, alpha 0.05 on the miss rate;
+integrated-gradient estimates with the same rule; integrated gradients with verification
+extended until no unchecked site can beat the top 20, at 0.05):
 
 - ``zero``, ``mean``, ``resample``: all-position ablation of every head (270 sites);
 - ``denoise``: all-position denoising of every head (270 sites);
@@ -24,9 +26,10 @@ many sites a verification in estimate order would have needed to contain the exa
 top-20. ``torch.matmul`` GFLOP/s is measured before and after.
 
 Run: ``python benchmarks/bench_screen.py [--jobs zero mean resample denoise denoise-pos]
-[--threads 2] [--batch-rows 72]``. 70 minutes at load average 5-9 on 2 cores (idle: about
-15, not measured); the per-position full sweep is most of it. The machine is shared, so
-read the wall ratios beside the load average and the blocks ratio.
+[--screens attribution integrated integrated-any] [--threads 2] [--batch-rows 72]``. With
+the one default screen it took 70 minutes at load average 5-9 on 2 cores; the per-position
+full sweep is most of it. The machine is shared, so read the wall ratios beside the load
+average and the blocks ratio.
 """
 
 from __future__ import annotations
@@ -102,7 +105,17 @@ def blocks(model, task, layers: list[int], gradient_passes: int) -> int:
     return 2 * per_run + 3 * gradient_passes * per_run + suffixes
 
 
-def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[str, Any]:
+SCREENS = {
+    "attribution": Screen(),
+    "integrated": Screen(estimator="integrated", steps=5),
+    "integrated-any": Screen(estimator="integrated", steps=5, bound="any"),
+}
+"""The screens compared: the default (attribution, the miss rate bounded below 0.05),
+integrated gradients (5 path points) with the same rule, and integrated gradients with
+verification extended until an unchecked site beating the top-20 is excluded at 0.05."""
+
+
+def bench_job(model, task, kind: str, screens: dict, batch_rows: int) -> list[dict[str, Any]]:
     cfg = model.cfg
     # per position: the positions real in every prompt (right padding: 0..k-1); a position
     # that is padding in some prompt is refused by interv.run
@@ -113,6 +126,29 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
         lambda: interv.run(model, task, ivs, "logit_diff", max_batch_size=batch_rows)
     )
     print(f"full exact sweep: {t_full:.1f} s ({n} interventions; load average {load_full:.2f})")
+    exact_effect = full.effect.mean(-1)
+    true_top = torch.sort(-exact_effect.abs(), stable=True).indices[:TOP]
+    rows = []
+    for name, screen in screens.items():
+        rows.append(
+            bench_screen(model, task, kind, ivs, name, screen, batch_rows, exact_effect, true_top)
+            | {"full_s": t_full, "load_full": load_full}
+        )
+        row = rows[-1]
+        row["ratio"] = t_full / row["screened_s"]
+        row["load"] = (load_full + row["load_screen"]) / 2
+        print(
+            f"time ratio full / screened: {row['ratio']:.2f}x (blocks run: "
+            f"{row['block_ratio']:.2f}x)"
+        )
+    return rows
+
+
+def bench_screen(
+    model, task, kind, ivs, name, screen, batch_rows, exact_effect, true_top
+) -> dict[str, Any]:
+    n = len(ivs)
+    print(f"-- screen {name}: {screen.describe()}")
     screened, t_screen, load_screen = timed(
         lambda: interv.run(model, task, ivs, "logit_diff", max_batch_size=batch_rows, screen=screen)
     )
@@ -122,8 +158,6 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
         f"screened: {t_screen:.1f} s ({audit.n_checked} exact: {audit.n_verified} verified, "
         f"{audit.audited.numel()} audited; load average {load_screen:.2f})"
     )
-    exact_effect = full.effect.mean(-1)
-    true_top = torch.sort(-exact_effect.abs(), stable=True).indices[:TOP]
     screened_top = audit.top(TOP)
     same_set = set(true_top.tolist()) == set(screened_top.tolist())
     same_order = torch.equal(true_top, screened_top)
@@ -132,11 +166,13 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
     rank_of = torch.empty(n, dtype=torch.long)
     rank_of[audit.order] = torch.arange(n)
     layers = [ivs[i].layer for i in checked.nonzero().flatten().tolist()]
+    passes = len({iv.base_run for iv in ivs}) * (
+        screen.steps if screen.estimator == "integrated" else 1
+    )
     block_ratio = blocks(model, task, [iv.layer for iv in ivs], 0) / blocks(
-        model, task, layers, len({iv.base_run for iv in ivs})
+        model, task, layers, passes
     )
     measured = audit.miss_rate_against(exact_effect)
-    print(f"time ratio full / screened: {t_full / t_screen:.2f}x (blocks run: {block_ratio:.2f}x)")
     print(
         f"screened top-{TOP} == exact top-{TOP}: set {same_set}, order {same_order}; "
         f"max |screened exact - full| over checked sites {difference:.2e} logits"
@@ -147,7 +183,8 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
         f"above the top-{TOP} threshold {audit.threshold:.3f}); the audit's estimate "
         f"{audit.miss_rate:.4f} ({audit.misses} of {audit.audited.numel()}), 95% bound "
         f"{audit.miss_bound:.4f} (Bonferroni over {audit.looks} looks "
-        f"{audit.miss_bound_corrected:.4f}); stopped by {audit.stopped_by}"
+        f"{audit.miss_bound_corrected:.4f}); at most {audit.unchecked_bound} unchecked sites "
+        f"above the threshold (95% finite-population bound); stopped by {audit.stopped_by}"
     )
     low, high = audit.rank_interval
     print(
@@ -175,20 +212,20 @@ def bench_job(model, task, kind: str, screen: Screen, batch_rows: int) -> dict[s
     )
     return {
         "job": kind,
+        "screen": name,
         "sites": n,
-        "full_s": t_full,
         "screened_s": t_screen,
-        "ratio": t_full / t_screen,
+        "load_screen": load_screen,
         "block_ratio": block_ratio,
         "same_set": same_set,
         "same_order": same_order,
         "measured_miss": measured,
         "audit_miss": audit.miss_rate,
         "bound": audit.miss_bound,
+        "unchecked_bound": audit.unchecked_bound,
         "checked": audit.n_checked,
         "stopped_by": audit.stopped_by,
         "needed": needed,
-        "load": (load_full + load_screen) / 2,
     }
 
 
@@ -197,35 +234,41 @@ def main() -> None:
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), help=f"of {JOBS}")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--batch-rows", type=int, default=72, help="max_batch_size, both sides")
+    parser.add_argument("--screens", nargs="+", default=list(SCREENS), help=f"of {list(SCREENS)}")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     model = interv.load_model("smollm2-135m")
     task = interv.load_task("ioi", n_pairs=8).tokenize(model)
-    screen = Screen()
+    screens = {name: SCREENS[name] for name in args.screens}
     print(
         f"SmolLM2-135M, {task.n_pairs} IOI pairs x {task.n_positions} tokens (padded), metric "
         f"logit difference (logits), prompt mean; {torch.get_num_threads()} torch threads; "
         f"{load_average()}"
     )
-    print(f"screen: {screen.describe()}")
+    for name, screen in screens.items():
+        print(f"screen {name}: {screen.describe()}")
     print(f"torch.matmul (1024 x 1024, float32): {matmul_gflops():.1f} GFLOP/s")
-    rows = [bench_job(model, task, job, screen, args.batch_rows) for job in args.jobs]
+    rows = [
+        row for job in args.jobs for row in bench_job(model, task, job, screens, args.batch_rows)
+    ]
     print(
         f"\ntorch.matmul (1024 x 1024, float32) after: {matmul_gflops():.1f} GFLOP/s; "
         f"{load_average()}"
     )
     print(
-        "\n| job | sites | full s | screened s | ratio | blocks ratio | top-20 set | order | "
-        "checked | miss measured | miss audit | bound | stopped by | needed | load |"
+        "\n| job | screen | sites | full s | screened s | ratio | blocks ratio | top-20 set | "
+        "order | checked | miss measured | miss audit | rate bound | unchecked bound | "
+        "stopped by | needed | load |"
     )
-    print("|---" * 15 + "|")
+    print("|---" * 17 + "|")
     for r in rows:
         print(
-            f"| {r['job']} | {r['sites']} | {r['full_s']:.1f} | {r['screened_s']:.1f} | "
-            f"{r['ratio']:.2f}x | {r['block_ratio']:.2f}x | {r['same_set']} | {r['same_order']} | "
-            f"{r['checked']} | {r['measured_miss']:.4f} | {r['audit_miss']:.4f} | "
-            f"{r['bound']:.4f} | {r['stopped_by']} | {r['needed']} | {r['load']:.1f} |"
+            f"| {r['job']} | {r['screen']} | {r['sites']} | {r['full_s']:.1f} | "
+            f"{r['screened_s']:.1f} | {r['ratio']:.2f}x | {r['block_ratio']:.2f}x | "
+            f"{r['same_set']} | {r['same_order']} | {r['checked']} | {r['measured_miss']:.4f} | "
+            f"{r['audit_miss']:.4f} | {r['bound']:.4f} | {r['unchecked_bound']} | "
+            f"{r['stopped_by']} | {r['needed']} | {r['load']:.1f} |"
         )
 
 

@@ -33,6 +33,17 @@ The bound is computed at each look; stopping on it after several looks makes it
 slightly optimistic, so the outcome also carries a Bonferroni-corrected bound over the
 looks taken (:attr:`Audit.miss_bound_corrected`).
 
+A rate below ``alpha`` still allows ``alpha`` times the unverified candidates to beat the
+top-k (12 of 250 at 5%). The outcome therefore also bounds their *number*: the audit is a
+sample without replacement from the unverified candidates, so with ``x`` misses among its
+``a`` the finite-population (hypergeometric) upper bound ``D`` on the misses among all
+``N_u`` unverified gives at most ``D - x`` *unchecked* candidates that beat the k-th
+verified one (:attr:`Audit.unchecked_bound`). ``Screen(bound="any")`` extends the
+verification until that count is bounded by zero: until an unchecked miss is excluded at
+``alpha`` (the audit then sees no miss in at least ``1 - alpha`` of the unverified
+candidates: keeping the exact top-k with that confidence costs nearly a full check unless
+the estimates put the top-k first).
+
 Every candidate keeps one status: ``"exact (verified)"``, ``"exact (audit)"`` or
 ``"estimated"`` (a first-order estimate, not intervened). Ranking uses exact values only.
 Pure tensors; no model. The caller's ``evaluate`` does the interventions.
@@ -53,8 +64,10 @@ from interv.errors import IntervError
 from interv.stats import percentile_interval, spearman
 
 __all__ = [
+    "BOUNDS",
     "ESTIMATED",
     "ESTIMATE_SENTENCE",
+    "ESTIMATORS",
     "EXACT_AUDIT",
     "EXACT_VERIFIED",
     "MIN_RANK_ITEMS",
@@ -62,6 +75,7 @@ __all__ = [
     "Audit",
     "Screen",
     "clopper_pearson_upper",
+    "hypergeometric_upper",
     "verify_screen",
 ]
 
@@ -125,6 +139,57 @@ def clopper_pearson_upper(successes: int, trials: int, level: float = 0.95) -> f
     return high
 
 
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def hypergeometric_tail(observed: int, sample: int, population: int, marked: int) -> float:
+    """``P[X <= observed]`` for ``X`` the marked items in a uniform sample of ``sample``
+    drawn without replacement from ``population`` items of which ``marked`` are marked."""
+    total = _log_choose(population, sample)
+    terms = [
+        _log_choose(marked, i) + _log_choose(population - marked, sample - i) - total
+        for i in range(max(0, sample - (population - marked)), min(observed, marked, sample) + 1)
+    ]
+    if not terms:
+        return 0.0
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def hypergeometric_upper(observed: int, sample: int, population: int, level: float) -> int:
+    """One-sided upper confidence bound on the number of marked items in a finite
+    ``population`` from ``observed`` marked ones in a uniform sample of ``sample`` without
+    replacement: the largest ``D`` with ``P[X <= observed | D] > 1 - level`` (at least
+    ``observed``; the whole unsampled rest when nothing is sampled)."""
+    observed = as_int(observed, "observed", minimum=0)
+    sample = as_int(sample, "sample", minimum=0)
+    population = as_int(population, "population", minimum=0)
+    if observed > sample or sample > population:
+        raise IntervError(
+            f"need observed <= sample <= population; got {observed}, {sample}, {population}"
+        )
+    if not 0 < level < 1:
+        raise IntervError(f"level must lie in (0, 1); got {level}")
+    low, high = observed, population - (sample - observed)  # the tail falls in between
+    while low < high:
+        middle = (low + high + 1) // 2
+        if hypergeometric_tail(observed, sample, population, middle) > 1 - level:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+BOUNDS: tuple[str, ...] = ("rate", "any")
+"""What the adaptive verification bounds: the miss *rate* (Clopper-Pearson, below
+``alpha``), or *any* unchecked miss (finite-population, excluded at ``alpha``)."""
+
+ESTIMATORS: tuple[str, ...] = ("attribution", "integrated")
+"""How a node screen (``run(screen=...)``) estimates: the gradient at the base run, or
+integrated gradients along the path to the interventions (``steps`` points)."""
+
+
 @dataclass(frozen=True)
 class Screen:
     """How a screen's estimates are checked: a frozen, printable value.
@@ -141,6 +206,14 @@ class Screen:
         level: confidence level of the miss-rate bound and the rank-correlation
             interval.
         seed: seed of the audit's permutation and of the bootstrap.
+        bound: what the adaptive verification bounds (:data:`BOUNDS`): ``"rate"``
+            (default) the miss rate, ``"any"`` any unchecked candidate beating the k-th
+            verified one (module docstring).
+        estimator: how node screens (``run(screen=...)``) estimate (:data:`ESTIMATORS`):
+            ``"attribution"`` (the gradient at the base run) or ``"integrated"``
+            (integrated gradients, ``steps`` points). Edge screens choose theirs by
+            :func:`interv.circuits.discover`'s ``method``.
+        steps: the integrated gradients' points (``"integrated"`` only; 1 is attribution).
     """
 
     top_k: int = 20
@@ -150,6 +223,9 @@ class Screen:
     step: int | None = None
     level: float = 0.95
     seed: int = 0
+    bound: str = "rate"
+    estimator: str = "attribution"
+    steps: int = 5
 
     def __post_init__(self) -> None:
         as_int(self.top_k, "Screen top_k", minimum=1)
@@ -171,17 +247,35 @@ class Screen:
         level = as_finite(self.level, "Screen level")
         if not 0 < level < 1:
             raise IntervError(f"Screen level must lie in (0, 1); got {level}")
+        if self.bound not in BOUNDS:
+            raise IntervError(f"unknown Screen bound {self.bound!r}; choose one of {BOUNDS}")
+        if self.estimator not in ESTIMATORS:
+            raise IntervError(
+                f"unknown Screen estimator {self.estimator!r}; choose one of {ESTIMATORS}"
+            )
+        as_int(self.steps, "Screen steps (integrated-gradient points)", minimum=1)
 
     def describe(self) -> str:
         """The checking rule in one sentence."""
-        stop = (
-            "once"
-            if self.alpha is None
-            else f"until the {self.level:.0%} upper bound on the miss rate is below {self.alpha:g}"
-        )
+        if self.alpha is None:
+            stop = "once"
+        elif self.bound == "rate":
+            stop = (
+                f"until the {self.level:.0%} upper bound on the miss rate is below {self.alpha:g}"
+            )
+        else:
+            stop = (
+                f"until an unchecked candidate beating the top-{self.top_k} threshold is "
+                f"excluded at {self.alpha:g} (finite-population bound)"
+            )
         budget = "" if self.budget is None else f" (at most {self.budget} exact evaluations)"
+        estimate = (
+            ""
+            if self.estimator == "attribution"
+            else f"integrated-gradient estimates ({self.steps} points); "
+        )
         return (
-            f"the top {self.top_k} by |estimate| verified by exact intervention, "
+            f"{estimate}the top {self.top_k} by |estimate| verified by exact intervention, "
             f"{self.audit} of the rest audited uniformly at random (seed {self.seed}), "
             f"verification extended {stop}{budget}"
         )
@@ -213,6 +307,10 @@ class Audit:
             candidate (NaN below :data:`MIN_RANK_ITEMS`).
         rank_interval: its percentile bootstrap interval over checked candidates.
         method: the screen's name, in words (e.g. "attribution patching").
+        unchecked_bound: at ``screen.level``, at most this many unchecked candidates (not
+            verified, not audited) have ``|exact| > threshold`` (finite-population bound
+            from the audit; 0 when every candidate is checked); None for an audit stored
+            before it was computed.
     """
 
     screen: Screen
@@ -230,6 +328,7 @@ class Audit:
     rank_agreement: float
     rank_interval: tuple[float, float]
     method: str = field(default="a first-order screen")
+    unchecked_bound: int | None = None
 
     @property
     def n_candidates(self) -> int:
@@ -327,6 +426,7 @@ class Audit:
             "rank_agreement": None if math.isnan(self.rank_agreement) else self.rank_agreement,
             "rank_interval": [None if math.isnan(v) else v for v in self.rank_interval],
             "method": self.method,
+            "unchecked_bound": self.unchecked_bound,
         }
 
     @classmethod
@@ -352,6 +452,9 @@ class Audit:
             rank_agreement=number(data["rank_agreement"]),
             rank_interval=(number(data["rank_interval"][0]), number(data["rank_interval"][1])),
             method=str(data["method"]),
+            unchecked_bound=(
+                None if data.get("unchecked_bound") is None else int(data["unchecked_bound"])
+            ),
         )
 
     def describe(self) -> str:
@@ -364,6 +467,12 @@ class Audit:
             f"Clopper-Pearson, {self.misses} of {audited} audited above the top-"
             f"{self.screen.top_k} threshold {self.threshold:.3g})"
         )
+        if self.unchecked_bound is not None and self.n_unverified:
+            bound += (
+                f"; at most {self.unchecked_bound} of the "
+                f"{self.n_unverified - audited} unchecked candidates above it "
+                f"({self.screen.level:.0%} finite-population bound)"
+            )
         return (
             f"{self.method}: {self.n_candidates} candidates screened; the {self.n_verified} "
             f"largest by |estimate| verified exactly and {audited} audited at random; "
@@ -453,14 +562,26 @@ def verify_screen(
         threshold = float(exact[verified].abs().topk(screen.top_k).values.min())
         misses = int((exact[audited].abs() > threshold).sum())
         unverified = n - n_verified
+        sampled = int(audited.numel())
+        unchecked = (
+            hypergeometric_upper(misses, sampled, unverified, screen.level) - misses
+            if unverified
+            else 0
+        )
         if unverified == 0:
             bound, stopped = 0.0, "all checked"
             break
-        bound = clopper_pearson_upper(misses, int(audited.numel()), screen.level)
+        bound = clopper_pearson_upper(misses, sampled, screen.level)
         if screen.alpha is None:
             stopped = "one look"
             break
-        if bound < screen.alpha:
+        if screen.bound == "rate" and bound < screen.alpha:
+            stopped = "bound"
+            break
+        if screen.bound == "any" and (
+            unverified == sampled
+            or hypergeometric_tail(misses, sampled, unverified, misses + 1) <= screen.alpha
+        ):
             stopped = "bound"
             break
         if n_verified + int(audited.numel()) >= budget:
@@ -499,4 +620,5 @@ def verify_screen(
         rank_agreement=rho,
         rank_interval=interval,
         method=method,
+        unchecked_bound=unchecked,
     )

@@ -15,6 +15,7 @@ from interv.audit import (
     EXACT_VERIFIED,
     Screen,
     clopper_pearson_upper,
+    hypergeometric_upper,
     verify_screen,
 )
 from interv.errors import IntervError
@@ -179,6 +180,9 @@ def test_no_rank_correlation_from_too_few_checked_candidates():
         ({"budget": 3, "top_k": 5}, r"budget \(3 exact evaluations\) must be at least top_k \(5\)"),
         ({"step": 0}, "step must be >= 1; got 0"),
         ({"level": 0.0}, r"level must lie in \(0, 1\); got 0.0"),
+        ({"bound": "count"}, r"unknown Screen bound 'count'; choose one of \('rate', 'any'\)"),
+        ({"estimator": "ig"}, "unknown Screen estimator 'ig'; choose one of"),
+        ({"steps": 0}, r"steps \(integrated-gradient points\) must be >= 1; got 0"),
     ],
 )
 def test_bad_screens_are_refused_naming_the_value(kwargs, message):
@@ -219,3 +223,66 @@ def test_the_audit_invariants_hold_for_any_screen(seed, top_k, n_audit, alpha):
     assert audit.misses == int((exact[audit.audited].abs() > audit.threshold).sum())
     assert set(audit.audited.tolist()).isdisjoint(verified.tolist())
     assert set(audit.top().tolist()) <= set(checked.nonzero().flatten().tolist())
+
+
+def _brute_force_upper(observed: int, sample: int, population: int, level: float) -> int:
+    """The largest D whose P[X <= observed] exceeds 1 - level, by direct enumeration."""
+
+    def tail(marked: int) -> float:
+        total = math.comb(population, sample)
+        return (
+            sum(
+                math.comb(marked, i) * math.comb(population - marked, sample - i)
+                for i in range(observed + 1)
+            )
+            / total
+        )
+
+    return max(d for d in range(population + 1) if tail(d) > 1 - level)
+
+
+@given(
+    st.integers(min_value=1, max_value=80),
+    st.floats(min_value=0.0, max_value=1.0),
+    st.floats(min_value=0.0, max_value=1.0),
+)
+def test_the_finite_population_bound_equals_direct_enumeration(population, share, seen):
+    sample = round(share * population)
+    observed = round(seen * sample)
+    assert hypergeometric_upper(observed, sample, population, 0.95) == _brute_force_upper(
+        observed, sample, population, 0.95
+    )
+
+
+def test_the_finite_population_bound_by_hand_and_its_coverage():
+    # no miss in 60 of 63: one marked item would be missed with probability 3/63 < 5 %
+    assert hypergeometric_upper(0, 60, 63, 0.95) == 0
+    assert hypergeometric_upper(0, 0, 10, 0.95) == 10  # nothing sampled: nothing known
+    assert hypergeometric_upper(5, 5, 5, 0.95) == 5
+    generator = torch.Generator().manual_seed(0)
+    covered = 0
+    for _ in range(400):
+        marked = int(torch.randint(0, 30, (1,), generator=generator))
+        drawn = torch.randperm(200, generator=generator)[:40]
+        observed = int((drawn < marked).sum())
+        covered += hypergeometric_upper(observed, 40, 200, 0.95) >= marked
+    assert covered / 400 >= 0.95
+
+
+def test_bound_any_extends_verification_until_no_unchecked_candidate_can_beat_the_top():
+    # one candidate with a large exact effect sits at the bottom of the estimates
+    n = 100
+    exact = torch.linspace(1.0, 0.0, n, dtype=torch.float64)
+    exact[n - 1] = 10.0
+    estimates = torch.linspace(1.0, 0.0, n, dtype=torch.float64)
+    rate = verify_screen(Screen(top_k=5, audit=20, alpha=0.2, seed=1), estimates, exact.__getitem__)
+    assert rate.stopped_by == "bound" and rate.unchecked_bound > 0
+    assert "unchecked candidates above it" in rate.describe()
+    audit = verify_screen(
+        Screen(top_k=5, audit=20, alpha=0.05, bound="any", seed=1), estimates, exact.__getitem__
+    )
+    assert audit.unchecked_bound == 0
+    assert n - 1 in audit.top().tolist()  # found: verified or audited
+    # at most a share alpha of the unverified candidates is left unaudited
+    assert (audit.n_unverified - audit.audited.numel()) <= 0.05 * audit.n_unverified
+    assert Screen(bound="any").describe().count("finite-population") == 1

@@ -107,3 +107,5 @@ def test_bad_stability_input_gets_clear_errors(zoo):
         circuit_stability(model, task, result, n_resamples=1)
     with pytest.raises(IntervError, match="stability"):
         discover(model, task, screen=SCREEN, stability=0)
+    with pytest.raises(IntervError, match="is for node screens"):
+        discover(model, task, screen=Screen(estimator="integrated"))

@@ -270,6 +270,11 @@ def discover(
         raise IntervError(
             f"screen must be an interv.Screen (e.g. Screen(top_k=200, audit=200)); got {screen!r}"
         )
+    if screen.estimator != "attribution":
+        raise IntervError(
+            f"Screen(estimator={screen.estimator!r}) is for node screens (interv.run); an edge "
+            "screen is chosen by discover's method= and steps= (e.g. method='eap-ig', steps=5)"
+        )
     graph = Graph.from_model(model)
     if screen.top_k > graph.n_edges:
         raise IntervError(

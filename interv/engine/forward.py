@@ -429,7 +429,9 @@ def _differentiable(site: Site, store: dict[Site, torch.Tensor]) -> HookFn:
     so that the gradient with respect to the copy is the full downstream derivative."""
 
     def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-        store[site] = activation.clone()
+        copy = activation.clone()
+        # a hook upstream may have written a constant: the copy is a leaf of the graph then
+        store[site] = copy if copy.requires_grad else copy.requires_grad_(True)
         return store[site]
 
     return keep

@@ -161,10 +161,11 @@ def _gradients(
     sites: Sequence[Site],
     metric: TargetMetric,
     clean_logits: torch.Tensor,
+    hooks: Sequence[tuple[Site, Any]] = (),
 ) -> tuple[dict[Site, torch.Tensor], dict[Site, torch.Tensor]]:
-    """One forward and one backward of ``run``: each site's activation and the gradient of
-    each prompt's metric with respect to it (prompts are independent rows, so the gradient
-    of the sum over prompts holds every prompt's own gradient)."""
+    """One forward and one backward of ``run`` (with ``hooks``): each site's activation and
+    the gradient of each prompt's metric with respect to it (prompts are independent rows,
+    so the gradient of the sum over prompts holds every prompt's own gradient)."""
     device = model_device(model)
     tokens = task.clean_tokens if run == "clean" else task.corrupted_tokens
     target = task.target_ids.to(device)
@@ -172,6 +173,7 @@ def _gradients(
     out = forward(
         model,
         Prompts.of(tokens, task.attention_mask),
+        hooks=hooks,
         readout="position_logits",
         positions=task.answer_positions,
         grad_at=sites,
@@ -180,18 +182,84 @@ def _gradients(
     return {site: out.captured[site] for site in sites}, out.gradients
 
 
+def _paths(wholes: Sequence[Intervention]) -> list[list[Intervention]]:
+    """The all-position interventions split into groups that edit each site at most once
+    (each group is one integration path: its sites move together)."""
+    groups: list[list[Intervention]] = []
+    for whole in wholes:
+        site = whole.edits()[0]
+        for group in groups:
+            if all(other.edits()[0] != site for other in group):
+                group.append(whole)
+                break
+        else:
+            groups.append([whole])
+    return groups
+
+
+def _path_gradients(
+    model: Any,
+    task: TokenizedPairs,
+    run: str,
+    group: Sequence[Intervention],
+    context: EditContext,
+    activations: dict[Site, torch.Tensor],
+    first: dict[Site, torch.Tensor],
+    metric: TargetMetric,
+    clean_logits: torch.Tensor,
+    steps: int,
+) -> tuple[dict[Site, torch.Tensor], dict[Site, torch.Tensor]]:
+    """The group's path ``a + beta (a' - a)``, ``beta = k / steps`` for ``k = 0..steps-1``
+    (every site of the group at once; ``a'`` what each intervention writes at its head):
+    ``(a' - a, mean gradient along the path)`` per block site. ``first``: the gradient at
+    ``beta = 0`` (the base run), already computed."""
+    cfg = model.cfg
+    change: dict[Site, torch.Tensor] = {}
+    for whole in group:
+        site = whole.edits()[0]
+        block = Site(site.component, site.layer)
+        before = activations[block]
+        if block not in change:
+            change[block] = torch.zeros_like(before)
+        head = select_head(before, site, cfg)
+        after = whole.edit(site, head.clone(), context).to(before.dtype)
+        select_head(change[block], site, cfg).copy_(after - head)
+    sites = sorted(change, key=lambda s: s.order)
+    total = {site: first[site].clone() for site in sites}
+
+    def along(block: Site, beta: float) -> Any:
+        def hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            return (activations[block] + beta * change[block]).to(activation)
+
+        return hook
+
+    for k in range(1, steps):
+        hooks = [(site, along(site, k / steps)) for site in sites]
+        _, grads = _gradients(model, task, run, sites, metric, clean_logits, hooks)
+        for site in sites:
+            total[site] += grads[site]
+    return change, {site: total[site] / steps for site in sites}
+
+
 def first_order_estimates(
     model: Any,
     task: TokenizedPairs,
     interventions: Sequence[Intervention],
     metric: TargetMetric,
     base: BaseRuns,
+    *,
+    steps: int = 1,
 ) -> torch.Tensor:
-    """Every intervention's first-order effect on every prompt (an estimate, not a result).
+    """Every intervention's estimated effect on every prompt (an estimate, not a result).
 
-    ``estimate[j, i] = sum_{pos, d} (d m_i / d a)(a'_j - a)`` at the base run of
-    intervention ``j``, with ``a`` its site's activation there and ``a'_j`` what its
-    ``edit`` writes (see the module docstring). One forward and one backward per base run.
+    ``estimate[j, i] = sum_{pos, d} g_j(a'_j - a)`` at the base run of intervention ``j``,
+    with ``a`` its site's activation there, ``a'_j`` what its ``edit`` writes (see the
+    module docstring) and ``g_j`` the gradient of ``m_i``: at the base run (``steps=1``,
+    attribution: one forward and one backward per base run), or averaged over ``steps``
+    points ``a + (k / steps)(a' - a)``, ``k = 0..steps-1``, of the straight path on which
+    every screened site moves together toward its intervention (integrated gradients, as
+    EAP-IG's activation variant; ``steps`` forwards and backwards per base run and per
+    group of interventions that edit each site once).
 
     Args:
         model: the transformer-lens bridge.
@@ -200,6 +268,7 @@ def first_order_estimates(
         metric: the target metric.
         base: the base runs of ``interventions`` (their reads captured), as
             :func:`interv.run` computes them.
+        steps: path points (1: attribution).
 
     Returns:
         ``[n_interventions, n_prompts]`` float64 estimated change of each prompt's metric,
@@ -222,21 +291,22 @@ def first_order_estimates(
             captured=base.captured,
             source_masks=masks,
         )
+        wholes = list(dict.fromkeys(_all_positions(interventions[j]) for j in members))
         # per all-position intervention: [n_prompts, pos] contributions, summed over d
         per_position: dict[Intervention, torch.Tensor] = {}
+        for group in _paths(wholes):
+            change, gradient = _path_gradients(
+                model, task, run, group, context, activations, grads, metric, clean_logits, steps
+            )
+            for whole in group:
+                site = whole.edits()[0]
+                block = Site(site.component, site.layer)
+                delta = select_head(change[block], site, cfg)
+                product = (select_head(gradient[block], site, cfg) * delta).double()
+                per_position[whole] = product.flatten(2).sum(-1)  # [n, pos]
         for j in members:
             intervention = interventions[j]
-            site = intervention.edits()[0]
-            whole = _all_positions(intervention)
-            if whole not in per_position:
-                block = Site(site.component, site.layer)
-                activation = activations[block]
-                before = select_head(activation, site, cfg)
-                after = whole.edit(site, before.clone(), context)
-                gradient = select_head(grads[block], site, cfg)
-                product = (gradient * (after.to(before.dtype) - before)).double()
-                per_position[whole] = product.flatten(2).sum(-1)  # [n, pos]
-            contributions = per_position[whole]
+            contributions = per_position[_all_positions(intervention)]
             positions = getattr(intervention, "positions", None)
             chosen = contributions if positions is None else contributions[:, list(positions)]
             estimates[j] = chosen.sum(-1).cpu()
@@ -348,8 +418,9 @@ def screened_values(
     """
     n = len(interventions)
     check_screen(screen, interventions, metric)
+    steps = screen.steps if screen.estimator == "integrated" else 1
     if estimates is None:
-        estimates = first_order_estimates(model, task, interventions, metric, base)
+        estimates = first_order_estimates(model, task, interventions, metric, base, steps=steps)
         if on_estimates is not None:
             on_estimates(estimates)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
@@ -397,7 +468,8 @@ def screened_values(
         )
         return (values[indices] - base_values[indices]).mean(-1)
 
-    audit = verify_screen(screen, estimates.mean(-1), evaluate, method=METHOD, known=known_effects)
+    method = METHOD if steps == 1 else f"integrated gradients ({steps} path points)"
+    audit = verify_screen(screen, estimates.mean(-1), evaluate, method=method, known=known_effects)
     estimated = torch.tensor([s == ESTIMATED for s in audit.status])
     values[estimated] = base_values[estimated] + estimates[estimated]
     return Screened(values, estimates, audit.status, audit, computed)
