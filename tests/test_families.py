@@ -12,16 +12,20 @@ import torch
 from _families import (
     FAMILIES,
     Family,
+    build,
     cells,
     column,
     family,
+    off_row_sink_layers,
     record,
+    reference_concentration,
     reference_rows,
     save_model,
 )
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import MambaConfig, MambaForCausalLM
 
+from interv.analysis.concentration import concentration
 from interv.engine.architecture import (
     Architecture,
     KeyRule,
@@ -55,9 +59,79 @@ def keys_equal_the_models_own_masks(fam: Family) -> None:
                 assert bool(((zeros == ~own[:, None]) | ~real[:, None, :, None]).all())
 
 
-@pytest.mark.parametrize(("name", "col"), cells("keys"))
+ROW_NUMBERS = (
+    "entropy",
+    "normalized_entropy",
+    "sink_mass",
+    "content_entropy",
+    "content_normalized_entropy",
+)
+
+
+def _assert_numbers(found: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    for name in (*ROW_NUMBERS, "n_available_keys"):
+        torch.testing.assert_close(
+            found[name].double(),
+            expected[name].double(),
+            atol=2e-6,
+            rtol=0,
+            equal_nan=True,
+            msg=lambda message, name=name: f"{name}: {message}",
+        )
+
+
+def _concentration_check(fam: Family, off_row_sink: str | None) -> None:
+    heads = concentration(
+        fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row_sink
+    )
+    attentions, masks = reference_rows(fam)
+    sinks = off_row_sink_layers(fam) if off_row_sink == "as_key" else set()
+    expected = reference_concentration(attentions, masks, fam.real, deficit_as_key=sinks)
+    found = {name: heads.metric(name) for name in ROW_NUMBERS}
+    found["n_available_keys"] = heads.n_available_keys
+    _assert_numbers(found, expected)
+    assert heads.mask_rule.startswith(architecture_of(fam.bridge).mask_rule)
+
+
+@column("concentration")
+def concentration_equals_the_reference(fam: Family) -> None:
+    _concentration_check(fam, None)
+
+
+@column("concentration as_key")
+def concentration_with_the_off_row_sink_as_a_key_equals_the_reference(fam: Family) -> None:
+    _concentration_check(fam, "as_key")
+
+
+@pytest.mark.parametrize(("name", "col"), cells("keys", "concentration", "concentration as_key"))
 def test_family_matrix(name, col):
     record(name, col)
+
+
+def _uniform_queries(hf) -> None:
+    """Zero every query projection: logits 0, each row uniform over the keys it admits."""
+    for name, parameter in hf.named_parameters():
+        if "q_proj" in name:
+            parameter.zero_()
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma2", "llama4"])
+def test_a_head_uniform_over_its_window_reads_normalized_entropy_one(name):
+    fam = build(name, _uniform_queries, tag="-uniform")
+    heads = concentration(fam.bridge, fam.tokens, attention_mask=fam.real)
+    defined = heads.normalized_entropy[~heads.normalized_entropy.isnan()]
+    assert defined.numel() > 0
+    torch.testing.assert_close(defined, torch.ones_like(defined), atol=1e-6, rtol=0)
+    arch = architecture_of(fam.bridge)
+    for layer in range(arch.n_layers):
+        rule = arch.key_rule(layer)
+        t = torch.arange(13)
+        n = t + 1
+        if rule.window is not None:
+            n = n.clamp(max=rule.window)
+        if rule.chunk is not None:
+            n = t % rule.chunk + 1
+        assert heads.n_available_keys[0, layer].tolist() == n.tolist()
 
 
 # ----------------------------------------------------------------------------- profiles

@@ -57,6 +57,7 @@ __all__ = [
     "LayerAttention",
     "architecture_of",
     "check_admitted",
+    "check_off_row_sink",
     "layer_list",
 ]
 
@@ -242,6 +243,21 @@ def check_admitted(
         f"(largest at key {key}: {float(outside[b, h, q, key]):.3g}); the model attends to keys "
         "interv's mask rule does not admit, so its counts of available keys would be wrong"
     )
+
+
+def check_off_row_sink(arch: Architecture, off_row_sink: str | None) -> None:
+    """Validate the ``off_row_sink`` option (one of :data:`OFF_ROW_SINK_OPTIONS`) and refuse a
+    model with an off-row sink when it is None, naming the option."""
+    if off_row_sink not in OFF_ROW_SINK_OPTIONS:
+        raise IntervError(
+            f"off_row_sink must be one of {OFF_ROW_SINK_OPTIONS}; got {off_row_sink!r}"
+        )
+    if off_row_sink is None:
+        arch.require(
+            "normalized_rows",
+            hint="pass off_row_sink='as_key' to count the deficit 1 - sum(a) as one extra sink "
+            "key with its own mass",
+        )
 
 
 # ----------------------------------------------------------------------------- profiles
