@@ -12,8 +12,16 @@ prompts (Jaccard of the top-20, 100 and 500 circuits with the full-sample ones, 
 effects patched for it). The load average is printed beside every time. ``--out FILE``
 writes the results as JSON (through interv's safe writer).
 
+``--qk`` measures AtP*'s QK fix instead (rotary: queries and keys through the rotary
+tables, checked against the model's pattern at every layer): EAP scores of every edge with
+and without the fix (time), the exact path-patching effects of the query/key edges in a
+checked set (the top 300 by each screen's |score| and 700 drawn uniformly from the query/key
+edges, seed 0), Spearman's rho of each screen against exact over the uniform sample (with a
+bootstrap interval) and over the whole checked set, and the recall of the exact top-k (k =
+20, 50, 100) of the checked set by each screen's top-k there.
+
 Run: ``python benchmarks/circuits_smollm2.py [--threads 2] [--pairs 8] [--stability B]
-[--no-faithfulness] [--out FILE]``.
+[--no-faithfulness] [--qk] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,67 @@ def load_average() -> str:
     return f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
+def qk_fix_check(model, task, graph) -> dict:
+    """EAP with and without AtP*'s QK fix against exact effects of query/key edges."""
+    from interv.circuits import edge_effects
+    from interv.stats import percentile_interval, spearman
+
+    screens = {}
+    for qk_fix in (False, True):
+        t0 = time.perf_counter()
+        screens[qk_fix] = edge_scores(model, task, qk_fix=qk_fix, batch_size=task.n_pairs)
+        print(
+            f"EAP{' with the QK fix' if qk_fix else ''}: every edge in "
+            f"{time.perf_counter() - t0:.1f} s; {load_average()}"
+        )
+    qk = torch.tensor([i for i, e in enumerate(graph.edges) if e.input in ("q", "k")])
+    generator = torch.Generator().manual_seed(0)
+    uniform = qk[torch.randperm(qk.numel(), generator=generator)[:700]]
+    tops = [
+        qk[torch.sort(-s.scores[qk].abs(), stable=True).indices[:300]] for s in screens.values()
+    ]
+    checked = torch.unique(torch.cat([uniform, *tops]))
+    t0 = time.perf_counter()
+    exact = torch.full((graph.n_edges,), float("nan"), dtype=torch.float64)
+    exact[checked] = edge_effects(model, task, graph, checked.tolist())
+    print(
+        f"exact path patching of {checked.numel()} query/key edges in "
+        f"{time.perf_counter() - t0:.1f} s; {load_average()}"
+    )
+    result: dict = {"checked": int(checked.numel()), "uniform": int(uniform.numel())}
+    draws = torch.randint(0, uniform.numel(), (1000, uniform.numel()), generator=generator)
+    for qk_fix, scores in screens.items():
+        name = "fixed" if qk_fix else "plain"
+        values = scores.scores
+        rho = float(spearman(values[uniform], exact[uniform]))
+        boot = spearman(values[uniform][draws], exact[uniform][draws])
+        low, high = percentile_interval(boot, 0.95)
+        rho_all = float(spearman(values[checked], exact[checked]))
+        order_exact = checked[torch.sort(-exact[checked].abs(), stable=True).indices]
+        order_screen = checked[torch.sort(-values[checked].abs(), stable=True).indices]
+        recall = {
+            k: len(set(order_exact[:k].tolist()) & set(order_screen[:k].tolist())) / k
+            for k in (20, 50, 100)
+        }
+        error = float((values[checked] - exact[checked]).abs().mean())
+        result[name] = {
+            "spearman_uniform": rho,
+            "spearman_uniform_interval": [low, high],
+            "spearman_checked": rho_all,
+            "recall": recall,
+            "mean_abs_error": error,
+            "sentence": scores.sentence,
+        }
+        print(
+            f"{name}: Spearman over the {uniform.numel()} uniform q/k edges {rho:.3f} "
+            f"[{low:.3f}, {high:.3f}], over all {checked.numel()} checked {rho_all:.3f}; "
+            f"recall of the exact top-k among the checked: "
+            + ", ".join(f"top-{k} {r:.2f}" for k, r in recall.items())
+            + f"; mean |score - exact| {error:.4f} logits"
+        )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -47,6 +116,7 @@ def main() -> None:
     parser.add_argument("--audit", type=int, default=200)
     parser.add_argument("--stability", type=int, default=None, metavar="B")
     parser.add_argument("--no-faithfulness", action="store_true")
+    parser.add_argument("--qk", action="store_true", help="measure the QK fix only")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -58,6 +128,12 @@ def main() -> None:
     print(graph.describe())
     print(f"task: {task.name}, {task.n_pairs} pairs x {task.n_positions} positions")
     out: dict = {"n_edges": graph.n_edges, "pairs": task.n_pairs}
+    if args.qk:
+        out["qk_fix"] = qk_fix_check(model, task, graph)
+        out["seconds_total"] = time.perf_counter() - start
+        if args.out:
+            write_file(args.out, json.dumps(out, indent=1).encode())
+        return
     screen = Screen(top_k=args.top_k, audit=args.audit, alpha=0.05, budget=3 * args.top_k)
     results = {}
     for method in ("eap", "eap-ig"):

@@ -6,11 +6,16 @@
 - The linear limit: for a sender change scaled by a small ``eps`` the fixed scores / eps
   equal plain EAP's (the fix only differs through the softmax's and norm's curvature).
 - Value, MLP and logits edges are unchanged by the fix; grouped key heads sum over the group.
-- Refusals: rotary models, a pattern the fix cannot reproduce, a non-bool ``qk_fix``.
+- Rotary families (Llama; Qwen3's QK norm; Gemma-2's soft cap and windows; Mistral's
+  window): the recomputed pattern equals Hugging Face's own attention weights at every layer,
+  and the fix equals plain EAP in the linear limit.
+- Refusals: a native rotary bridge (no tables to read), a pattern the fix cannot reproduce
+  (a wrong scale, a rotation left out), a non-bool ``qk_fix``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -22,15 +27,17 @@ from interv.circuits import EdgeScores, Graph, discover, edge_effects, edge_scor
 from interv.circuits.patching import capture_run, sender_deltas
 from interv.circuits.screens import (
     QKBase,
+    QKLayer,
     _groups,
-    _pattern,
     _reader_gradients,
     qk_base,
     qk_fixed_scores,
 )
+from interv.engine.architecture import architecture_of
 from interv.engine.targets import get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
+from tests._families import family, reference_rows
 from tests._gpt2 import tiny_gpt2
 
 
@@ -111,7 +118,10 @@ def test_the_fix_brings_query_key_scores_closer_to_the_exact_effects(case, reque
 
 @pytest.mark.parametrize("case", ["gpt2", "gqa"])
 def test_in_the_linear_limit_the_fix_equals_plain_eap(case, request):
-    model, task = request.getfixturevalue(case)
+    _check_linear_limit(*request.getfixturevalue(case))
+
+
+def _check_linear_limit(model, task) -> None:
     graph = Graph.from_model(model)
     metric = get_metric("logit_diff")
     base = capture_run(model, task, "clean")
@@ -178,8 +188,9 @@ def test_a_grouped_key_head_sums_the_pattern_changes_of_its_query_heads():
     q = torch.randn(n, n_pos, heads, d_head).double()
     k = torch.randn(n, n_pos, kv, d_head).double()
     allowed = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()[None, None].expand(n, 1, -1, -1)
-    pattern = _pattern(q, _groups(k, heads), allowed, 0.5)
-    base = QKBase(q=[q], k=[k], pattern=[pattern], allowed=allowed, scale=0.5)
+    profile = QKLayer(scale=0.5, softcap=None, allowed=allowed)
+    pattern = profile.pattern(q, _groups(k, heads))
+    base = QKBase(q=[q], k=[k], pattern=[pattern], layers=[profile])
     x = torch.randn(n, n_pos, d_model).double()
     delta = torch.randn(n, n_pos, 3, d_model).double()
     g_pattern = torch.randn(n, heads, n_pos, n_pos).double()
@@ -189,7 +200,7 @@ def test_a_grouped_key_head_sums_the_pattern_changes_of_its_query_heads():
         for g in range(kv):
             moved = k.clone()
             moved[:, :, g] += delta[:, :, s] @ w_k[g].double()
-            new = _pattern(q, _groups(moved, heads), allowed, 0.5)
+            new = profile.pattern(q, _groups(moved, heads))
             want = ((new - pattern) * g_pattern).sum((-1, -2))[:, g * 2 : g * 2 + 2].sum(-1)
             torch.testing.assert_close(got[:, g, s], want)
 
@@ -198,15 +209,15 @@ def test_refusals(zoo, monkeypatch):
     model, task = zoo
     with pytest.raises(IntervError, match=r"qk_fix must be True or False; got 'yes'"):
         edge_scores(model, task, qk_fix="yes")
+    arch = architecture_of(model)
+    wrong = dataclasses.replace(
+        arch, layers=tuple(dataclasses.replace(layer, scale=1.0) for layer in arch.layers)
+    )
     with monkeypatch.context() as patch:
-        patch.setattr(model.cfg, "positional_embedding_type", "rotary")
-        with pytest.raises(IntervError, match=r"qk_fix=True is not available .* 'rotary'"):
-            edge_scores(model, task, qk_fix=True)
-        edge_scores(model, task)  # plain EAP stays available
-    with monkeypatch.context() as patch:
-        patch.setattr("interv.circuits.screens._scale_of", lambda model: 1.0)
+        patch.setattr("interv.circuits.screens.architecture_of", lambda model: wrong)
         with pytest.raises(IntervError, match=r"pattern of layer 0 recomputed .* differs"):
             edge_scores(model, task, qk_fix=True)
+        edge_scores(model, task)  # plain EAP stays available
 
 
 def test_discover_passes_the_fix_to_its_screen(zoo):
@@ -219,7 +230,9 @@ def test_discover_passes_the_fix_to_its_screen(zoo):
     assert plain.fingerprint != result.fingerprint
 
 
-def test_a_rotary_model_is_refused_and_keeps_plain_eap():
+def test_a_native_rotary_bridge_is_refused_and_keeps_plain_eap():
+    """A native bridge applies its rotary embedding without passing the tables to its blocks:
+    the fix cannot read them and says so."""
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
 
@@ -238,6 +251,54 @@ def test_a_rotary_model_is_refused_and_keeps_plain_eap():
         torch.randint(0, 20, (2,), generator=generator),
         name="random pairs",
     )
-    with pytest.raises(IntervError, match=r"positional_embedding_type 'rotary'.*qk_fix=False"):
+    with pytest.raises(IntervError, match=r"receives no rotary tables.*qk_fix=False"):
         edge_scores(model, task, qk_fix=True)
     assert torch.isfinite(edge_scores(model, task).scores).all()
+
+
+ROTARY = ["llama", "qwen3", "gemma2", "mistral"]
+"""Rotary families: plain; with per-head QK norm; with an attention soft cap and sliding
+windows on every other layer; with a sliding window (4 keys) everywhere."""
+
+
+def _family_task(name: str) -> tuple:
+    fam = family(name)
+    generator = torch.Generator().manual_seed(4)
+    corrupted = fam.tokens.clone()
+    corrupted[:, 1:] = torch.randint(2, 60, corrupted[:, 1:].shape, generator=generator)
+    corrupted[~fam.real] = fam.tokens[~fam.real]  # the same padding
+    task = TokenizedPairs(
+        fam.tokens,
+        corrupted,
+        fam.real,
+        fam.real.sum(1) - 1,
+        torch.tensor([5, 9]),
+        torch.tensor([7, 3]),
+        name="random pairs",
+    )
+    return fam, task
+
+
+@pytest.mark.parametrize("name", ROTARY)
+def test_the_fix_recomputes_hugging_faces_own_pattern_on_rotary_families(name):
+    """Queries and keys through QK norm and the rotary tables, the layer's scale, soft cap
+    and admitted keys give Hugging Face's eager attention weights at every layer (right
+    padding included)."""
+    fam, task = _family_task(name)
+    graph = Graph.from_model(fam.bridge)
+    qk = qk_base(fam.bridge, graph, task, "clean")
+    attentions, _ = reference_rows(fam)
+    rows = fam.real[:, None, :, None]
+    for layer, reference in enumerate(attentions):
+        gap = ((qk.pattern[layer] - reference.double()) * rows).abs().max()
+        assert gap < 1e-5, (name, layer, float(gap))
+    with pytest.MonkeyPatch.context() as patch:  # without the rotation the check refuses
+        patch.setattr("interv.circuits.screens._rotate", lambda x, cos, sin: x)
+        with pytest.raises(IntervError, match=r"rotary embedding.*differs from the model's"):
+            qk_base(fam.bridge, graph, task, "clean")
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_in_the_linear_limit_the_rotary_fix_equals_plain_eap(name):
+    fam, task = _family_task(name)
+    _check_linear_limit(fam.bridge, task)

@@ -31,10 +31,16 @@ and the score is ``sum (pattern' - pattern) * g_pattern`` over query and key pos
 change staying the base run's). A key edge under grouped-query attention changes the key
 of every query head of its group: their terms are summed. Value, MLP and logits edges are
 scored as without the fix. In the linear limit (small changes) the fix equals plain EAP.
-Before scoring, the fix recomputes each layer's base attention pattern from the captured
-queries and keys and refuses (IntervError) when it does not match the model's own; rotary
-models (SmolLM2, Llama-style) are refused up front: the bridge's rotary is applied inside
-its attention module and this build does not reproduce it.
+The pattern is recomputed as the model computes it (:class:`QKLayer`, read from
+:func:`interv.engine.architecture.architecture_of`): the hooked queries and keys through the
+layer's per-head QK norm (Qwen3, Gemma-3) and the rotary embedding with the tables the
+model passes to the block (Llama, SmolLM2, Mistral, Gemma; partial rotary), the layer's
+scale and attention soft cap (Gemma-2), and the keys its rule admits (causal, padding,
+sliding windows). Before scoring, every layer's recomputed base pattern is checked against
+the model's own and refused (IntervError) where they differ; refused up front: ALiBi and
+relative positions, off-row sinks, position-dependent scales, a QK norm over all heads
+(OLMo-2), linear-attention layers, and bridges that do not pass rotary tables to their blocks
+(native ones).
 
 These are first-order estimates, never exact (the QK fix included: it is exact only up to
 the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
@@ -59,6 +65,7 @@ from interv.circuits.patching import (
     sender_deltas,
     tokens_of,
 )
+from interv.engine.architecture import architecture_of
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
@@ -341,98 +348,203 @@ def _reader_gradients(
 
 
 @dataclass(frozen=True, eq=False)
+class QKLayer:
+    """How one layer's attention pattern follows from its hooked queries and keys, as the
+    model computes it (internal): QK norm, rotary embedding, scale, soft cap, admitted keys.
+
+    Attributes:
+        scale: the constant on ``q . k``.
+        softcap: ``c`` of the logits' soft cap ``c tanh(logits / c)``, or None.
+        allowed: ``[n, 1, query_pos, key_pos]`` bool: the keys the layer admits.
+        rotary: ``(cos, sin)`` ``[n or 1, pos, rotary_dim]`` float64 as the model passes them
+            to the layer (the first ``rotary_dim`` dimensions rotated, halves rotated against
+            each other), or None without a rotary embedding.
+        q_norm, k_norm: the layer's query and key norms (per head, over ``d_head``), or None.
+    """
+
+    scale: float
+    softcap: float | None
+    allowed: torch.Tensor
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None
+    q_norm: Any = None
+    k_norm: Any = None
+
+    def queries(self, q: torch.Tensor) -> torch.Tensor:
+        """Hooked queries ``[..., pos, heads, d_head]`` as the logits read them."""
+        return self._prepare(q, self.q_norm)
+
+    def keys(self, k: torch.Tensor) -> torch.Tensor:
+        """Hooked keys ``[..., pos, kv_heads, d_head]`` as the logits read them."""
+        return self._prepare(k, self.k_norm)
+
+    def _prepare(self, x: torch.Tensor, norm: Any) -> torch.Tensor:
+        if norm is not None:
+            weight = next(norm.parameters(), None)
+            dtype = x.dtype if weight is None else weight.dtype
+            x = norm(x.to(dtype)).to(torch.float64)
+        if self.rotary is not None:
+            x = _rotate(x, *self.rotary)
+        return x
+
+    def pattern(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Softmax attention ``[..., heads, query_pos, key_pos]`` from prepared ``q [...,
+        qpos, heads, d]`` and ``k [..., kpos, heads, d]`` (excluded keys 0, empty rows 0)."""
+        logits = torch.einsum("...qhd,...khd->...hqk", q, k) * self.scale
+        if self.softcap is not None:
+            logits = self.softcap * torch.tanh(logits / self.softcap)
+        allowed = self.allowed.view(
+            self.allowed.shape[0], *([1] * (logits.ndim - 4)), *self.allowed.shape[1:]
+        )
+        logits = logits.masked_fill(~allowed, float("-inf"))
+        return torch.softmax(logits, dim=-1).nan_to_num(0.0)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of ``x [n, ..., pos, heads, d_head]``: its first ``rotary_dim``
+    dimensions ``r`` become ``r cos + rotate_half(r) sin`` (Llama's convention, halves
+    rotated against each other), the rest pass."""
+    width = cos.shape[-1]
+    shape = (cos.shape[0], *([1] * (x.ndim - 4)), cos.shape[1], 1, width)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    part, rest = x[..., :width], x[..., width:]
+    half = width // 2
+    turned = torch.cat([-part[..., half:], part[..., :half]], dim=-1)
+    return torch.cat([part * cos + turned * sin, rest], dim=-1)
+
+
+@dataclass(frozen=True, eq=False)
 class QKBase:
     """The base run's queries and keys, as the QK fix reads them (internal).
 
     Attributes:
-        q: per layer ``[n, pos, n_heads, d_head]`` float64 queries (before the scale).
-        k: per layer ``[n, pos, n_key_value_heads, d_head]`` float64 keys.
+        q: per layer ``[n, pos, n_heads, d_head]`` float64 hooked queries (before any QK
+            norm and rotary embedding).
+        k: per layer ``[n, pos, n_key_value_heads, d_head]`` float64 hooked keys.
         pattern: per layer ``[n, n_heads, query_pos, key_pos]`` float64, recomputed.
-        allowed: ``[n, 1, query_pos, key_pos]`` bool, the causal and padding mask.
-        scale: the factor on ``q . k`` (``1 / sqrt(d_head)`` unless the model says otherwise).
+        layers: per layer, how its pattern follows from ``q`` and ``k``.
     """
 
     q: list[torch.Tensor]
     k: list[torch.Tensor]
     pattern: list[torch.Tensor]
-    allowed: torch.Tensor
-    scale: float
+    layers: list[QKLayer]
 
 
 def check_qk_fix(model: Any) -> None:
-    """Refuse the QK fix for models whose attention logits it cannot recompute."""
-    kind = str(getattr(model.cfg, "positional_embedding_type", "standard"))
-    if kind in ("rotary", "alibi"):
-        raise IntervError(
-            f"qk_fix=True is not available for {getattr(model.cfg, 'model_name', 'this model')} "
-            f"(positional_embedding_type {kind!r}): the QK fix recomputes the attention logits "
-            f"from the hooked queries and keys, and this build does not reproduce the "
-            f"{kind} position encoding the bridge applies inside its attention module; use "
-            "qk_fix=False (plain EAP/EAP-IG), or verify the query/key edges exactly with "
-            "discover()"
+    """Refuse, before any work, the QK fix for models whose attention logits it cannot
+    recompute from the hooked queries and keys (one line naming the reason)."""
+    arch = architecture_of(model)
+    hint = "use qk_fix=False (plain EAP/EAP-IG), or verify the query/key edges with discover()"
+    arch.require("attention_rows", hint=hint)
+    arch.require("normalized_rows", hint=hint)
+    arch.require("constant_scale", hint=hint)
+    for layer in range(arch.n_layers):
+        attention = arch.layer(layer)
+        if attention.positional not in ("rotary", "learned", "none"):
+            arch.refuse(
+                f"qk_fix=True recomputes attention logits from the hooked queries and keys, and "
+                f"layer {layer}'s {attention.positional} position scheme adds to the logits "
+                "where interv does not reproduce it",
+                hint=hint,
+            )
+
+
+def _qk_norm(model: Any, layer: int, which: str) -> Any:
+    """The layer's query (``which="q"``) or key norm module, refused unless it normalizes
+    each head over ``d_head`` (a norm over all heads at once, OLMo-2's, is not built)."""
+    original = getattr(model.blocks[layer].attn, "original_component", None)
+    norm = None
+    for name in (f"{which}_norm", f"{which}_layernorm"):
+        norm = getattr(original, name, None) if original is not None else None
+        if norm is not None:
+            break
+    weight = None if norm is None else next(norm.parameters(), None)
+    if norm is None or (weight is not None and weight.shape[-1] != model.cfg.d_head):
+        architecture_of(model).refuse(
+            f"qk_fix=True: layer {layer}'s {which} norm "
+            + ("was not found" if norm is None else f"spans {tuple(weight.shape)}, not each head")
+            + "; the QK fix recomputes queries and keys per head",
+            hint="use qk_fix=False",
         )
-
-
-def _scale_of(model: Any) -> float:
-    cfg = model.cfg
-    if not getattr(cfg, "use_attn_scale", True):
-        return 1.0
-    scale = getattr(cfg, "attn_scale", None)
-    if scale is None or scale <= 0:
-        scale = cfg.d_head**0.5
-    return 1.0 / float(scale)
-
-
-def _pattern(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
-    """Softmax attention ``[..., heads, query_pos, key_pos]`` from ``q [..., qpos, heads, d]``
-    and ``k [..., kpos, heads, d]`` (masked keys get 0; fully masked rows 0)."""
-    logits = torch.einsum("...qhd,...khd->...hqk", q, k) * scale
-    logits = logits.masked_fill(~allowed, float("-inf"))
-    return torch.softmax(logits, dim=-1).nan_to_num(0.0)
-
-
-def _groups(heads: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Key/value heads ``[..., kv, d]`` repeated to the query heads ``[..., n_heads, d]``."""
-    return heads.repeat_interleave(n_heads // heads.shape[-2], dim=-2)
+    return norm
 
 
 def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
-    """Queries, keys and the recomputed patterns of ``run``, checked against the model's."""
+    """Queries, keys and the recomputed patterns of ``run``, each layer checked against the
+    model's own pattern (refused where they differ)."""
     check_qk_fix(model)
+    arch = architecture_of(model)
     layers = range(graph.n_layers)
     sites = [Site(c, layer) for layer in layers for c in ("q", "k", "pattern")]
     out = forward(
-        model, Prompts.of(tokens_of(task, run), task.attention_mask), capture=sites, readout=None
+        model,
+        Prompts.of(tokens_of(task, run), task.attention_mask),
+        capture=sites,
+        readout=None,
+        record_prefix=True,
     )
     got = out.captured
     mask = task.attention_mask.to(got[sites[0]].device).bool()
-    n_pos = mask.shape[1]
-    causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=mask.device).tril()
-    allowed = (causal[None] & mask[:, None, :]).unsqueeze(1)
-    scale = _scale_of(model)
-    qs, ks, patterns = [], [], []
+    qs, ks, patterns, profiles = [], [], [], []
     rows = mask[:, None, :, None]
     for layer in layers:
+        attention = arch.layer(layer)
+        rotary = None
+        if attention.positional == "rotary":
+            tables = (
+                None if out.prefix is None else out.prefix.kwargs[layer].get("position_embeddings")
+            )
+            if not isinstance(tables, tuple | list) or len(tables) != 2:
+                arch.refuse(
+                    f"qk_fix=True: block {layer} is rotary but receives no rotary tables "
+                    "(position_embeddings) interv can read",
+                    hint="use qk_fix=False",
+                )
+            rotary = (tables[0].double(), tables[1].double())
+        profile = QKLayer(
+            scale=float(attention.scale),
+            softcap=attention.softcap,
+            allowed=arch.key_rule(layer).admitted(mask).unsqueeze(1),
+            rotary=rotary,
+            q_norm=_qk_norm(model, layer, "q") if attention.qk_norm else None,
+            k_norm=_qk_norm(model, layer, "k") if attention.qk_norm else None,
+        )
         q = got[Site("q", layer)].double()
         k = got[Site("k", layer)].double()
-        pattern = _pattern(q, _groups(k, graph.n_heads), allowed, scale)
+        pattern = profile.pattern(profile.queries(q), _groups(profile.keys(k), graph.n_heads))
         model_pattern = got[Site("pattern", layer)].double()
         gap = ((pattern - model_pattern) * rows).abs().max().item()
         tolerance = (
             1e-4 if got[Site("pattern", layer)].dtype in (torch.float32, torch.float64) else 2e-2
         )
         if not gap <= tolerance:
+            steps = ", ".join(
+                part
+                for part, used in (
+                    ("QK norm", profile.q_norm is not None),
+                    ("rotary embedding", rotary is not None),
+                    (f"scale {profile.scale:.4g}", True),
+                    (f"soft cap {profile.softcap}", profile.softcap is not None),
+                    (arch.key_rule(layer).describe(), True),
+                )
+                if used
+            )
             raise IntervError(
                 f"qk_fix=True: the attention pattern of layer {layer} recomputed from its hooked "
-                f"queries and keys (softmax(q.k * {scale:.4g}), causal and padding masks) differs "
-                f"from the model's by {gap:.3g} (tolerance {tolerance:g}), so this model's "
-                "attention logits are computed some other way (a soft cap, a position encoding "
-                "or another scale); use qk_fix=False"
+                f"queries and keys ({steps}) differs from the model's by {gap:.3g} (tolerance "
+                f"{tolerance:g}), so this model computes its attention logits some other way; "
+                "use qk_fix=False"
             )
         qs.append(q)
         ks.append(k)
         patterns.append(pattern)
-    return QKBase(q=qs, k=ks, pattern=patterns, allowed=allowed, scale=scale)
+        profiles.append(profile)
+    return QKBase(q=qs, k=ks, pattern=patterns, layers=profiles)
+
+
+def _groups(heads: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Key/value heads ``[..., kv, d]`` repeated to the query heads ``[..., n_heads, d]``."""
+    return heads.repeat_interleave(n_heads // heads.shape[-2], dim=-2)
 
 
 def qk_fixed_scores(
@@ -458,6 +570,9 @@ def qk_fixed_scores(
     n, n_pos, n_senders, _ = delta.shape
     heads = graph.n_heads
     q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
+    profile = base.layers[layer]
+    queries = profile.queries(q).unsqueeze(1)  # [n, 1, pos, heads, d], prepared once
+    keys = _groups(profile.keys(k), heads).unsqueeze(1)
     per_sender = (
         n * heads * n_pos * n_pos * 8 * 4 + n * n_pos * weight.shape[0] * weight.shape[2] * 8
     )
@@ -470,19 +585,9 @@ def qk_fixed_scores(
             change = (block.ln1(x.unsqueeze(2) + part) - normed).double()
             moved = torch.einsum("bpcd,rdk->bcprk", change, weight.to(change.device))
             if component == "q":
-                new = _pattern(
-                    q.unsqueeze(1) + moved,
-                    _groups(k, heads).unsqueeze(1),
-                    base.allowed.unsqueeze(1),
-                    base.scale,
-                )
+                new = profile.pattern(profile.queries(q.unsqueeze(1) + moved), keys)
             else:
-                new = _pattern(
-                    q.unsqueeze(1),
-                    _groups(k.unsqueeze(1) + moved, heads),
-                    base.allowed.unsqueeze(1),
-                    base.scale,
-                )
+                new = profile.pattern(queries, _groups(profile.keys(k.unsqueeze(1) + moved), heads))
             terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
             if component == "k":
                 terms = terms.view(n, terms.shape[1], weight.shape[0], -1).sum(-1)
@@ -509,8 +614,8 @@ def edge_scores(
         task: clean/corrupted prompt pairs of equal token lengths (batched: all at once).
         method: ``"eap"`` or ``"eap-ig"``.
         steps: EAP-IG's interpolation steps ``m >= 1`` (ignored by EAP).
-        qk_fix: AtP*'s QK fix for the query/key edges (module docstring); refused for
-            rotary and ALiBi models and wherever the recomputed pattern is not the model's.
+        qk_fix: AtP*'s QK fix for the query/key edges (module docstring); refused
+            wherever the recomputed pattern is not the model's.
         metric: a metric name or :class:`~interv.engine.targets.TargetMetric`.
         direction: ``"noise"`` (default) or ``"denoise"`` (transformer-lens's convention).
         batch_size: prompts per gradient run (memory grows with it, about 110 MiB per

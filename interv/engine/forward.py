@@ -339,7 +339,15 @@ def forward(
         gradients: dict[Site, torch.Tensor] = {}
         if grad_at:
             sites = list(dict.fromkeys(site.without_positions() for site in grad_at))
-            found = torch.autograd.grad(grad_of(out).sum(), [captured[s] for s in sites])
+            found = torch.autograd.grad(
+                grad_of(out).sum(), [captured[s] for s in sites], allow_unused=True
+            )
+            unused = [hook_name(s) for s, g in zip(sites, found, strict=True) if g is None]
+            if unused:
+                raise IntervError(
+                    f"no gradient at {unused}: this model does not read what those hooks return "
+                    "(it discards their edits), so nothing downstream depends on them"
+                )
             gradients = dict(zip(sites, found, strict=True))
             captured = {site: value.detach() for site, value in captured.items()}
             out = out.detach()
