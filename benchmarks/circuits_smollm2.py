@@ -15,13 +15,18 @@ writes the results as JSON (through interv's safe writer).
 ``--qk`` measures AtP*'s QK fix instead (rotary: queries and keys through the rotary
 tables, checked against the model's pattern at every layer): EAP scores of every edge with
 and without the fix (time), the exact path-patching effects of the query/key edges in a
-checked set (the top 300 by each screen's |score| and 700 drawn uniformly from the query/key
+checked set (the top 150 by each screen's |score| and 400 drawn uniformly from the query/key
 edges, seed 0), Spearman's rho of each screen against exact over the uniform sample (with a
 bootstrap interval) and over the whole checked set, and the recall of the exact top-k (k =
 20, 50, 100) of the checked set by each screen's top-k there.
 
+``--mib`` compares MIB's conventions with interv's instead: the faithfulness curve of the EAP
+scores with the corrupted-run and the mean complement, each in interv's convention
+(``max(1, round(p N))`` edges) and MIB's (``int(p N)`` edges, pruned to those connecting the
+input to the logits): sizes, edges left after pruning, f at every fraction, CPR, CMD, time.
+
 Run: ``python benchmarks/circuits_smollm2.py [--threads 2] [--pairs 8] [--stability B]
-[--no-faithfulness] [--qk] [--out FILE]``.
+[--no-faithfulness] [--qk] [--mib] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def qk_fix_check(model, task, graph) -> dict:
         )
     qk = torch.tensor([i for i, e in enumerate(graph.edges) if e.input in ("q", "k")])
     generator = torch.Generator().manual_seed(0)
-    uniform = qk[torch.randperm(qk.numel(), generator=generator)[:700]]
+    uniform = qk[torch.randperm(qk.numel(), generator=generator)[:400]]
     tops = [
         qk[torch.sort(-s.scores[qk].abs(), stable=True).indices[:300]] for s in screens.values()
     ]
@@ -108,6 +113,36 @@ def qk_fix_check(model, task, graph) -> dict:
     return result
 
 
+def mib_check(model, task) -> dict:
+    """Faithfulness curves of the EAP scores in interv's and MIB's conventions."""
+    scores = edge_scores(model, task, batch_size=task.n_pairs)
+    result: dict = {}
+    for complement in ("corrupted", "mean"):
+        for convention in ("interv", "mib"):
+            t0 = time.perf_counter()
+            curve = faithfulness(model, task, scores, complement=complement, convention=convention)
+            seconds = time.perf_counter() - t0
+            pruned = curve.n_edges_pruned[0] if curve.n_edges_pruned else curve.n_edges_kept
+            print(
+                f"complement {complement}, convention {convention} ({seconds:.1f} s; "
+                f"{load_average()}): CPR {curve.cpr:.4f}, CMD {curve.cmd:.4f}"
+            )
+            for f, k, kept, value in zip(
+                curve.fractions, curve.n_edges_kept, pruned, curve.mean, strict=True
+            ):
+                print(f"   fraction {f:<6g} edges {k:>6} (after pruning {kept:>6}): f {value:.4f}")
+            result[f"{complement}_{convention}"] = {
+                "seconds": seconds,
+                "sizes": curve.n_edges_kept,
+                "pruned": pruned,
+                "f": curve.mean,
+                "cpr": curve.cpr,
+                "cmd": curve.cmd,
+                "sentence": curve.sentence,
+            }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -117,6 +152,7 @@ def main() -> None:
     parser.add_argument("--stability", type=int, default=None, metavar="B")
     parser.add_argument("--no-faithfulness", action="store_true")
     parser.add_argument("--qk", action="store_true", help="measure the QK fix only")
+    parser.add_argument("--mib", action="store_true", help="MIB's conventions against interv's")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -128,8 +164,11 @@ def main() -> None:
     print(graph.describe())
     print(f"task: {task.name}, {task.n_pairs} pairs x {task.n_positions} positions")
     out: dict = {"n_edges": graph.n_edges, "pairs": task.n_pairs}
-    if args.qk:
-        out["qk_fix"] = qk_fix_check(model, task, graph)
+    if args.qk or args.mib:
+        if args.qk:
+            out["qk_fix"] = qk_fix_check(model, task, graph)
+        if args.mib:
+            out["mib"] = mib_check(model, task)
         out["seconds_total"] = time.perf_counter() - start
         if args.out:
             write_file(args.out, json.dumps(out, indent=1).encode())

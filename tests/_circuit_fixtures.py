@@ -163,3 +163,39 @@ def make_table(n_prompts: int = 8, seed: int = 0) -> dict[str, Any]:
         "scope": f"model {MODEL}; {n_prompts} prompts; query positions [-1]",
         "per_prompt": per_prompt,
     }
+
+
+def with_stability(circuit: dict[str, Any], shares: dict[str, float]) -> dict[str, Any]:
+    """``circuit`` with a stored stability (``CircuitStability.to_dict()``'s form) over 50
+    resamples at sizes 4 and 10: ``shares`` (edge label -> inclusion share at both sizes);
+    every other edge of the full-sample circuits 0.5."""
+    order = sorted(
+        range(len(circuit["edges"])),
+        key=lambda i: (
+            circuit["exact"][i] is None,
+            -abs(circuit["exact"][i] or circuit["scores"][i]),
+        ),
+    )
+    index = {label: i for i, label in enumerate(circuit["edges"])}
+    inclusion, circuits = [], []
+    for size in (4, 10):
+        chosen = order[:size]
+        share = {i: 0.5 for i in chosen} | {index[label]: v for label, v in shares.items()}
+        held = sorted(share)
+        inclusion.append({"edges": held, "share": [share[i] for i in held]})
+        circuits.append(chosen)
+    return {
+        **circuit,
+        "stability": {
+            "format": "interv.circuit_stability/1",
+            "sizes": [4, 10],
+            "circuits": circuits,
+            "mean": [0.9, 0.6],
+            "low": [0.7, 0.4],
+            "high": [1.0, 0.8],
+            "inclusion": inclusion,
+            "n_resamples": 50,
+            "stable_at": 0.8,
+            "sentence": "circuit stability over 50 bootstrap resamples of the 8 prompt pairs",
+        },
+    }

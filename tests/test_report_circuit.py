@@ -9,7 +9,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from _circuit_fixtures import make_circuit, make_curve, make_table
+from _circuit_fixtures import make_circuit, make_curve, make_table, with_stability
 
 from interv.errors import IntervError
 from interv.report.circuit import (
@@ -264,3 +264,26 @@ def test_only_the_columns_that_hold_a_drawn_node_take_room():
     assert width <= 40 + 5 * 150  # embed, layer 0, layer 29, MLP 29, logits: not 62 columns
     names = re.findall(r"class='ivc-col'[^>]*>([^<]+)<", svg)
     assert names == ["embed", "layer 0", "layer 29", "MLP 29", "logits"]
+
+
+def test_stable_edges_are_marked_in_the_markdown_and_the_page():
+    circuit = with_stability(make_circuit(), {"L1H2->logits": 0.96, "L0H1->L1H2.k": 0.3})
+    md = circuit_markdown(circuit, top=4)
+    assert "held by resamples' top-4" in md
+    row = next(line for line in md.splitlines() if "L1H2-&gt;logits |" in line)
+    assert row.rstrip().endswith("0.96 (stable) |")
+    row = next(line for line in md.splitlines() if "L0H1-&gt;L1H2.k |" in line)
+    assert row.rstrip().endswith("0.30 |")
+    assert "## Stability" in md and "| 4 | 0.9 | 0.7 ... 1 | 1 of 4 |" in md
+    page = circuit_page(circuit)
+    assert "data-part='stability'" in page
+    stable = re.findall(r"<path class='([^']*)'[^>]*data-edge='([^']*)'", page)
+    marked = {edge for classes, edge in stable if "ivc-stable" in classes}
+    assert marked == {"L1H2-&gt;logits"}
+    assert "held by the resamples&#x27; top-4 circuits: 0.96 (stable)" in page
+    plain = circuit_page(make_circuit())  # no stability, no marks
+    assert "data-part='stability'" not in plain and " ivc-stable'" not in plain
+    damaged = copy.deepcopy(circuit)
+    damaged["stability"]["mean"] = [0.9]
+    with pytest.raises(IntervError, match="'mean' must be a list of one entry per size"):
+        circuit_markdown(damaged)

@@ -64,6 +64,7 @@ __all__ = [
     "concentration_table",
     "edge_heads",
     "mission_link",
+    "stability_marks",
 ]
 
 CIRCUIT_FORMAT = "interv.circuit/1"
@@ -130,6 +131,81 @@ def check_circuit(data: Any) -> Mapping[str, Any]:
     for label in edges:
         edge_heads(label)
     return data
+
+
+@dataclass(frozen=True)
+class StabilityMarks:
+    """How often the circuit's edges are found again on bootstrap resamples of the prompts
+    (read from a circuit's stored ``stability``; :func:`interv.circuits.circuit_stability`).
+
+    Attributes:
+        size: the circuit size (edges) whose inclusion shares are shown.
+        share: edge index -> share of the resamples whose circuit of ``size`` edges holds it.
+        stable_at: the share from which an edge counts as stable.
+        rows: per compared size ``(size, mean Jaccard, low, high, stable edges)``.
+        n_resamples: bootstrap resamples.
+        sentence: what was resampled and what the numbers are.
+    """
+
+    size: int
+    share: dict[int, float]
+    stable_at: float
+    rows: tuple[tuple[int, float, float | None, float | None, int], ...]
+    n_resamples: int
+    sentence: str
+
+    def mark(self, index: int) -> str:
+        """``"0.95 (stable)"``, ``"0.40"``: the edge's inclusion share in words."""
+        share = self.share.get(index, 0.0)
+        return f"{share:.2f}" + (" (stable)" if share >= self.stable_at else "")
+
+
+def stability_marks(circuit: Mapping[str, Any], n: int) -> StabilityMarks | None:
+    """The stability marks of a checked circuit's top ``n`` edges: inclusion shares at the
+    smallest compared size holding ``n`` edges (the largest otherwise); None when the
+    circuit carries no stability. A damaged record is refused naming the field."""
+    data = circuit.get("stability")
+    if data is None:
+        return None
+    where = "the circuit's 'stability'"
+    if not isinstance(data, Mapping):
+        raise IntervError(f"{where} must be a mapping (CircuitStability.to_dict())")
+    sizes, inclusion = data.get("sizes"), data.get("inclusion")
+    if (
+        not isinstance(sizes, list)
+        or not sizes
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes)
+        or not isinstance(inclusion, list)
+        or len(inclusion) != len(sizes)
+    ):
+        raise IntervError(f"{where}: 'sizes' and 'inclusion' must be lists of one entry per size")
+    for key in ("mean", "low", "high", "circuits"):
+        if not isinstance(data.get(key), list) or len(data[key]) != len(sizes):
+            raise IntervError(f"{where}: {key!r} must be a list of one entry per size")
+    stable_at = data.get("stable_at")
+    if not _is_number(stable_at):
+        raise IntervError(f"{where}: 'stable_at' must be a number; got {stable_at!r}")
+    row = next((r for r, size in enumerate(sizes) if size >= n), len(sizes) - 1)
+    held = inclusion[row]
+    if not isinstance(held, Mapping) or len(held.get("edges", ())) != len(held.get("share", ())):
+        raise IntervError(f"{where}: inclusion {row} must pair 'edges' with 'share'")
+    share = {int(i): float(v) for i, v in zip(held["edges"], held["share"], strict=True)}
+    rows = []
+    for r, size in enumerate(sizes):
+        shares = {
+            int(i): float(v)
+            for i, v in zip(inclusion[r]["edges"], inclusion[r]["share"], strict=True)
+        }
+        stable = sum(1 for i in data["circuits"][r] if shares.get(int(i), 0.0) >= stable_at)
+        rows.append((size, float(data["mean"][r]), data["low"][r], data["high"][r], stable))
+    return StabilityMarks(
+        size=sizes[row],
+        share=share,
+        stable_at=float(stable_at),
+        rows=tuple(rows),
+        n_resamples=int(data.get("n_resamples", 0)),
+        sentence=str(data.get("sentence", "")),
+    )
 
 
 def check_faithfulness(data: Any) -> Mapping[str, Any]:
@@ -813,6 +889,23 @@ def _audit_markdown(circuit: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _stability_markdown(marks: StabilityMarks) -> list[str]:
+    lines = ["## Stability", "", markdown_text(marks.sentence), ""]
+    lines += _md_table(
+        [
+            "circuit size",
+            "Jaccard with the full-sample circuit (mean)",
+            "95% interval",
+            f"stable edges (held by >= {marks.stable_at:.0%})",
+        ],
+        [
+            [str(size), _num(mean), f"{_num(low)} ... {_num(high)}", f"{stable} of {size}"]
+            for size, mean, low, high, stable in marks.rows
+        ],
+    )
+    return lines
+
+
 def circuit_markdown(
     circuit: Any, faithfulness: Any = None, link: MissionLink | None = None, *, top: int = 20
 ) -> str:
@@ -830,9 +923,13 @@ def circuit_markdown(
     lines += [md(line) for line in _audit_markdown(circuit)]
     top = as_int(top, "top", minimum=1)
     chosen = circuit_edges(circuit, min(top, len(circuit["edges"])))
+    marks = stability_marks(circuit, len(chosen))
     lines += ["", f"## The top {len(chosen)} edges (exact first, then estimates)", ""]
+    columns = ["rank", "edge", "score (estimate)", "exact effect", "status"]
+    if marks is not None:
+        columns.append(f"held by resamples' top-{marks.size}")
     lines += _md_table(
-        ["rank", "edge", "score (estimate)", "exact effect", "status"],
+        columns,
         [
             [
                 str(rank),
@@ -840,10 +937,13 @@ def circuit_markdown(
                 f"{circuit['scores'][i]:+.4g}",
                 "not intervened" if circuit["exact"][i] is None else f"{circuit['exact'][i]:+.4g}",
                 circuit["status"][i],
+                *([marks.mark(i)] if marks is not None else []),
             ]
             for rank, i in enumerate(chosen, start=1)
         ],
     )
+    if marks is not None:
+        lines += ["", *_stability_markdown(marks)]
     if faithfulness is not None:
         lines += ["", *_faithfulness_markdown(check_faithfulness(faithfulness))]
     if link is not None:

@@ -35,9 +35,11 @@ from interv.report.circuit import (
     CircuitHead,
     MissionLink,
     RankAgreement,
+    StabilityMarks,
     check_circuit,
     check_faithfulness,
     circuit_edges,
+    stability_marks,
 )
 
 __all__ = ["circuit_fragment", "circuit_page", "curve_svg", "graph_svg"]
@@ -140,7 +142,9 @@ def _layout(labels: Sequence[str]) -> tuple[dict[str, tuple[float, float]], int,
     return positions, width, height, names
 
 
-def _edge_info(circuit: Mapping[str, Any], i: int, unit: str, rank: int) -> str:
+def _edge_info(
+    circuit: Mapping[str, Any], i: int, unit: str, rank: int, marks: StabilityMarks | None
+) -> str:
     exact = circuit["exact"][i]
     exact_text = (
         "exact effect: not computed (estimate only)"
@@ -151,6 +155,11 @@ def _edge_info(circuit: Mapping[str, Any], i: int, unit: str, rank: int) -> str:
         f"{circuit['edges'][i]} (rank {rank} by best value)\n"
         f"score (screen estimate, {circuit['method']}): {circuit['scores'][i]:+.4g} {unit}\n"
         f"{exact_text}\nstatus: {circuit['status'][i]}"
+        + (
+            ""
+            if marks is None
+            else f"\nheld by the resamples' top-{marks.size} circuits: {marks.mark(i)}"
+        )
     )
 
 
@@ -171,6 +180,7 @@ def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None
     ]
     scale = max((abs(v) for v in values), default=1.0) or 1.0
     in_circuit = {n for i in members for n in _split(circuit["edges"][i])[:2]}
+    marks = stability_marks(circuit, len(members) or len(chosen))
     paths = []
     for rank, (i, value) in enumerate(zip(chosen, values, strict=True), start=1):
         sender, receiver, _ = _split(circuit["edges"][i])
@@ -184,7 +194,9 @@ def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None
         classes = f"ivc-edge {'ivc-pos' if value >= 0 else 'ivc-neg'} " + (
             "ivc-exact" if exact else "ivc-est"
         )
-        info = _edge_info(circuit, i, unit, rank)
+        if marks is not None and marks.share.get(i, 0.0) >= marks.stable_at:
+            classes += " ivc-stable"
+        info = _edge_info(circuit, i, unit, rank, marks)
         stroke = 0.8 + 5.2 * abs(value) / scale
         paths.append(
             f"<path class='{classes}' d='M{x1:.1f},{y1:.1f} C{x1 + bend:.1f},{y1:.1f} "
@@ -395,6 +407,33 @@ def _audit_line(circuit: Mapping[str, Any]) -> str:
     return line
 
 
+def _verified_count(circuit: Mapping[str, Any]) -> int:
+    return max(1, circuit["status"].count("exact (verified)"))
+
+
+def _stability_section(marks: StabilityMarks) -> str:
+    rows = [
+        [str(size), _num(mean), f"{_num(low)} … {_num(high)}", f"{stable} of {size}"]
+        for size, mean, low, high, stable in marks.rows
+    ]
+    return (
+        "<section class='ivc-section' data-part='stability'><h2>Stability</h2>"
+        f"<p class='ivc-sem'>{_e(marks.sentence)}</p>"
+        + _table(
+            [
+                "circuit size",
+                "Jaccard with the full-sample circuit (mean)",
+                "95% interval",
+                f"stable edges (held by ≥ {marks.stable_at:.0%})",
+            ],
+            rows,
+        )
+        + f"<p class='ivc-hint'>In the drawing, a stable edge (held by ≥ {marks.stable_at:.0%} "
+        f"of the resamples' top-{marks.size} circuits) is drawn with a halo; hover an edge for "
+        "its share.</p></section>"
+    )
+
+
 def circuit_fragment(
     circuit: Any,
     faithfulness: Any = None,
@@ -425,6 +464,9 @@ def circuit_fragment(
         "<div class='ivc-detail' aria-live='polite' data-empty='Hover an edge.'>Hover an edge."
         "</div></div></section>",
     ]
+    marks = stability_marks(circuit, size or _verified_count(circuit))
+    if marks is not None:
+        parts.append(_stability_section(marks))
     if faithfulness is not None:
         curve = check_faithfulness(faithfulness)
         parts.append(
