@@ -193,6 +193,28 @@ CONFIG: dict[str, Any] = {
         "level": 0.95,
         "seed": 0,
     },
+    "inactive": {
+        "models": {"smollm2-135m": {"n_tokens": 512, "chunk_len": 64}},
+        "ablations": ["zero", "mean"],
+        "threshold": 0.01,
+        "shares": [0.05, 0.1, 0.12, 0.15, 0.2, 0.3],
+        "rankings": ["sink_score", "output_norm", "exact"],
+        "batch_size": 4,
+        "n_bootstrap": 1000,
+        "level": 0.95,
+        "seed": 0,
+    },
+    "stability": {
+        "tasks": {"ioi": {"n_pairs": 16, "seed": 0}},
+        "model": "smollm2-135m",
+        "method": "eap-ig",
+        "steps": 5,
+        "top_k": 100,
+        "audit": 100,
+        "n_resamples": 200,
+        "bar": 0.8,
+        "seed": 0,
+    },
     "streaming": {
         "models": {"smollm2-135m": {"chunk_len": 127, "n_tokens": 100_000}},
         "window": 32,
@@ -237,6 +259,8 @@ SECTIONS = (
     "norms",
     "rollout",
     "streaming",
+    "inactive",
+    "stability",
 )
 """The kinds of parts, in the order they run; a section with ``tasks`` has one part per
 task, the others one part per model."""
@@ -1023,6 +1047,202 @@ def streaming_part(spec: str, out: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- driver
 
 
+# ----------------------------------------------------------------------------- inactive
+
+
+def _chunk_losses(model: Any, tokens: Any, ablations: list[Any], batch_size: int) -> Any:
+    """``[1 + n_ablations, n_chunks]`` float64 mean next-token loss (nats/token) per chunk:
+    unablated first, then under each (Combined) ablation, exact forwards with prefix reuse."""
+    import torch
+
+    from interv.engine.forward import Prompts
+    from interv.engine.stacking import capture_base_runs, intervened_readouts, planned_reads
+
+    prompts = Prompts.of(tokens)
+    targets = tokens[:, 1:]
+
+    def loss(logits: Any) -> Any:
+        values = torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float().cpu(), targets.flatten(), reduction="none"
+        )
+        return values.reshape(targets.shape).to(torch.float64).mean(-1)
+
+    reads = planned_reads(model, ablations, reuse_prefix=True)
+    base = capture_base_runs(model, {"clean": prompts}, reads, readout="logits")
+    out = torch.empty(1 + len(ablations), tokens.shape[0], dtype=torch.float64)
+    out[0] = loss(base.readouts["clean"])
+    n = tokens.shape[0]
+    for indices, logits in intervened_readouts(
+        model, ablations, base, readout="logits", max_batch_size=batch_size * n, reuse_prefix=True
+    ):
+        for j, index in enumerate(indices):
+            out[1 + index] = loss(logits[j * n : (j + 1) * n])
+    return out
+
+
+def _relative_change(losses: Any, level: float, n_bootstrap: int, seed: int) -> list[Any]:
+    """Per row of ``losses[1:]``: the relative change of the mean loss against ``losses[0]``
+    (ratio of means minus 1) with a percentile bootstrap interval over chunks."""
+    from interv.stats import bootstrap_indices, percentile_interval
+
+    base = losses[0]
+    draws = bootstrap_indices(base.numel(), n_bootstrap, seed)
+    rows = []
+    for row in losses[1:]:
+        value = float(row.mean() / base.mean() - 1)
+        boot = row[draws].mean(-1) / base[draws].mean(-1) - 1
+        low, high = percentile_interval(boot, level)
+        rows.append((value, low, high))
+    return rows
+
+
+def inactive_part(spec: str, out: Path) -> dict[str, Any]:
+    """Inactive heads (Sandoval-Segura et al. 2025, arXiv:2504.03889): every head ablated
+    alone (zero and mean), the share whose loss change is under the threshold, how well the
+    first-token sink score and the output norm find them, and the heads ablated together in
+    each ranking's order."""
+    import torch
+
+    from interv.analysis.pruning import TextEvaluation
+    from interv.engine.forward import Prompts, forward
+    from interv.engine.interventions import Combined, MeanAblation, ZeroAblation
+    from interv.engine.sites import Site
+    from interv.stats import spearman
+
+    cfg = CONFIG["inactive"]
+    spec_cfg = cfg["models"][spec]
+    model = _model(spec)
+    tokens = TextEvaluation.from_text(
+        model, n_tokens=spec_cfg["n_tokens"], chunk_len=spec_cfg["chunk_len"]
+    ).tokens
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    sites = [Site(c, layer) for layer in range(n_layers) for c in ("pattern", "z")]
+    captured = forward(model, Prompts.of(tokens), capture=sites, readout=None).captured
+    sink, norm = [], []
+    for layer in range(n_layers):
+        pattern = captured[Site("pattern", layer)].double()  # [n, head, q, k]
+        sink.append(pattern[:, :, 1:, 0].mean((0, 2)))  # queries after the first token
+        z = captured[Site("z", layer)].double()
+        w_out = model.blocks[layer].attn.W_O.double()
+        written = torch.einsum("bphk,hkd->bphd", z, w_out).norm(dim=-1)  # [n, pos, head]
+        norm.append(written.mean((0, 1)))
+    sink_score = torch.cat(sink)
+    output_norm = torch.cat(norm)
+    kinds = {
+        "zero": lambda layer, head: ZeroAblation(layer, head),
+        "mean": lambda layer, head: MeanAblation(layer, head, reference="clean", pooled=True),
+    }
+    boot = (cfg["level"], cfg["n_bootstrap"], cfg["seed"])
+    threshold = cfg["threshold"]
+    ks = [round(share * len(heads)) for share in cfg["shares"]]
+    results: dict[str, Any] = {}
+    for kind in cfg["ablations"]:
+        make = kinds[kind]
+        single = _chunk_losses(model, tokens, [make(*h) for h in heads], cfg["batch_size"])
+        change = torch.tensor([v for v, _, _ in _relative_change(single, *boot)])
+        inactive = change.abs() < threshold
+        orders = {
+            "sink_score": torch.sort(-sink_score, stable=True).indices,  # most parked first
+            "output_norm": torch.sort(output_norm, stable=True).indices,  # quietest first
+            "exact": torch.sort(change.abs(), stable=True).indices,  # the single-head oracle
+        }
+        joint_sets = [
+            Combined(tuple(make(*heads[i]) for i in orders[name][:k].tolist()))
+            for name in cfg["rankings"]
+            for k in ks
+        ]
+        joint_changes = _relative_change(_chunk_losses(model, tokens, joint_sets, 1), *boot)
+        curves = {}
+        for r, name in enumerate(cfg["rankings"]):
+            rows = joint_changes[r * len(ks) : (r + 1) * len(ks)]
+            below = [k for k, (_, _, high) in zip(ks, rows, strict=True) if high < threshold]
+            curves[name] = {
+                "relative_change": [_round(v, 5) for v, _, _ in rows],
+                "ci_low": [_round(lo, 5) for _, lo, _ in rows],
+                "ci_high": [_round(hi, 5) for _, _, hi in rows],
+                "largest_k_below": max(below, default=0),
+                "precision": [
+                    _round(float(inactive[orders[name][:k]].double().mean()), 3) for k in ks
+                ],
+                "first_heads": [f"L{heads[i][0]}H{heads[i][1]}" for i in orders[name][:5]],
+            }
+        results[kind] = {
+            "share_inactive_alone": _round(float(inactive.double().mean()), 4),
+            "n_inactive_alone": int(inactive.sum()),
+            "base_loss": _round(float(single[0].mean()), 5),
+            "spearman_sink_vs_abs_change": _round(float(spearman(sink_score, change.abs()))),
+            "spearman_norm_vs_abs_change": _round(float(spearman(output_norm, change.abs()))),
+            "joint": curves,
+        }
+    return {
+        "model": str(model.cfg.model_name),
+        "n_heads": len(heads),
+        "n_chunks": int(tokens.shape[0]),
+        "chunk_len": int(tokens.shape[1]),
+        "threshold": threshold,
+        "ks": ks,
+        "shares": cfg["shares"],
+        "level": cfg["level"],
+        "definition": (
+            "loss = mean next-token cross-entropy (nats/token) over the chunks of interv's text "
+            "sample; change = mean loss with the heads ablated over the unablated mean, minus 1 "
+            "(relative), 95% percentile bootstrap over chunks; zero ablation: the head's output z "
+            "set to 0 at every position; mean ablation: z replaced by its mean pooled over every "
+            "position of the chunks; a head is inactive alone when its single ablation changes "
+            "the loss by less than the threshold (point estimate); sink score = mean attention "
+            "weight on the first token over the later queries; output norm = mean ||z_h W_O[h]|| "
+            "over positions; joint: the first k heads of a ranking ablated together "
+            "(sink score descending, output norm ascending, |single-head change| ascending)"
+        ),
+        "ablations": results,
+    }
+
+
+# ----------------------------------------------------------------------------- stability
+
+
+def stability_part(task_name: str, out: Path) -> dict[str, Any]:
+    """Circuit stability on a task: EAP-IG discovery redone on bootstrap resamples of the
+    prompts (Méloux et al. 2025's measure against their >= 0.8 bar), circuits of 20, 100 and
+    500 edges."""
+    import interv
+    from interv.audit import Screen
+    from interv.circuits import discover
+
+    cfg = CONFIG["stability"]
+    task_cfg = cfg["tasks"][task_name]
+    model = _model(cfg["model"])
+    task = interv.load_task(task_name, n_pairs=task_cfg["n_pairs"], seed=task_cfg["seed"])
+    tokenized = task.tokenize(model)
+    result = discover(
+        model,
+        tokenized,
+        method=cfg["method"],
+        steps=cfg["steps"],
+        screen=Screen(top_k=cfg["top_k"], audit=cfg["audit"], alpha=None, seed=cfg["seed"]),
+        stability=cfg["n_resamples"],
+    )
+    stability = result.stability
+    return {
+        "model": str(model.cfg.model_name),
+        "task": task_name,
+        "n_pairs": tokenized.n_pairs,
+        "n_edges": result.graph.n_edges,
+        "sizes": list(stability.sizes),
+        "jaccard": [_round(v) for v in stability.mean],
+        "ci_low": [_round(v) for v in stability.low],
+        "ci_high": [_round(v) for v in stability.high],
+        "stable_edges": [int(stability.stable(s).sum()) for s in stability.sizes],
+        "bar": cfg["bar"],
+        "n_resamples": stability.n_resamples,
+        "n_exact_computed": stability.n_exact_computed,
+        "top_edges": [e.label for e in result.circuit(10)],
+        "discovery": result.sentence,
+        "sentence": stability.sentence,
+    }
+
+
 def compute(part: str, out: Path) -> dict[str, Any]:
     """Compute one part (see :func:`part_names`)."""
     kind, name = part.split("_", 1)
@@ -1035,6 +1255,8 @@ def compute(part: str, out: Path) -> dict[str, Any]:
         "norms": norms_part,
         "rollout": rollout_part,
         "streaming": streaming_part,
+        "inactive": inactive_part,
+        "stability": stability_part,
     }
     return parts[kind](name, out)
 

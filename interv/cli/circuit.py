@@ -218,7 +218,7 @@ def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed:
     stability = circuit.get("stability")
     if stability is not None:
         sizes = ", ".join(
-            f"top-{size} {mean:.2f} [{_fmt(low)}, {_fmt(high)}]"
+            f"top-{size} {mean:.2f} [{_interval_end(low)}, {_interval_end(high)}]"
             for size, mean, low, high in zip(
                 stability["sizes"],
                 stability["mean"],
@@ -244,6 +244,10 @@ def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed:
             )
     parked = ", ".join(link.parked_outside) or "none"
     print(f"concentrated, sink-parked heads outside the circuit: {parked}")
+
+
+def _interval_end(value: Any) -> str:
+    return "n/a" if value is None or value != value else f"{value:.2f}"
 
 
 def _fmt(value: Any) -> str:
