@@ -150,6 +150,31 @@ STREAMING = {
     "definition",
     "variants",
 }
+INACTIVE = {
+    "model",
+    "n_heads",
+    "n_chunks",
+    "chunk_len",
+    "threshold",
+    "ks",
+    "definition",
+    "ablations",
+}
+STABILITY = {
+    "model",
+    "task",
+    "n_pairs",
+    "n_edges",
+    "sizes",
+    "jaccard",
+    "ci_low",
+    "ci_high",
+    "stable_edges",
+    "bar",
+    "n_resamples",
+    "top_edges",
+    "sentence",
+}
 FIELDS = {
     "ablation": ABLATION,
     "pruning": PRUNING,
@@ -159,6 +184,8 @@ FIELDS = {
     "norms": NORMS,
     "rollout": ROLLOUT,
     "streaming": STREAMING,
+    "inactive": INACTIVE,
+    "stability": STABILITY,
 }
 
 
@@ -195,6 +222,20 @@ def test_shipped_results_hold_every_field_the_notebook_reads(shipped):
     for part in (p for p in shipped["results"] if p.startswith("streaming_")):
         for variant in shipped["results"][part]["variants"].values():
             assert {"full", "window", "first_token_hidden"} <= set(variant["conditions"])
+    for part in (p for p in shipped["results"] if p.startswith("inactive_")):
+        numbers = shipped["results"][part]
+        for kind in numbers["ablations"].values():
+            assert {"n_inactive_alone", "share_inactive_alone", "joint"} <= set(kind)
+            assert {"spearman_sink_vs_abs_change", "spearman_norm_vs_abs_change"} <= set(kind)
+            assert set(kind["joint"]) == {"sink_score", "output_norm", "exact"}
+            for curve in kind["joint"].values():
+                columns = ("relative_change", "ci_low", "ci_high", "precision")
+                assert all(len(curve[c]) == len(numbers["ks"]) for c in columns)
+                assert curve["largest_k_below"] in [0, *numbers["ks"]]
+    for part in (p for p in shipped["results"] if p.startswith("stability_")):
+        numbers = shipped["results"][part]
+        columns = ("jaccard", "ci_low", "ci_high", "stable_edges")
+        assert all(len(numbers[c]) == len(numbers["sizes"]) for c in columns)
     for part in (p for p in shipped["results"] if p.startswith("similarity_")):
         numbers = shipped["results"][part]
         for flip in numbers["flips"].values():
