@@ -211,6 +211,9 @@ def test_run_composes_the_window_with_the_models_own_and_says_so():
     assert not torch.allclose(result.values[0], result.clean, atol=1e-3)
     # the value the user passed is unchanged: its sentence knows no model
     assert "within" not in edits[0].describe()
+    both = interv.Combined((WindowAttention(8, layers=(0,)), KeyKnockout((2,), layers=(1,))))
+    sentence = both.for_model(fam.bridge).describe()
+    assert "within the model's own sliding window 4 at layer 0," in sentence
 
 
 def test_the_sentence_names_chunks_and_a_learned_sink():
