@@ -25,7 +25,9 @@ from _families import (
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import MambaConfig, MambaForCausalLM
 
+from interv.analysis._patterns import attention_rows
 from interv.analysis.concentration import concentration
+from interv.analysis.sinks import sink_profile
 from interv.engine.architecture import (
     Architecture,
     KeyRule,
@@ -103,7 +105,45 @@ def concentration_with_the_off_row_sink_as_a_key_equals_the_reference(fam: Famil
     _concentration_check(fam, "as_key")
 
 
-@pytest.mark.parametrize(("name", "col"), cells("keys", "concentration", "concentration as_key"))
+@column("attention_rows")
+def attention_rows_hold_the_models_rows_and_masks(fam: Family) -> None:
+    off_row = "as_key" if architecture_of(fam.bridge).off_row_sink else None
+    rows = attention_rows(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
+    attentions, masks = reference_rows(fam)
+    real_queries = fam.real[:, :, None]
+    for index, layer in enumerate(rows.layers):
+        own = masks[layer] & real_queries
+        n_keys = own.shape[-1]
+        assert torch.equal(rows.key_mask[:, index, :, :n_keys], own)
+        torch.testing.assert_close(
+            rows.pattern[:, index, ..., :n_keys] * own[:, None], attentions[layer] * own[:, None]
+        )
+        if off_row:  # the deficit is the last key, in the sink set
+            deficit = 1 - (attentions[layer] * own[:, None]).sum(-1)
+            at_real = real_queries[:, None, :, 0]
+            torch.testing.assert_close(
+                rows.pattern[:, index, ..., -1] * at_real, deficit.clamp(min=0) * at_real
+            )
+    n_content = torch.stack([(masks[i] & real_queries)[..., 1:].sum(-1) for i in rows.layers])
+    assert torch.equal(rows.included, fam.real & (n_content >= 2).all(dim=0))
+
+
+@column("sink_profile")
+def sink_scores_average_over_the_queries_whose_layer_admits_the_key(fam: Family) -> None:
+    off_row = "as_key" if architecture_of(fam.bridge).off_row_sink else None
+    profile = sink_profile(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
+    attentions, masks = reference_rows(fam)
+    for layer, (a, own) in enumerate(zip(attentions, masks, strict=True)):
+        sees = own[:, :, 0] & fam.real  # [batch, query]: queries whose layer admits key 0
+        expected = (a[..., 0] * sees[:, None]).sum(-1) / sees.sum(-1)[:, None]
+        torch.testing.assert_close(profile.scores[:, layer].float(), expected)
+    assert profile.mask_rule == architecture_of(fam.bridge).mask_rule
+
+
+MATRIX = ("keys", "concentration", "concentration as_key", "attention_rows", "sink_profile")
+
+
+@pytest.mark.parametrize(("name", "col"), cells(*MATRIX))
 def test_family_matrix(name, col):
     record(name, col)
 
