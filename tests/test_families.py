@@ -26,8 +26,10 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import MambaConfig, MambaForCausalLM
 
 from interv.analysis._patterns import attention_rows
+from interv.analysis.attention_view import attention_view
 from interv.analysis.concentration import concentration
 from interv.analysis.sinks import sink_profile
+from interv.analysis.token_flow import token_attention
 from interv.engine.architecture import (
     Architecture,
     KeyRule,
@@ -105,10 +107,17 @@ def concentration_with_the_off_row_sink_as_a_key_equals_the_reference(fam: Famil
     _concentration_check(fam, "as_key")
 
 
+def _on_prompts(fam: Family, analysis):
+    """``analysis`` of ``fam``'s padded batch, with the off-row sink as a key where the family
+    has one."""
+    off_row = "as_key" if architecture_of(fam.bridge).off_row_sink else None
+    return analysis(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
+
+
 @column("attention_rows")
 def attention_rows_hold_the_models_rows_and_masks(fam: Family) -> None:
-    off_row = "as_key" if architecture_of(fam.bridge).off_row_sink else None
-    rows = attention_rows(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
+    rows = _on_prompts(fam, attention_rows)
+    off_row = rows.off_row_sink
     attentions, masks = reference_rows(fam)
     real_queries = fam.real[:, :, None]
     for index, layer in enumerate(rows.layers):
@@ -130,8 +139,7 @@ def attention_rows_hold_the_models_rows_and_masks(fam: Family) -> None:
 
 @column("sink_profile")
 def sink_scores_average_over_the_queries_whose_layer_admits_the_key(fam: Family) -> None:
-    off_row = "as_key" if architecture_of(fam.bridge).off_row_sink else None
-    profile = sink_profile(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
+    profile = _on_prompts(fam, sink_profile)
     attentions, masks = reference_rows(fam)
     for layer, (a, own) in enumerate(zip(attentions, masks, strict=True)):
         sees = own[:, :, 0] & fam.real  # [batch, query]: queries whose layer admits key 0
@@ -140,7 +148,41 @@ def sink_scores_average_over_the_queries_whose_layer_admits_the_key(fam: Family)
     assert profile.mask_rule == architecture_of(fam.bridge).mask_rule
 
 
-MATRIX = ("keys", "concentration", "concentration as_key", "attention_rows", "sink_profile")
+@column("viewer rows")
+def viewer_row_numbers_equal_the_reference(fam: Family) -> None:
+    arch = architecture_of(fam.bridge)
+    view = _on_prompts(fam, attention_view)
+    attentions, masks = reference_rows(fam)
+    sinks = off_row_sink_layers(fam) if view.off_row_sink else set()
+    expected = reference_concentration(attentions, masks, fam.real, deficit_as_key=sinks)
+    n_layers, n_heads = arch.n_layers, fam.bridge.cfg.n_heads
+    found = {name: view.metric(name).reshape(2, n_layers, n_heads, -1) for name in ROW_NUMBERS}
+    found["n_available_keys"] = view.n_available.reshape(2, n_layers, n_heads, -1)[:, :, 0]
+    _assert_numbers(found, expected)
+    assert view.mask_rule.startswith(arch.mask_rule)
+
+
+@column("token_attention")
+def token_attention_weights_and_masks_equal_the_reference(fam: Family) -> None:
+    flow = _on_prompts(fam, token_attention)
+    attentions, masks = reference_rows(fam)
+    real_queries = fam.real[:, :, None]
+    for layer, (a, own) in enumerate(zip(attentions, masks, strict=True)):
+        own = own & real_queries
+        assert torch.equal(flow.key_mask[:, layer], own)
+        expected = (a.double().mean(dim=1)) * own
+        torch.testing.assert_close(flow.weights[:, layer], expected, atol=1e-6, rtol=0)
+
+
+MATRIX = (
+    "keys",
+    "concentration",
+    "concentration as_key",
+    "attention_rows",
+    "sink_profile",
+    "viewer rows",
+    "token_attention",
+)
 
 
 @pytest.mark.parametrize(("name", "col"), cells(*MATRIX))
@@ -423,3 +465,23 @@ def test_layer_attention_is_a_frozen_value():
     layer = LayerAttention(keys=KeyRule(), positional="rotary", scale=0.125)
     with pytest.raises(AttributeError):
         layer.scale = 1.0  # type: ignore[misc]
+
+
+def test_gpt_oss_off_row_sink_as_a_key_keeps_the_grouping_identity():
+    fam = family("gpt_oss")
+    heads = concentration(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink="as_key")
+    attentions, masks = reference_rows(fam)
+    a = torch.stack(attentions, dim=1).double()  # [b, layer, head, q, k]
+    own = torch.stack(masks, dim=1)[:, :, None]
+    a = torch.where(own, a, 0.0)
+    deficit = 1 - a.sum(-1)
+    assert float(deficit[fam.real[:, None, None, :].expand_as(deficit)].min()) > 0.01
+    s = heads.sink_mass
+    in_sink = torch.stack([a[..., 0] * own[..., 0], deficit], dim=-1)  # key 0 and the sink
+    p = in_sink / s[..., None]
+    inside = -torch.where(p > 0, p * p.log(), 0.0).sum(-1)
+    binary = -(torch.special.xlogy(s, s) + torch.special.xlogy(1 - s, 1 - s))
+    content = torch.where(heads.content_entropy.isnan(), 0.0, (1 - s) * heads.content_entropy)
+    rebuilt = binary + s * inside + content
+    real = fam.real[:, None, None, :].expand_as(s)
+    torch.testing.assert_close(heads.entropy[real], rebuilt[real], atol=1e-6, rtol=0)
