@@ -42,7 +42,12 @@ from interv.errors import IntervError
 # ----------------------------------------------------------------------------- columns
 
 
-@column("keys")
+@column(
+    "keys",
+    "each layer's KeyRule (architecture_of) equals the mask the model's own attention modules "
+    "apply (their attention_mask argument, and GPT-Neo's local-attention buffer), right- and "
+    "left-padded, and the zeros of the model's rows",
+)
 def keys_equal_the_models_own_masks(fam: Family) -> None:
     arch = architecture_of(fam.bridge)
     for tokens, real in ((fam.tokens, fam.real), fam.left_padded()):
@@ -97,12 +102,21 @@ def _concentration_check(fam: Family, off_row_sink: str | None) -> None:
     assert heads.mask_rule.startswith(architecture_of(fam.bridge).mask_rule)
 
 
-@column("concentration")
+@column(
+    "concentration",
+    "interv.concentration: entropy, normalized entropy, sink mass, content entropy, content "
+    "normalized entropy (every head, every query) and n_available_keys against Hugging Face's "
+    "eager rows and masks (value-aware numbers not compared here)",
+)
 def concentration_equals_the_reference(fam: Family) -> None:
     _concentration_check(fam, None)
 
 
-@column("concentration as_key")
+@column(
+    "concentration as_key",
+    "the same with off_row_sink='as_key' (the reference appends each row's deficit 1 - sum(a) "
+    "as a sink key where the module has a learned sink)",
+)
 def concentration_with_the_off_row_sink_as_a_key_equals_the_reference(fam: Family) -> None:
     _concentration_check(fam, "as_key")
 
@@ -114,7 +128,11 @@ def _on_prompts(fam: Family, analysis):
     return analysis(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
 
 
-@column("attention_rows")
+@column(
+    "attention_rows",
+    "attention_rows: per-layer key masks and rows equal the model's (the deficit column where "
+    "the family has an off-row sink), and the included query rows",
+)
 def attention_rows_hold_the_models_rows_and_masks(fam: Family) -> None:
     rows = _on_prompts(fam, attention_rows)
     off_row = rows.off_row_sink
@@ -137,7 +155,11 @@ def attention_rows_hold_the_models_rows_and_masks(fam: Family) -> None:
     assert torch.equal(rows.included, fam.real & (n_content >= 2).all(dim=0))
 
 
-@column("sink_profile")
+@column(
+    "sink_profile",
+    "sink_profile: the sink score of key 0 is the mean weight on it over the queries whose "
+    "layer admits it",
+)
 def sink_scores_average_over_the_queries_whose_layer_admits_the_key(fam: Family) -> None:
     profile = _on_prompts(fam, sink_profile)
     attentions, masks = reference_rows(fam)
@@ -148,7 +170,11 @@ def sink_scores_average_over_the_queries_whose_layer_admits_the_key(fam: Family)
     assert profile.mask_rule == architecture_of(fam.bridge).mask_rule
 
 
-@column("viewer rows")
+@column(
+    "viewer rows",
+    "attention_view (what view_attention draws): every row's numbers and n of every head equal "
+    "the reference",
+)
 def viewer_row_numbers_equal_the_reference(fam: Family) -> None:
     arch = architecture_of(fam.bridge)
     view = _on_prompts(fam, attention_view)
@@ -162,7 +188,11 @@ def viewer_row_numbers_equal_the_reference(fam: Family) -> None:
     assert view.mask_rule.startswith(arch.mask_rule)
 
 
-@column("token_attention")
+@column(
+    "token_attention",
+    "token_attention: per-layer key masks and head-averaged weights equal the model's (norms "
+    "not compared here)",
+)
 def token_attention_weights_and_masks_equal_the_reference(fam: Family) -> None:
     flow = _on_prompts(fam, token_attention)
     attentions, masks = reference_rows(fam)
