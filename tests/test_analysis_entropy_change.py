@@ -107,8 +107,8 @@ def test_different_prompt_lengths_use_condition_means_and_still_sum_exactly():
     # total: change of the mean entropy over all included rows of each head
     short_rows = short.pattern[:, :, :, 2:]
     long_rows = long.pattern[:, :, :, 2:]
-    mean_short = entropy(short_rows, key_mask=short.key_mask[0, 2:]).mean(dim=(0, 3))
-    mean_long = entropy(long_rows, key_mask=long.key_mask[0, 2:]).mean(dim=(0, 3))
+    mean_short = entropy(short_rows, key_mask=short.key_mask[0, 0, 2:]).mean(dim=(0, 3))
+    mean_long = entropy(long_rows, key_mask=long.key_mask[0, 0, 2:]).mean(dim=(0, 3))
     assert torch.allclose(result.total, mean_long - mean_short, atol=1e-12)
     assert "from 5 tokens" in result.scope and "condition means" in result.scope
 

@@ -289,8 +289,8 @@ def entropy_change_attribution(
     splits = []
     for rows in (before, after):
         heads = rows.flat_heads()[:, rows.included]  # [head, row, key]
-        sink = rows.sink_mask[:, None, :].expand_as(rows.key_mask)[rows.included]
-        key_mask = rows.key_mask[rows.included]
+        key_mask = rows.flat_key_mask()[:, rows.included]  # [head, row, key]: each layer's
+        sink = rows.sink_mask[:, None, :].expand_as(rows.any_key_mask)[rows.included]
         splits.append((heads, sink, key_mask))
     paired = _paired(before, after)
     if paired:
@@ -310,7 +310,7 @@ def entropy_change_attribution(
         totals, sinks, contents = [], [], []
         for head in range(n_layers * n_heads):
             head_splits = [
-                sink_split(heads[head], sink=sink, key_mask=key_mask, unit=unit)
+                sink_split(heads[head], sink=sink, key_mask=key_mask[head], unit=unit)
                 for heads, sink, key_mask in splits
             ]
             change = mean_entropy_change(*head_splits)

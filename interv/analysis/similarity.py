@@ -430,8 +430,17 @@ def head_similarity(
     n_heads = heads.shape[0]
     if n_heads < 3:
         raise IntervError(f"head similarity needs at least 3 heads for triples; got {n_heads}")
-    sink = rows.sink_mask[:, None, :].expand_as(rows.key_mask)  # [batch, query, key]
-    content_keys = rows.key_mask & ~sink
+    # keys available at some held layer: every head's mass lies inside, so cosine and JS over
+    # them equal the distance over each pair's own keys (keys where both rows are 0 add 0)
+    key_mask = rows.any_key_mask  # [batch, query, key]
+    if "aitchison" in chosen and not rows.shared_rule:
+        raise IntervError(
+            f"measure 'aitchison' compares log-ratios over one set of keys, but the held layers "
+            f"admit different keys ({rows.mask_rule}); choose measures ('cosine', 'js') or "
+            "hold layers of one rule with attention_rows(..., layers=...)"
+        )
+    sink = rows.sink_mask[:, None, :].expand_as(key_mask)  # [batch, query, key]
+    content_keys = key_mask & ~sink
     content_mass = torch.where(content_keys, heads, 0.0).sum(dim=-1)  # [head, batch, query]
     has_content = (content_mass > 0).all(dim=0)
     used = rows.included & has_content  # [batch, query]
@@ -448,7 +457,7 @@ def head_similarity(
             f"{[rows.prompt_lengths[i] for i in empty_prompts]}); lengthen or drop them"
         )
     row_weights = prompt_mean_weights(used)  # [row, prompt]
-    x_rows, key_mask, sink_rows = heads[:, used], rows.key_mask[used], sink[used]
+    x_rows, key_mask, sink_rows = heads[:, used], key_mask[used], sink[used]
     zeros = (x_rows == 0) & key_mask
     n_zeros = {
         "keep_sink": int(zeros.sum()),

@@ -10,9 +10,10 @@ canvas (so 1024-token prompts stay fast), each query row's sink mass, normalized
 and content entropy as bars beside it, and the prompt as text (hover a token: where it
 attends, in blue, and what attends to it, in orange). Hovering a row shows its exact
 numbers with units (float64, computed in Python by :mod:`interv.analysis.attention_view`).
-Padding is hatched, causally masked cells are grey, sink keys are marked above the
-pattern; grouped-query heads name their key/value group. Given a result or a report,
-each head's effects (mean, interval, flags, semantics sentence) stand beside its pattern.
+Padding is hatched, masked cells (after the query, outside a window or chunk) are grey, sink
+keys are marked above the pattern; grouped-query heads name their key/value group. Given a
+result or a report, each head's effects (mean, interval, flags, semantics sentence) stand
+beside its pattern.
 
 The colours come from weights stored as 8-bit codes on a log scale (:data:`QUANTIZATION`),
 deflate-compressed and base64-encoded (about 0.5 MB per head on a 1024-token prompt);
@@ -242,9 +243,17 @@ class AttentionViewer:
             "sinkColour": list(SINK_RGB),
             "topK": min(_TOP_K, n),
             "heads": [
-                {"label": label, "layer": layer, "head": head, "kv": kv}
-                for label, (layer, head), kv in zip(
-                    view.head_labels, view.heads, view.kv_heads, strict=True
+                {
+                    "label": label,
+                    "layer": layer,
+                    "head": head,
+                    "kv": kv,
+                    "rule": rule.describe(),
+                    "window": rule.window,
+                    "chunk": rule.chunk,
+                }
+                for label, (layer, head), kv, rule in zip(
+                    view.head_labels, view.heads, view.kv_heads, view.key_rules, strict=True
                 )
             ],
             "prompts": [
@@ -253,7 +262,7 @@ class AttentionViewer:
                     "tokens": list(view.tokens[p]),
                     "real": "".join("1" if r else "0" for r in view.real[p].tolist()),
                     "sink": view.sink_mask[p].nonzero()[:, 0].tolist(),
-                    "n": view.n_available[p].tolist(),
+                    "first": int(view.real[p].to(torch.int64).argmax()),
                     "length": view.prompt_lengths[p],
                 }
                 for p in range(view.n_prompts)
@@ -263,7 +272,7 @@ class AttentionViewer:
 
     def _cell(self, p: int, k: int, lower: tuple[np.ndarray, np.ndarray] | None) -> dict:
         view = self.view
-        weights = torch.where(view.key_mask[p], view.pattern[p, k], 0.0)
+        weights = torch.where(view.key_mask[p, k], view.pattern[p, k], 0.0)
         codes = quantize(weights)
         packed = (codes[lower] if lower is not None else codes.reshape(-1)).tobytes()
         compressed = len(packed) > _COMPRESS_ABOVE
@@ -271,10 +280,11 @@ class AttentionViewer:
             packed = zlib.compress(packed, 6)
         metrics = np.stack([view.metric(name)[p, k].numpy() for name in ROW_METRICS])
         top_k = min(_TOP_K, view.n_positions)
-        ranked = torch.where(view.key_mask[p], view.pattern[p, k], -1.0)
+        ranked = torch.where(view.key_mask[p, k], view.pattern[p, k], -1.0)
         top_w, top_i = ranked.topk(top_k, dim=-1)
         top_i = torch.where(top_w < 0, -1, top_i)
         return {
+            "n": view.n_available[p, k].tolist(),
             "codes": _b64(packed),
             "z": compressed,
             "metrics": _b64(metrics.astype("<f8").tobytes()),
@@ -369,7 +379,8 @@ class AttentionViewer:
             f"<p class='iv-scope'>{_e(view.scope)}</p>"
             f"<p class='iv-hint'>Hover the pattern or a token for its query row's numbers; "
             f"{_e(QUANTIZATION)}. Hatched: padding (no key, no query, excluded from every "
-            "number); grey: causally masked (key after the query); orange ticks: sink keys.</p>"
+            "number); grey: masked (key after the query, or outside the layer's window or "
+            "chunk); orange ticks: sink keys.</p>"
             "<p class='iv-nojs'>This viewer is drawn by its inlined script: JavaScript is off "
             "here (in Jupyter: trust the notebook).</p>"
             "<div class='iv-controls'>"
@@ -535,6 +546,7 @@ def view_attention(
     attention_mask: torch.Tensor | None = None,
     prompt_indices: Sequence[int] | None = None,
     sink: int | Sequence[int] = 0,
+    off_row_sink: str | None = None,
 ) -> AttentionViewer:
     """Patterns of ``heads`` on ``prompts`` with every query row's numbers, and effects.
 
@@ -552,6 +564,9 @@ def view_attention(
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
         prompt_indices: which prompts of the batch to show (default all).
         sink: sink key position(s), counted from each prompt's first real token.
+        off_row_sink: None (default) refuses a model whose rows sum to less than 1 over
+            real keys (an off-row learned sink, gpt-oss); ``"as_key"`` counts the deficit as
+            one more sink key in every row's numbers.
 
     Returns:
         An :class:`AttentionViewer` (displays itself in Jupyter; ``save``, ``to_png``,
@@ -582,12 +597,17 @@ def view_attention(
         attention_mask=attention_mask,
         prompt_indices=prompt_indices,
         sink=sink,
+        off_row_sink=off_row_sink,
     )
     report = effects if isinstance(effects, Report) or effects is None else None
     if report is None and effects is not None:
         task = prompts  # checked above
         heads_conc = concentration(
-            model, task, sink=sink, query_positions=task.answer_query_positions()
+            model,
+            task,
+            sink=sink,
+            query_positions=task.answer_query_positions(),
+            off_row_sink=off_row_sink,
         )
         report = build_report(effects, heads_conc)
     return AttentionViewer(view, report)

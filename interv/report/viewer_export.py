@@ -96,11 +96,12 @@ def ramp_rgb(values: np.ndarray) -> np.ndarray:
 
 def pattern_rgb(view: AttentionView, prompt: int, k: int) -> np.ndarray:
     """``[N, N, 3]`` uint8 picture of shown head ``k`` on shown prompt ``prompt``: the exact
-    weight on :data:`RAMP` at available cells, :data:`MASKED_RGB` at causally masked cells,
+    weight on :data:`RAMP` at available cells, :data:`MASKED_RGB` at cells the head's layer
+    masks (after the query, outside a sliding window or chunk),
     :data:`PADDING_RGB` in the rows and columns of padding."""
     real = view.real[prompt].numpy()
     weights = view.pattern[prompt, k].numpy()
-    available = view.key_mask[prompt].numpy()
+    available = view.key_mask[prompt, k].numpy()
     rgb = ramp_rgb(np.where(available, weights, 0.0))
     rgb[~available] = MASKED_RGB
     padding = ~(real[:, None] & real[None, :])

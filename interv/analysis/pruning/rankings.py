@@ -129,7 +129,7 @@ def _per_head_concentration(
     split = sink_split(
         rows.pattern,
         sink=rows.sink_mask[:, None, None, None, :],
-        key_mask=rows.key_mask[:, None, None],
+        key_mask=rows.key_mask[:, :, None],
     )
     included = rows.included[:, None, None, :]
     return {
