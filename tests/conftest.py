@@ -48,6 +48,15 @@ def pytest_sessionfinish(session, exitstatus):
     _background.stop_all()
 
 
+@pytest.fixture(scope="session")
+def induction_zoo():
+    """The zoo's ``induction-2l``, loaded once per session, for tests that leave it as they
+    found it (interv's own calls do: hooks never outlive a call)."""
+    from interv import load_model
+
+    return load_model("induction-2l")
+
+
 # Real pretrained models shipped in PyPI packages, loaded once per test session. The
 # first SmolLM2 load on a machine converts the GGUF file into interv's cache
 # ($INTERV_CACHE or the user cache dir), so a CI run pays the conversion once.
