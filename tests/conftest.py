@@ -3,7 +3,6 @@ sleep instead of spinning) and shared fixtures."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 # OpenMP threads that wait passively. torch's OpenMP runtime (libgomp) spins while its
@@ -22,14 +21,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import _background
 import pytest
 import torch
-
-# The browser tests drive Chromium through selenium (interv[dev]); the Quickstart's lighter
-# interv[test] has no selenium, and there they are not collected.
-if importlib.util.find_spec("selenium") is None:
-    collect_ignore = ["test_report_browser.py", "test_attention_viewer_browser.py"]
-import _background
 from hypothesis import settings
 
 # Torch calls are slow on first use; a deadline would make property tests flaky.

@@ -19,7 +19,7 @@
   norm (Kobayashi et al.), and attention rollout (a summary of weights, not causal).
 - :mod:`interv.analysis.text_effects`: next-token loss of a text under interventions (e.g. the
   attention masks of :mod:`interv.engine.masks`), with intervals over chunks.
-- :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
+- :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution_patching`):
   attribution patching, a first-order approximation of head patching, for screening.
 
 The public names below are resolved lazily; importing this package imports nothing heavy.
@@ -49,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     "TaskEvaluation": "interv.analysis.pruning",
     "TextEvaluation": "interv.analysis.pruning",
     "EmbeddingEvaluation": "interv.analysis.pruning",
-    "approximate_head_patching_scores": "interv.engine.attribution",
+    "approximate_head_patching_scores": "interv.engine.attribution_patching",
     "interactions": "interv.analysis.pairwise",
     "head_interactions": "interv.analysis.pairwise",
     "HeadInteractions": "interv.analysis.pairwise",
@@ -97,4 +97,4 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.analysis.sinks import SinkProfile, random_tokens, repeated_tokens, sink_profile
     from interv.analysis.text_effects import TextLoss, text_loss
     from interv.analysis.token_flow import TokenAttention, token_attention
-    from interv.engine.attribution import approximate_head_patching_scores
+    from interv.engine.attribution_patching import approximate_head_patching_scores
