@@ -173,6 +173,7 @@ def test_run_signature_is_typed():
     assert hints["return"] is interv.InterventionResult
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_a_type_checker_sees_the_public_face(tmp_path):
     """mypy on a script that uses the lazy face (heavy third-party packages skipped: ~10 s)."""
     pytest.importorskip("mypy", reason="mypy is in interv[dev], not the Quickstart's [test]")
