@@ -37,7 +37,7 @@ from interv.engine.results import (
     ScreenOutcome,
     intervention_fields,
 )
-from interv.engine.runner import run_screened, warm_cache
+from interv.engine.runner import Resume, RunPlan, execute, warm_cache
 from interv.engine.sites import Site
 from interv.errors import IntervError
 
@@ -144,20 +144,17 @@ def _screen_entry(
         )
         computed += len(local)
 
-    result = run_screened(
+    plan = RunPlan.build(
         worker.model,
         worker.task,
         members,
         sweep["metric"],
-        screen,
         max_batch_size=sweep["batch_size"],
         recovery_atol=sweep["recovery_atol"],
-        cache=worker.cache,
-        known=known,
-        estimates=estimates,
-        on_estimates=keep_estimates,
-        on_exact=keep_exact,
+        screen=screen,
     )
+    resume = Resume(known, estimates, on_estimates=keep_estimates, on_exact=keep_exact)
+    result = execute(worker.model, plan, cache=worker.cache, resume=resume)
     store.write_baselines(_baselines(result, config_hash))
     outcome = result.screens[0]
     shifted = ScreenOutcome(tuple(first + i for i in outcome.indices), outcome.audit, outcome.label)
