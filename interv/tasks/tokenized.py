@@ -28,6 +28,7 @@ __all__ = [
     "check_context",
     "check_same_prompts",
     "check_token_ids",
+    "pairs_fingerprint",
     "prompts_fingerprint",
 ]
 
@@ -85,6 +86,35 @@ def prompts_fingerprint(tokens: torch.Tensor, mask: torch.Tensor) -> str:
         ids = row[real]
         digest.update(len(ids).to_bytes(8, "little"))
         digest.update(ids.numpy().astype("<i8").tobytes())
+    return digest.hexdigest()[:16]
+
+
+def pairs_fingerprint(
+    corrupted: torch.Tensor,
+    mask: torch.Tensor,
+    answer_positions: torch.Tensor,
+    target_ids: torch.Tensor,
+    foil_ids: torch.Tensor | None,
+) -> str:
+    """First 16 hex digits of the SHA-256 of each pair's other half, in order: the corrupted
+    prompt's real token ids, the answer position counted from the prompt's first real token,
+    the target id and the foil id (-1 without foils). Padding does not enter it."""
+    digest = hashlib.sha256()
+    first_real = mask.to("cpu").int().argmax(-1)
+    foils = [-1] * len(target_ids) if foil_ids is None else foil_ids.tolist()
+    rows = zip(
+        corrupted.to("cpu", torch.int64),
+        mask.to("cpu"),
+        (answer_positions.to("cpu") - first_real).tolist(),
+        target_ids.tolist(),
+        foils,
+        strict=True,
+    )
+    for row, real, answer, target, foil in rows:
+        ids = row[real]
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids.numpy().astype("<i8").tobytes())
+        digest.update(repr((int(answer), int(target), int(foil))).encode())
     return digest.hexdigest()[:16]
 
 
@@ -223,6 +253,17 @@ class TokenizedPairs:
     def prompts_fingerprint(self) -> str:
         """The fingerprint of the clean prompts (:func:`prompts_fingerprint`)."""
         return prompts_fingerprint(self.clean_tokens, self.attention_mask)
+
+    @property
+    def pairs_fingerprint(self) -> str:
+        """The fingerprint of the pairs' other half (:func:`pairs_fingerprint`)."""
+        return pairs_fingerprint(
+            self.corrupted_tokens,
+            self.attention_mask,
+            self.answer_positions,
+            self.target_ids,
+            self.foil_ids,
+        )
 
     @property
     def n_positions(self) -> int:
