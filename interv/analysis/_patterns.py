@@ -33,6 +33,8 @@ from interv.analysis._inputs import prompt_batch
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site, check_layer, check_prompt_positions, head_label
 from interv.errors import IntervError
+from interv.provenance import Provenance
+from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -66,6 +68,9 @@ class AttentionRows:
         sink_positions: the sink set, counted from each prompt's first real token.
         prompt_lengths: real tokens per prompt (scope).
         layers: the model layers held, in the order of the pattern's layer dim.
+        provenance: the model (name, weights, dtype) and the prompts
+            (:class:`~interv.provenance.Provenance`); rows built from a given pattern know
+            only the model name they were given.
     """
 
     pattern: torch.Tensor
@@ -77,6 +82,7 @@ class AttentionRows:
     sink_positions: tuple[int, ...]
     prompt_lengths: tuple[int, ...]
     layers: tuple[int, ...]
+    provenance: Provenance
 
     @property
     def n_prompts(self) -> int:
@@ -130,6 +136,7 @@ def rows_from_pattern(
     sink: int | Sequence[int] = 0,
     model_name: str = "constructed rows",
     layers: Sequence[int] | None = None,
+    provenance: Provenance | None = None,
 ) -> AttentionRows:
     """Wrap a ``[batch, layer, head_index, query_pos, key_pos]`` pattern with its masks.
 
@@ -141,6 +148,7 @@ def rows_from_pattern(
         sink: sink position(s), counted from each prompt's first real token.
         model_name: name used in the scope of every result.
         layers: model layer of each entry of the pattern's layer dim (default 0, 1, ...).
+        provenance: where the pattern came from (default: only ``model_name`` known).
 
     Returns:
         An :class:`AttentionRows`; raises :class:`IntervError` if no row is included.
@@ -199,6 +207,7 @@ def rows_from_pattern(
         sink_positions=sink_positions,
         prompt_lengths=tuple(int(n) for n in real.sum(dim=1)),
         layers=layers,
+        provenance=Provenance(model_name) if provenance is None else provenance,
     )
 
 
@@ -251,6 +260,11 @@ def attention_rows(
         sink=sink,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         layers=kept,
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
     )
 
 

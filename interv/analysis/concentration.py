@@ -47,6 +47,7 @@ from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
@@ -106,8 +107,8 @@ class HeadConcentration:
         model_name: name of the model (scope).
         prompt_lengths: number of real tokens of each prompt (scope).
         unit: entropy unit, ``"nats"``.
-        prompts_fingerprint: the fingerprint of the prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known.
+        provenance: the model (name, weights, dtype) and the prompts' fingerprint
+            (:class:`~interv.provenance.Provenance`); joins with other results compare it.
     """
 
     entropy: torch.Tensor
@@ -123,10 +124,10 @@ class HeadConcentration:
     sink_positions: tuple[int, ...]
     model_name: str
     prompt_lengths: tuple[int, ...]
+    provenance: Provenance
     unit: str = "nats"
     sink_convention: str = SINK_CONVENTION
     mask_rule: str = MASK_RULE
-    prompts_fingerprint: str = ""
 
     @property
     def n_prompts(self) -> int:
@@ -361,7 +362,11 @@ def concentration(
         sink_positions=sink_positions,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
-        prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
     )
 
 

@@ -49,6 +49,7 @@ from interv.analysis._patterns import QUERY_RULE, AttentionRows, prompt_mean_wei
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS, MEASURES, compare_rows
 from interv.metrics.compositional import aitchison_split
+from interv.provenance import Provenance
 from interv.stats import MIN_ITEMS, TOO_FEW
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ class HeadSimilarity:
             over heads, per convention (``{"keep_sink": .., "drop_sink": ..}``).
         sink_positions: sink set, counted from each prompt's first real token.
         mask_rule: the key mask in words.
+        provenance: the rows' (:class:`~interv.provenance.Provenance`).
     """
 
     per_prompt: torch.Tensor
@@ -160,6 +162,7 @@ class HeadSimilarity:
     n_zeros_replaced: dict[str, int]
     sink_positions: tuple[int, ...]
     mask_rule: str
+    provenance: Provenance
     query_rule: str = QUERY_RULE
     aggregation: str = "mean over prompts of each prompt's mean over its included query rows"
 
@@ -523,4 +526,5 @@ def head_similarity(
         n_zeros_replaced=n_zeros,
         sink_positions=rows.sink_positions,
         mask_rule=rows.mask_rule,
+        provenance=rows.provenance,
     )

@@ -11,6 +11,8 @@
   MIB's faithfulness curve, exact, with bootstrap intervals.
 - :func:`greedy_order` (:mod:`interv.circuits.greedy`): greedy circuits, grown from the
   logits.
+- :func:`mission_link` (:mod:`interv.circuits.mission`): a circuit's heads beside their
+  concentration, and how the two rank.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "cpr": "interv.circuits.curves",
     "cmd": "interv.circuits.curves",
     "greedy_order": "interv.circuits.greedy",
+    "MissionLink": "interv.circuits.mission",
+    "mission_link": "interv.circuits.mission",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -53,5 +57,6 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.circuits.discovery import CircuitResult, discover
     from interv.circuits.graph import Edge, Graph, Node
     from interv.circuits.greedy import greedy_order
+    from interv.circuits.mission import MissionLink, mission_link
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores

@@ -54,6 +54,7 @@ from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
+from interv.provenance import Provenance, compares, join
 from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
@@ -68,6 +69,10 @@ COMPLEMENTS: tuple[str, ...] = ("corrupted", "mean")
 """What fills the edges outside a circuit: the corrupted run, or its position-wise mean."""
 
 FORMAT = "interv.faithfulness/1"
+
+_RANKING_MAY_DIFFER = ("prompts", "n_prompts", "pairs", "metric", "direction", "settings")
+"""A circuit may be evaluated on other prompts (found on one split, tested on another) and
+with another metric than the one it was ranked by; the model must be the same."""
 
 
 def _area(fractions: Sequence[float], values: Sequence[float]) -> float:
@@ -124,6 +129,11 @@ class FaithfulnessCurve:
         greedy: whether the circuits were grown greedily from the logits (else top edges).
         sentence: what the numbers are, in one sentence.
         fingerprint: hash of model, prompts and settings.
+        provenance: the model (name, weights, dtype), the prompts and pairs evaluated and
+            the metric (:class:`~interv.provenance.Provenance`).
+        ranking: the provenance of the ranking the circuits came from (a
+            :class:`CircuitResult`'s or :class:`EdgeScores`'), None for a given edge order;
+            a report joins the curve with its circuit through it.
     """
 
     fractions: tuple[float, ...]
@@ -142,6 +152,8 @@ class FaithfulnessCurve:
     complement: str
     sentence: str
     fingerprint: str
+    provenance: Provenance
+    ranking: Provenance | None
     greedy: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,6 +181,8 @@ class FaithfulnessCurve:
             "complement": self.complement,
             "greedy": self.greedy,
             "sentence": self.sentence,
+            "provenance": self.provenance.to_dict(),
+            "ranking": None if self.ranking is None else self.ranking.to_dict(),
         }
 
     @classmethod
@@ -199,6 +213,8 @@ class FaithfulnessCurve:
             complement=str(data["complement"]),
             sentence=str(data["sentence"]),
             fingerprint=str(data["fingerprint"]),
+            provenance=Provenance(**data["provenance"]),
+            ranking=None if data["ranking"] is None else Provenance(**data["ranking"]),
             greedy=bool(data.get("greedy", False)),
         )
 
@@ -268,6 +284,7 @@ def _sizes(fractions: Sequence[float], n_edges: int) -> list[int]:
     return sizes
 
 
+@compares(*_RANKING_MAY_DIFFER)
 def faithfulness(
     model: Any,
     task: TokenizedPairs,
@@ -313,6 +330,16 @@ def faithfulness(
     sizes = _sizes(fractions, graph.n_edges)
     if any(b <= a for a, b in itertools.pairwise(fractions)):
         raise IntervError(f"fractions must increase; got {list(fractions)}")
+    provenance = Provenance.of(model, task, metric=target.name)
+    ranked_from = None
+    if isinstance(ranking, CircuitResult | EdgeScores):
+        ranked_from = ranking.provenance
+        join(
+            provenance,
+            ranked_from,
+            what=("the model", "the ranking"),
+            across=_RANKING_MAY_DIFFER,
+        )
     absolute, signed, what = _rankings(ranking, graph)
     if greedy:
         absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
@@ -409,6 +436,8 @@ def faithfulness(
             metric=target.name,
             **({"greedy": True} if greedy else {}),
         ),
+        provenance=provenance,
+        ranking=ranked_from,
         greedy=greedy,
     )
 

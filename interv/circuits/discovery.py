@@ -34,6 +34,7 @@ from interv.circuits.patching import check_task, edge_effects
 from interv.circuits.screens import EdgeScores, edge_scores
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
+from interv.provenance import Provenance, join
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -64,6 +65,18 @@ class CircuitResult:
     model_name: str
     task_name: str
     sentence: str
+
+    @property
+    def provenance(self) -> Provenance:
+        """The screen's provenance (model, prompts and pairs, metric, direction, settings):
+        the exact effects were computed on the same model and prompts (:func:`discover`
+        joins them)."""
+        return self.scores.provenance
+
+    @property
+    def unit(self) -> str:
+        """The metric's unit (of the scores and the exact effects)."""
+        return self.scores.unit
 
     @property
     def status(self) -> tuple[str, ...]:
@@ -176,10 +189,25 @@ class CircuitResult:
         labels = [e.label for e in scores.graph.edges]
         if list(data["edges"]) != labels:
             raise IntervError("the stored edges do not match the stored graph's canonical order")
+        audit = Audit.from_dict(data["audit"])
+        if list(data["status"]) != list(audit.status):
+            first = (
+                next(
+                    i
+                    for i, (a, b) in enumerate(zip(data["status"], audit.status, strict=False))
+                    if a != b
+                )
+                if len(data["status"]) == len(audit.status)
+                else 0
+            )
+            raise IntervError(
+                f"the circuit's 'status' disagrees with its audit at edge {labels[first]!r} "
+                f"({data['status'][first]!r}, the audit says {audit.status[first]!r})"
+            )
         return cls(
             graph=scores.graph,
             scores=scores,
-            audit=Audit.from_dict(data["audit"]),
+            audit=audit,
             fingerprint=str(data["fingerprint"]),
             model_name=str(data["model"]),
             task_name=str(data["task"]),
@@ -265,11 +293,18 @@ def discover(
         scores = edge_scores(
             model, task, method=method, steps=steps, qk_fix=qk_fix, metric=target, progress=progress
         )
-    elif scores.graph.n_edges != graph.n_edges:
+    elif not isinstance(scores, EdgeScores):
         raise IntervError(
-            f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
-            f"{graph.n_edges}"
+            f"scores must be the EdgeScores of an earlier call; got {type(scores).__name__}"
         )
+    else:
+        ours = Provenance.of(model, task, metric=target.name, direction=scores.direction)
+        join(ours, scores, what=("the model and prompts", "the given scores"))
+        if scores.graph.n_edges != graph.n_edges:
+            raise IntervError(
+                f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
+                f"{graph.n_edges}"
+            )
 
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
         todo = indices.tolist()

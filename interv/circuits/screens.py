@@ -63,6 +63,7 @@ from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -101,6 +102,11 @@ def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def screen_settings(method: str, steps: int, qk_fix: bool) -> dict[str, Any]:
+    """The settings a screen's provenance names: method, gradient runs, QK fix."""
+    return {"method": method, "steps": steps, "qk_fix": qk_fix}
+
+
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
     """The number of gradient runs, after checking the screen's settings."""
     if method not in METHODS:
@@ -131,6 +137,9 @@ class EdgeScores:
         sentence: what the numbers are, in one sentence.
         direction: ``"noise"`` or ``"denoise"``.
         qk_fix: whether AtP*'s QK fix scored the query/key edges.
+        provenance: model (name, weights, dtype), prompts and pairs, metric, direction and
+            the screen's settings (:class:`~interv.provenance.Provenance`).
+        unit: the metric's unit.
     """
 
     graph: Graph
@@ -141,6 +150,8 @@ class EdgeScores:
     metric: str
     fingerprint: str
     sentence: str
+    provenance: Provenance
+    unit: str
     direction: str = "noise"
     qk_fix: bool = False
 
@@ -190,6 +201,8 @@ class EdgeScores:
             "sentence": self.sentence,
             "direction": self.direction,
             "qk_fix": self.qk_fix,
+            "provenance": self.provenance.to_dict(),
+            "unit": self.unit,
         }
 
     @classmethod
@@ -215,6 +228,8 @@ class EdgeScores:
             sentence=str(data["sentence"]),
             direction=str(data.get("direction", "noise")),
             qk_fix=bool(data.get("qk_fix", False)),
+            provenance=Provenance(**data["provenance"]),
+            unit=str(data["unit"]),
         )
 
     def __repr__(self) -> str:
@@ -620,6 +635,14 @@ def edge_scores(
             **({"qk_fix": True} if qk_fix else {}),
         ),
         sentence=sentence,
+        provenance=Provenance.of(
+            model,
+            task,
+            metric=target.name,
+            direction=direction,
+            settings=screen_settings(method, runs, qk_fix),
+        ),
+        unit=target.unit,
         direction=direction,
         qk_fix=qk_fix,
     )
