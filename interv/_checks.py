@@ -27,6 +27,7 @@ __all__ = [
     "as_positions",
     "check_index",
     "from_json",
+    "json_ready",
     "read_json",
     "read_text",
 ]
@@ -194,6 +195,19 @@ def from_json(cls: type[T], data: Any, what: str) -> T:
         return cls(**values)
     except (TypeError, ValueError) as error:  # IntervError (a ValueError) included
         raise IntervError(f"{what}: {error}") from None
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` (nested dicts, lists, tuples and numbers) as strict JSON data: NaN and the
+    infinities as null (the way :func:`from_json` reads a float's null back as NaN), tuples
+    as lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
 
 
 def _json_value(value: Any, hint: Any, where: str) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import math
@@ -606,6 +607,16 @@ HAND_SWEEP = {
 }
 
 
+@functools.cache
+def _zoo_provenance() -> dict[str, Any]:
+    """What a sweep of HAND_SWEEP on the zoo model stores as its provenance."""
+    from interv.provenance import Provenance
+
+    model = interv.load_model("induction-2l")
+    task = interv.load_task("induction", n_pairs=1).tokenize(model)
+    return Provenance.of(model, task, metric="logit_diff").to_dict()
+
+
 def _hand_sweep(directory: Path, kind: str | None = None) -> None:
     """A complete sweep directory written through the store, without a model: one unit,
     one prompt (``kind`` replaces the stored kind: a manifest received from someone)."""
@@ -632,6 +643,7 @@ def _hand_sweep(directory: Path, kind: str | None = None) -> None:
             "answer_positions": [28],
             "padding_side": "right",
         },
+        "provenance": _zoo_provenance(),
     }
     record = {
         "unit": "u00000",
@@ -1307,12 +1319,12 @@ VALUE_CASES = {
     ),
     "build_report given concentration of other prompts": (
         _report_of_other_prompts,
-        r"concentration comes from other prompts than the effects \(prompt fingerprints",
+        r"the effects and the concentration come from different prompts \(fingerprint",
         False,
     ),
     "a report joining results of other prompts": (
         _results_of_other_prompts,
-        r"every InterventionResult of one report must share scope and metric",
+        r"result 0 and result 1 come from different prompts",
         False,
     ),
     "capitals with more pairs than countries": (

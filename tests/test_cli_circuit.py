@@ -179,8 +179,8 @@ def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "81 edges, 3 exact (verified), 0 exact (audit), 78 estimated" in text
     circuit = json.loads((out / "circuit.json").read_text())
-    assert circuit["n_prompts"] == 4
-    assert circuit["unit"] == "logits"
+    assert circuit["edge_scores"]["provenance"]["n_prompts"] == 4
+    assert circuit["edge_scores"]["unit"] == "logits"
     curve = json.loads((out / "faithfulness.json").read_text())
     assert curve["greedy"] is True and "greedy circuits" in curve["sentence"]
 

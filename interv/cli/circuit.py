@@ -129,9 +129,9 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         edge_scores,
         faithfulness,
     )
-    from interv.engine.targets import get_metric  # torch: on use (CLI start-up)
+    from interv.circuits.mission import mission_link  # torch: on use (CLI start-up)
     from interv.models.loading import load_model  # torch: on use (CLI start-up)
-    from interv.report.circuit import circuit_markdown, mission_link  # torch: on use
+    from interv.report.circuit import circuit_markdown  # torch: on use (CLI start-up)
     from interv.report.circuit_page import circuit_page  # torch: on use (CLI start-up)
     from interv.sweeps.circuit import discover_resumable  # torch: on use (CLI start-up)
 
@@ -176,37 +176,34 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         greedy=args.greedy,
         metric=args.metric,
         batch_size=args.batch_size,
-    ).to_dict()
+    )
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
     progress.start("report")
-    # the metric's unit and the number of prompts travel with the circuit into its report
-    circuit = {**result.to_dict(), "unit": get_metric(args.metric).unit, "n_prompts": task.n_pairs}
-    link = mission_link(circuit, heads, n=args.n_edges)
-    store.write_output("circuit.json", json.dumps(circuit) + "\n")  # 70k edges: compact
-    store.write_output("faithfulness.json", json.dumps(curve, indent=1) + "\n")
+    link = mission_link(result, heads, n=args.n_edges)
+    store.write_output("circuit.json", json.dumps(result.to_dict()) + "\n")  # 70k edges: compact
+    store.write_output("faithfulness.json", json.dumps(curve.to_dict(), indent=1) + "\n")
     store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
-    store.write_output("circuit.md", circuit_markdown(circuit, curve, link))
-    store.write_output("circuit.html", circuit_page(circuit, curve, link))
+    store.write_output("circuit.md", circuit_markdown(result, curve, link))
+    store.write_output("circuit.html", circuit_page(result, curve, link))
     store.finish()
-    return circuit, curve, link, ran, resumed
+    return result, curve, link, ran, resumed
 
 
-def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed: int) -> None:
-    status = circuit["status"]
+def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int) -> None:
+    status = circuit.status
     counts = {s: status.count(s) for s in ("exact (verified)", "exact (audit)", "estimated")}
-    unit = circuit.get("unit", circuit["metric"])
+    unit = circuit.unit
     again = f"; {resumed} stored by an earlier run were reused" if resumed else ""
     print(
         f"circuit written to {out}/ (circuit.html, circuit.md, circuit.json, faithfulness.json, "
-        f"mission.json): {circuit['model']} on {circuit['task']}, {len(status)} edges, "
+        f"mission.json): {circuit.model_name} on {circuit.task_name}, {len(status)} edges, "
         f"{counts['exact (verified)']} exact (verified), {counts['exact (audit)']} exact "
         f"(audit), {counts['estimated']} estimated; {ran} exact effects computed by this run"
         f"{again}"
     )
-    print(f"semantics: {circuit['sentence']}")
-    cpr, cmd = curve.get("cpr"), curve.get("cmd")
-    print(f"faithfulness: CPR {_fmt(cpr)}, CMD {_fmt(cmd)} ({curve['sentence']})")
+    print(f"semantics: {circuit.sentence}")
+    print(f"faithfulness: CPR {_fmt(curve.cpr)}, CMD {_fmt(curve.cmd)} ({curve.sentence})")
     top = link.circuit_heads[:5]
     if top:
         print(f"circuit heads (strength = summed |exact effect| of their circuit edges, {unit}):")

@@ -29,6 +29,7 @@ from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, EXACT_AUDIT, EXACT_VERIFI
 from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
 from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 if TYPE_CHECKING:
     import pandas
@@ -96,9 +97,9 @@ class Scope:
         n_positions: padded prompt length, in tokens.
         answer_positions: the scored position of each prompt.
         padding_side: ``"right"`` or ``"left"``.
-        prompts_fingerprint: the fingerprint of the clean prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known (a
-            result saved before fingerprints). Joins of results compare it.
+
+    What joins compare (model identity, prompt fingerprints) is the result's
+    :class:`~interv.provenance.Provenance`.
     """
 
     model_name: str
@@ -107,7 +108,6 @@ class Scope:
     n_positions: int
     answer_positions: tuple[int, ...]
     padding_side: str
-    prompts_fingerprint: str = ""
 
     @classmethod
     def of(cls, model: Any, task: TokenizedPairs) -> Scope:
@@ -119,7 +119,6 @@ class Scope:
             n_positions=task.n_positions,
             answer_positions=tuple(int(p) for p in task.answer_positions),
             padding_side=task.padding_side,
-            prompts_fingerprint=task.prompts_fingerprint,
         )
 
 
@@ -227,6 +226,9 @@ class InterventionResult:
             e.g. the second head of a pair ablation or the receivers of a path patch.
         metric: the metric's name, unit and definition.
         scope: model, task, prompts and positions.
+        provenance: model (name, weights, dtype), prompts and pairs, metric
+            (:class:`~interv.provenance.Provenance`); every join of this result with
+            another goes through :func:`~interv.provenance.join`.
         status: per intervention, how its values were obtained (:data:`STATUSES`):
             ``"exact"`` (a run without a screen), ``"exact (verified)"`` or ``"exact
             (audit)"`` (intervened on by a screen's verification or audit), or
@@ -249,10 +251,16 @@ class InterventionResult:
     params: tuple[dict[str, Any], ...]
     metric: MetricInfo
     scope: Scope
+    provenance: Provenance
     status: tuple[str, ...] = ()
     screens: tuple[ScreenOutcome, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.provenance, Provenance):
+            raise IntervError(
+                f"an InterventionResult's provenance must be an interv Provenance; got "
+                f"{type(self.provenance).__name__}"
+            )
         n = int(self.values.shape[0])
         if not self.status:
             object.__setattr__(self, "status", (EXACT,) * n)
@@ -276,6 +284,7 @@ class InterventionResult:
         params: Sequence[dict[str, Any]],
         metric: MetricInfo | TargetMetric,
         scope: Scope,
+        provenance: Provenance,
         recovery_atol: float,
         status: Sequence[str] = (),
         screens: Sequence[ScreenOutcome] = (),
@@ -299,6 +308,7 @@ class InterventionResult:
             params=tuple(params),
             metric=MetricInfo(metric.name, metric.unit, metric.definition),
             scope=scope,
+            provenance=provenance,
             status=tuple(status),
             screens=tuple(screens),
         )

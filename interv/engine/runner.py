@@ -37,6 +37,7 @@ from interv.engine.stacking import (
 )
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = ["check_task", "run", "run_screened", "warm_cache"]
@@ -375,6 +376,7 @@ def _measured(
         **intervention_fields(checked, task),
         metric=target_metric,
         scope=Scope.of(model, task),
+        provenance=Provenance.of(model, task, metric=target_metric.name),
         recovery_atol=recovery_atol,
         status=status,
         screens=screens,

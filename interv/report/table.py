@@ -41,6 +41,7 @@ from interv.engine.results import EXACT, InterventionResult
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.flags import ESTIMATED_FLAG, FlagRules
+from interv.provenance import Provenance, join
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
 from interv.report.flags import assign_flags, is_ablation
 from interv.report.page import page_fragment
@@ -66,7 +67,6 @@ from interv.report.sections import (
 )
 from interv.report.views import reports_recovery
 from interv.stats import MIN_ITEMS, TOO_FEW, bootstrap_indices, bootstrap_mean_ci
-from interv.tasks.tokenized import check_same_prompts
 
 if TYPE_CHECKING:
     import pandas
@@ -191,6 +191,10 @@ class Report:
     rows (direct/indirect decomposition, path patches, pairwise interactions, see
     :mod:`interv.report.sections`). Renders itself.
 
+    ``provenance`` is the join (:func:`interv.provenance.join`) of the effects' and the
+    concentration's: the model, its weights and dtype, the prompts, the pairs and the metric
+    every number is about.
+
     ``_repr_html_`` / ``_repr_markdown_`` give rich display in notebooks; see
     :mod:`interv.report.render` for Markdown, HTML, JSON and CSV.
     """
@@ -200,6 +204,7 @@ class Report:
     flag_rules: FlagRules
     rules_text: dict[str, str]
     agreement: tuple[Agreement, ...]
+    provenance: Provenance
     agreement_caveat: str = AGREEMENT_CAVEAT
     notes: tuple[str, ...] = field(default=())
     decomposition: tuple[DecompositionRow, ...] = field(default=())
@@ -521,7 +526,8 @@ def _combine(
             f"{type(results[wrong[0]]).__name__}"
         )
     first = results[0]
-    for other in results[1:]:
+    for i, other in enumerate(results[1:], start=1):
+        join(first, other, what=("result 0", f"result {i}"))
         if (other.scope, other.metric) != (first.scope, first.metric):
             raise IntervError(
                 "every InterventionResult of one report must share scope and metric; got "
@@ -595,13 +601,7 @@ def build_report(
     rules = FlagRules() if flag_rules is None else flag_rules
     scope = results[0].scope
     metric = results[0].metric
-    if concentration.n_prompts != scope.n_prompts or concentration.model_name != scope.model_name:
-        raise IntervError(
-            "concentration must come from the same model and prompts as the effects; got "
-            f"{concentration.n_prompts} prompts of {concentration.model_name!r} for effects on "
-            f"{scope.n_prompts} prompts of {scope.model_name!r}"
-        )
-    check_same_prompts(scope.prompts_fingerprint, concentration.prompts_fingerprint)
+    provenance = join(results[0], concentration, what=("the effects", "the concentration"))
     sites = [site for result in results for site in result.sites]
     if interventions is not None:
         if len(interventions) != len(sites):
@@ -791,6 +791,7 @@ def build_report(
         flag_rules=rules,
         rules_text=rules_text,
         agreement=tuple(agreements),
+        provenance=provenance,
         decomposition=decomposition,
         paths=paths,
         interactions=interactions,
@@ -832,5 +833,6 @@ def _merged(results: Sequence[InterventionResult]) -> InterventionResult:
         params=[p for result in results for p in result.params],
         metric=first.metric,
         scope=first.scope,
+        provenance=first.provenance,
         recovery_atol=first.recovery_atol,
     )

@@ -122,7 +122,16 @@ _MANIFEST_KEYS = (
     "n_units",
     "n_interventions",
 )
-_BASELINE_KEYS = ("config_hash", "clean", "corrupted", "dtype", "recovery_atol", "metric", "scope")
+_BASELINE_KEYS = (
+    "config_hash",
+    "clean",
+    "corrupted",
+    "dtype",
+    "recovery_atol",
+    "metric",
+    "scope",
+    "provenance",
+)
 
 
 def _as_dir(directory: Any) -> Path:
@@ -179,7 +188,7 @@ def _check_baselines(path: Path, baselines: Mapping[str, Any]) -> None:
         raise _damaged(path, f"dtype {baselines['dtype']!r} is not one of {_DTYPES}")
     if not _is_number(baselines["recovery_atol"]) or not baselines["recovery_atol"] >= 0:
         raise _damaged(path, f"recovery_atol {baselines['recovery_atol']!r} is not a number >= 0")
-    for key in ("metric", "scope"):
+    for key in ("metric", "scope", "provenance"):
         if not isinstance(baselines[key], dict):
             raise _damaged(path, f"{key!r} is not a JSON object")
 
