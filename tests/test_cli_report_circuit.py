@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import interv.circuits.store as circuit_store
 import interv.cli.report_circuit as report_circuit
-import interv.sweeps.circuit as circuit_store
 from interv.circuits import CircuitResult, FaithfulnessCurve
 from interv.circuits.discovery import FORMAT as CIRCUIT_FORMAT
 from interv.circuits.mission import MissionLink, mission_link

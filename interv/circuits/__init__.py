@@ -13,6 +13,7 @@
   logits.
 - :func:`mission_link` (:mod:`interv.circuits.mission`): a circuit's heads beside their
   concentration, and how the two rank.
+- :mod:`interv.circuits.store`: a discovery that resumes after a kill (``discover_in``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ the faithfulness curve at MIB's edge fractions, computes the concentration of ev
   drawing, the curve, the mission link);
 - the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
   effect is stored as soon as it is computed, so the same command rerun after a kill
-  resumes where it stopped and recomputes no exact work (:mod:`interv.sweeps.circuit`).
+  resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`).
 
 Every option is checked before the model loads. Progress goes to stderr (when it is a
 terminal, unless ``--quiet``); stdout gets a short summary with units and statuses.
@@ -104,7 +104,7 @@ def _identity(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, An
 def _run(args: argparse.Namespace) -> int:
     checked = _checked(args)  # before anything heavy is imported or loaded
     from interv._progress import stages  # torch: on use (CLI start-up)
-    from interv.sweeps.circuit import CircuitStore  # torch: on use (CLI start-up)
+    from interv.circuits.store import CircuitStore  # torch: on use (CLI start-up)
 
     show = False if args.quiet else None
     # the directory is claimed (or refused) before the model loads
@@ -123,17 +123,17 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     from interv.analysis.concentration import concentration  # torch: on use (CLI start-up)
     from interv.audit import Screen  # torch: on use (CLI start-up)
     from interv.circuits import (  # torch: on use (CLI start-up)
-        EdgeScores,
         Graph,
         discover,
         edge_scores,
         faithfulness,
     )
     from interv.circuits.mission import mission_link  # torch: on use (CLI start-up)
+    from interv.circuits.store import discover_resumable  # torch: on use (CLI start-up)
     from interv.models.loading import load_model  # torch: on use (CLI start-up)
+    from interv.provenance import Provenance
     from interv.report.circuit import circuit_markdown  # torch: on use (CLI start-up)
     from interv.report.circuit_page import circuit_page  # torch: on use (CLI start-up)
-    from interv.sweeps.circuit import discover_resumable  # torch: on use (CLI start-up)
 
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
     resumed = len(store.known())
@@ -165,7 +165,11 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         )
 
     result, ran = discover_resumable(
-        store, scores=scores, discover=run_discovery, from_dict=EdgeScores.from_dict, finish=False
+        store,
+        scores=scores,
+        discover=run_discovery,
+        expected=Provenance.of(model, task, metric=args.metric),
+        finish=False,
     )
     progress.start("faithfulness")
     curve = faithfulness(

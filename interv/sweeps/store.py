@@ -19,11 +19,12 @@ A sweep directory holds three files:
   ``"failed"`` / ``"interrupted"`` with the ``error`` that stopped the run (a rerun
   resumes any of these; a SIGKILL leaves ``"running"``).
 
-``baselines.json`` and ``manifest.json`` are written atomically and durably with
-:func:`interv._outputs.write_file` (an exclusive temporary, ``fsync``, rename); the unit
-log is opened with ``O_APPEND | O_NOFOLLOW``. No file of a sweep directory is read or
-written through a link (one there is refused), and every file read is checked against what
-interv writes (a damaged field is named, with what to do). A manifest that says complete
+The lifecycle (claim, lock, resume or refuse, torn tail, marker, fail, finish) is the one of
+every resumable directory (:mod:`interv._journal`): ``baselines.json`` and ``manifest.json``
+are written atomically and durably with the safe write, the unit log is appended with
+:func:`interv._outputs.append_line`. No file of a sweep directory is read or written through
+a link (one there is refused), and every file read is checked against what interv writes (a
+damaged field is named, with what to do). A manifest that says complete
 while a unit line or the baselines are gone is completed by rerunning the sweep's command
 (:func:`rerun_advice` names it). A directory belongs to one config and one shard: opening it with
 another is refused with the differing keys, unless no unit was computed in it yet
@@ -37,19 +38,14 @@ report beside them.
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import fcntl
 import json
-import os
-import stat
-from collections.abc import Callable, Iterator, Mapping
-from importlib import metadata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from interv._checks import as_path, read_json
-from interv._outputs import MARKER, OutputDir, claim_dir, failure, is_scratch, write_file
+from interv._journal import MANIFEST, STATUSES, Journal, Layout, Store, now, resumed, started
+from interv._outputs import complete_lines, regular_file
 from interv.errors import IntervError
 from interv.sweeps.config import SweepConfig, config_diff
 from interv.sweeps.plan import Shard, unit_id
@@ -58,58 +54,17 @@ __all__ = [
     "FORMAT",
     "SweepStore",
     "expected_units",
-    "now",
     "read_baselines",
     "read_manifest",
     "read_units",
     "rerun_advice",
-    "versions",
-    "write_json_atomic",
 ]
 
 FORMAT = "interv-sweep/1"
 """Format tag of the sweep directories this module writes."""
 
-MANIFEST = "manifest.json"
 BASELINES = "baselines.json"
 UNITS = "units.jsonl"
-_LOCK = ".lock"
-_FILES = (MANIFEST, BASELINES, UNITS, _LOCK)
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def now() -> str:
-    """The current UTC time, ISO 8601 with seconds (``2026-01-31T12:00:00+00:00``)."""
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def versions() -> dict[str, str]:
-    """Installed versions of interv, torch and transformer-lens."""
-    return {name: metadata.version(name) for name in ("interv", "torch", "transformer-lens")}
-
-
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically and durably with
-    :func:`interv._outputs.write_file` (an exclusive temporary, fsync, rename over the old
-    entry, never through a link)."""
-    text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
-    write_file(path, text.encode("utf-8"), replace=True, durable=True)
-
-
-def _no_link(path: Path, what: str) -> bool:
-    """Whether ``path`` exists as a regular file; a link or another kind of entry there is
-    refused (a sweep directory's files are interv's, and interv never creates links)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    if stat.S_ISREG(info.st_mode):
-        return True
-    kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-    raise IntervError(
-        f"{what} {str(path)!r} is {kind}; interv reads and writes a sweep directory's files "
-        "only as the regular files it wrote (it never follows a link there)"
-    )
 
 
 _MANIFEST_KEYS = (
@@ -138,7 +93,7 @@ def _as_dir(directory: Any) -> Path:
     return as_path(directory, "sweep directory")
 
 
-_STATUSES = ("running", "complete", "failed", "interrupted")
+_STATUSES = STATUSES
 
 
 def _damaged(path: Path, what: str) -> IntervError:
@@ -267,7 +222,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             or another format.
     """
     path = _as_dir(directory) / MANIFEST
-    if not _no_link(path, "sweep manifest"):
+    if not regular_file(path, "sweep manifest"):
         raise IntervError(f"{str(directory)!r} is not a sweep directory: it has no {MANIFEST}")
     manifest = read_json(path, "sweep manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -290,7 +245,7 @@ def read_baselines(directory: str | Path) -> dict[str, Any] | None:
         IntervError: a baselines file that is not JSON or lacks keys.
     """
     path = _as_dir(directory) / BASELINES
-    if not _no_link(path, "sweep baselines"):
+    if not regular_file(path, "sweep baselines"):
         return None
     baselines = read_json(path, "sweep baselines")
     missing = [
@@ -313,10 +268,10 @@ def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, A
             or two different records with the same id.
     """
     path = _as_dir(directory) / UNITS
-    if not _no_link(path, "sweep units"):
+    if not regular_file(path, "sweep units"):
         return {}
     records: dict[str, dict[str, Any]] = {}
-    for line_number, line in _complete_lines(path.read_bytes()):
+    for line_number, line in complete_lines(path.read_bytes()):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
@@ -370,86 +325,13 @@ def rerun_advice(directory: str | Path, manifest: Mapping[str, Any]) -> str:
     return advice + ": it computes only what is missing"
 
 
-def _complete_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """Numbered newline-terminated lines of ``data`` (a torn last line is dropped)."""
-    complete = data[: data.rfind(b"\n") + 1]
-    for number, line in enumerate(complete.splitlines(), start=1):
-        if line.strip():
-            yield number, line
+LAYOUT = Layout("sweep directory", "interv sweep", read_manifest, once=(BASELINES,), log=UNITS)
+"""The files of a sweep directory (:mod:`interv._journal`)."""
 
 
-def open_locked(
-    directory: str | Path,
-    *,
-    what: str,
-    by: str,
-    files: tuple[str, ...],
-    log: str,
-    reopen: Callable[[Path], dict[str, Any]],
-    links: tuple[str, ...] = (),
-) -> tuple[Path, dict[str, Any], int, OutputDir]:
-    """Claim ``directory`` for ``by``, take its lock and reopen (or create) its manifest.
-
-    The one way a resumable store (a sweep, a circuit discovery) opens its directory: an
-    existing file, a path below a file or an unwritable place is refused by the claim; a
-    link at any of ``files`` or ``links`` is refused; the lock (``.lock``, never followed)
-    is taken without waiting, so a directory another process is writing is refused;
-    ``reopen(path)`` returns the manifest (and refuses another job's directory); a torn
-    last line of ``log`` is dropped. Everything is undone when any step fails. Returns the
-    directory, the manifest, the lock's descriptor and the claim.
-    """
-    kind = what.split()[0]
-    output = claim_dir(directory, what=what, by=by, contents=False)
-    path = output.path
-    try:
-        for name in (*files, *links):
-            _no_link(path / name, f"{kind} file")
-        new_lock = not (path / _LOCK).exists()
-        lock_fd = os.open(path / _LOCK, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-    except (IntervError, OSError) as error:
-        output.abandon()
-        if isinstance(error, OSError):
-            raise failure(error, path / _LOCK) from None
-        raise
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as error:
-        os.close(lock_fd)
-        output.abandon()
-        raise IntervError(
-            f"{what} {str(path)!r} is being written by another process; wait for it or "
-            "choose another --out"
-        ) from error
-    try:
-        manifest = reopen(path)
-        _truncate_torn_tail(path / log)
-        output.record(files)
-    except BaseException:
-        os.close(lock_fd)
-        if new_lock:
-            (path / _LOCK).unlink(missing_ok=True)
-        output.abandon()
-        raise
-    return path, manifest, lock_fd, output
-
-
-class SweepStore:
-    """Writer of one sweep directory; create it with :meth:`open`.
-
-    Holds the directory's lock until :meth:`close`; use it as a context manager.
-    """
-
-    def __init__(
-        self,
-        directory: Path,
-        manifest: dict[str, Any],
-        lock_fd: int,
-        output: OutputDir | None = None,
-    ) -> None:
-        self.directory = directory
-        self.manifest = manifest
-        self._lock_fd = lock_fd
-        self._output = output
+class SweepStore(Store):
+    """Writer of one sweep directory; create it with :meth:`open`, use it as a context
+    manager (it holds the directory's lock until it closes)."""
 
     @classmethod
     def open(
@@ -464,104 +346,30 @@ class SweepStore:
         task, a non-empty directory that is not a sweep, and a directory another process
         is writing.
         """
-        path, manifest, lock_fd, output = open_locked(
-            directory,
-            what="sweep directory",
-            by="interv sweep",
-            files=_FILES,
-            log=UNITS,
-            reopen=lambda path: cls._reopen_or_create(path, config, shard, task_fingerprint),
-        )
-        return cls(path, manifest, lock_fd, output)
-
-    @staticmethod
-    def _reopen_or_create(
-        directory: Path, config: SweepConfig, shard: Shard | None, task_fingerprint: str
-    ) -> dict[str, Any]:
         shard_text = None if shard is None or shard.count == 1 else str(shard)
-        if (directory / MANIFEST).is_file():
-            manifest = read_manifest(directory)
-            identity = (config.config_hash, shard_text, task_fingerprint)
-            stored = (manifest["config_hash"], manifest["shard"], manifest["task_fingerprint"])
-            if stored == identity:
-                if manifest["status"] != "complete":
-                    manifest["resumed"].append(now())
-                return manifest
-            if _holds_results(directory):
-                _refuse_other_sweep(directory, manifest, config, shard_text, task_fingerprint)
-            # nothing was computed under the stored config (e.g. its model failed to
-            # load): the directory starts afresh with the given one
-        else:
-            leftovers = [
-                p.name
-                for p in directory.iterdir()
-                if p.name not in (_LOCK, MARKER) and not is_scratch(p.name)
-            ]
-            if leftovers:
-                raise IntervError(
-                    f"--out {str(directory)!r} is neither empty nor a sweep directory (it "
-                    f"holds {sorted(leftovers)[:5]}); choose an empty or new directory"
-                )
-        manifest = {
-            "format": FORMAT,
-            "config": config.normalized,
-            "config_hash": config.config_hash,
-            "seed": config.sweep["seed"],
-            "shard": shard_text,
-            "task_fingerprint": task_fingerprint,
-            "versions": versions(),
-            "started": now(),
-            "resumed": [],
-            "finished": None,
-            "status": "running",
-            "n_units": None,
-            "n_interventions": None,
-            "merged_from": None,
-        }
-        write_json_atomic(directory / MANIFEST, manifest)
-        return manifest
+        identity = (config.config_hash, shard_text, task_fingerprint)
 
-    def __enter__(self) -> SweepStore:
-        return self
+        def decide(path: Path, stored: dict[str, Any] | None, holds: bool) -> dict[str, Any]:
+            if stored is not None:
+                if (stored["config_hash"], stored["shard"], stored["task_fingerprint"]) == identity:
+                    return resumed(stored)
+                if holds:
+                    _refuse_other_sweep(path, stored, config, shard_text, task_fingerprint)
+                # nothing was computed under the stored config (e.g. its model failed to
+                # load): the directory starts afresh with the given one
+            return started(
+                FORMAT,
+                config=config.normalized,
+                config_hash=config.config_hash,
+                seed=config.sweep["seed"],
+                shard=shard_text,
+                task_fingerprint=task_fingerprint,
+                n_units=None,
+                n_interventions=None,
+                merged_from=None,
+            )
 
-    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
-        try:
-            if exc_type is not None and self.manifest.get("status") != "complete":
-                self.fail(exc)
-        finally:
-            self.close()
-
-    def fail(self, error: BaseException | None) -> None:
-        """Record that the run stopped on ``error``: status ``"interrupted"`` (Ctrl-C) or
-        ``"failed"`` with the error, kept until a rerun resumes. A directory this run
-        created that holds no result yet is removed instead (no partial output)."""
-        if self._output is not None and not _holds_results(self.directory):
-            self._output.abandon()
-            if not (self.directory / MANIFEST).is_file():
-                return  # the directory is as it was before this run
-        interrupted = isinstance(error, KeyboardInterrupt)
-        self.manifest.update(
-            status="interrupted" if interrupted else "failed",
-            error=None if error is None else f"{type(error).__name__}: {error}",
-            stopped=now(),
-        )
-        # on a full disk this write fails too: the error that stopped the run is the one
-        # to show, and the stored status ("running") is resumed by a rerun all the same
-        with contextlib.suppress(IntervError):
-            write_json_atomic(self.directory / MANIFEST, self.manifest)
-
-    def close(self) -> None:
-        """List the directory's files in its marker with the hashes of their present
-        content (so ``interv report DIR`` may write beside them), then release the lock."""
-        if self._lock_fd < 0:
-            return
-        try:
-            if self._output is not None and (self.directory / MANIFEST).is_file():
-                with contextlib.suppress(IntervError, OSError):  # e.g. a full disk
-                    self._output.record(_FILES)
-        finally:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        return cls(Journal.open(directory, LAYOUT, decide))
 
     def record_plan(self, n_units: int, n_interventions: int) -> None:
         """Store the size of the planned sweep in the manifest."""
@@ -573,7 +381,7 @@ class SweepStore:
                     "under the same config; choose another --out"
                 )
             self.manifest[key] = value
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
+        self.journal.write_manifest()
 
     def completed(self) -> dict[str, dict[str, Any]]:
         """Records of the units already stored, by id."""
@@ -585,25 +393,11 @@ class SweepStore:
 
     def write_baselines(self, baselines: Mapping[str, Any]) -> None:
         """Store the baselines (once: later calls are ignored)."""
-        if not (self.directory / BASELINES).is_file():
-            write_json_atomic(self.directory / BASELINES, baselines)
+        self.journal.write_once(BASELINES, baselines)
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Append one unit record as one complete line, flushed and fsync-ed."""
-        data = (json.dumps(record, sort_keys=True) + "\n").encode()
-        path = self.directory / UNITS
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
-            try:
-                _only_name(fd, path)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as error:  # a torn line is cut off when the directory is reopened
-            raise failure(error, path) from None
+        self.journal.append(record)
 
     def is_whole(self) -> bool:
         """Whether every unit of the plan (this shard's share) and the baselines are stored."""
@@ -618,23 +412,13 @@ class SweepStore:
         baselines (a file cut or edited) as running again, so the rerun completes it."""
         self.manifest["resumed"].append(now())
         self.manifest.update(status="running", finished=None)
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
+        self.journal.write_manifest()
 
     def note_no_work(self) -> None:
         """Record that a rerun found the sweep complete and computed nothing."""
         if self.manifest.get("computed_in_last_run") != 0:
             self.manifest["computed_in_last_run"] = 0
-            write_json_atomic(self.directory / MANIFEST, self.manifest)
-
-    def finish(self, **extra: Any) -> None:
-        """Mark the sweep complete, with its end time (and ``extra`` manifest entries)."""
-        self.manifest.update(extra, status="complete", finished=now())
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
-
-
-def _holds_results(directory: Path) -> bool:
-    units = directory / UNITS
-    return (directory / BASELINES).is_file() or (units.is_file() and units.stat().st_size > 0)
+            self.journal.write_manifest()
 
 
 def _refuse_other_sweep(
@@ -664,31 +448,3 @@ def _refuse_other_sweep(
         f"(None = all units), not {shard_text}; rerun with --shard "
         f"{manifest['shard']} to resume, or choose another --out"
     )
-
-
-def _only_name(fd: int, path: Path) -> None:
-    """The unit log is changed in place, so it must have no other name: a hard link
-    planted there (to a file elsewhere) would be written through as a symbolic link would."""
-    if os.fstat(fd).st_nlink > 1:
-        raise IntervError(
-            f"sweep units {str(path)!r} has other hard links; interv changes it in place and "
-            "writes only a file that is nowhere else (copy the directory without hard links)"
-        )
-
-
-def _truncate_torn_tail(path: Path) -> None:
-    """Cut a torn last line (no trailing newline) off ``path``, so appends start clean."""
-    try:
-        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
-    except FileNotFoundError:
-        return
-    except OSError as error:
-        raise failure(error, path) from None
-    with os.fdopen(fd, "rb+") as handle:
-        _only_name(handle.fileno(), path)
-        data = handle.read()
-        keep = data.rfind(b"\n") + 1
-        if keep != len(data):
-            handle.truncate(keep)
-            handle.flush()
-            os.fsync(handle.fileno())
