@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 from interv.analysis.concentration import METRICS
 from interv.engine.sites import COMPONENTS
 from interv.flags import FLAGS
+from interv.report.flags import reports_recovery
 from interv.report.kit import number
-from interv.report.views import SHORT, effect_text, head_groups, reports_recovery
+from interv.report.views import SHORT, effect_text, head_groups
 
 if TYPE_CHECKING:
     from interv.report.table import Report, ReportRow

@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
+from interv._display import number
 from interv.engine.interventions import head_ablation
 from interv.engine.results import intervention_params
 from interv.engine.sites import head_label
 from interv.flags import FlagRules
-from interv.report.kit import number
 from interv.stats import bootstrap_mean_ci
 
 __all__ = [

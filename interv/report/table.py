@@ -17,6 +17,11 @@ model. Each row keeps the two questions apart, side by side:
   contribution (norm and sink share), each a mean over prompts (each prompt weighs
   the same) with its standard deviation over prompts, in the units of
   :data:`interv.analysis.concentration.METRICS`.
+
+This module defines the report's data: it imports no renderer. A :class:`Report` shows
+itself (``_repr_html_``, ``_repr_markdown_``, :meth:`Report.save`) by handing itself to
+the renderers (:mod:`interv.report.page`, :mod:`interv.report.render`), imported when
+called: the renderers are typed with the data, never the other way round.
 """
 
 from __future__ import annotations
@@ -43,9 +48,7 @@ from interv.errors import IntervError
 from interv.flags import ESTIMATED_FLAG, FlagRules
 from interv.provenance import Provenance, join
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
-from interv.report.flags import assign_flags, is_ablation
-from interv.report.page import page_fragment
-from interv.report.render import save_report, to_markdown
+from interv.report.flags import assign_flags, is_ablation, reports_recovery
 from interv.report.screens import ScreenSummary, estimate_note, summarize
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
@@ -65,7 +68,6 @@ from interv.report.sections import (
     ranked_heads,
     section_tables,
 )
-from interv.report.views import reports_recovery
 from interv.stats import MIN_ITEMS, TOO_FEW, bootstrap_indices, bootstrap_mean_ci
 
 if TYPE_CHECKING:
@@ -418,12 +420,18 @@ class Report:
     ) -> dict[str, Path]:
         """Write the report's files into ``directory``: :func:`interv.report.render.save_report`
         (each file new or interv's own unchanged one; ``overwrite=True`` replaces them)."""
+        from interv.report.render import save_report  # the renderer, on use
+
         return save_report(self, directory, figures=figures, overwrite=overwrite)
 
     def _repr_markdown_(self) -> str:
+        from interv.report.render import to_markdown  # the renderer, on use
+
         return to_markdown(self)
 
     def _repr_html_(self) -> str:
+        from interv.report.page import page_fragment  # the renderer, on use
+
         return page_fragment(self)
 
     def to_pandas(self) -> pandas.DataFrame:

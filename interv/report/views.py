@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
-from interv.engine.registry import kind_of
 from interv.report.flags import is_ablation
 from interv.report.kit import number
 
@@ -31,7 +30,6 @@ __all__ = [
     "header_lines",
     "headline_agreement",
     "instructive_heads",
-    "reports_recovery",
     "row_cells",
     "row_columns",
     "swept_layers",
@@ -229,10 +227,3 @@ def headline_agreement(report: Report, metric: str = "normalized_entropy") -> li
     first (the question most readers ask), then the others in report order."""
     entries = [a for a in report.agreement if a.metric == metric and a.layer is None]
     return sorted(entries, key=lambda a: not is_ablation(a.kind))
-
-
-def reports_recovery(kind: str) -> bool:
-    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
-    between the two runs of a task, as the kind's class declares)."""
-    registered = kind_of(kind)
-    return registered is not None and registered.cls.reports_recovery
