@@ -119,7 +119,7 @@ DAMAGE = [
     (
         "circuit.json",
         lambda d: d["status"].__setitem__(0, "guessed"),
-        r"circuit\.json' is damaged: .*edge 'embed->L0H0\.q' \('guessed'",
+        r"circuit\.json' is damaged: circuit\.status\[0\] must be one of .*; got 'guessed'",
     ),
     ("faithfulness.json", lambda d: d.pop("mean"), r"faithfulness\.json' is damaged: .*'mean'"),
     (

@@ -136,7 +136,9 @@ def test_a_damaged_log_line_is_named(tmp_path):
         _run(out, Discovery(stop_after=1))
     with open(out / EXACT, "ab") as log:
         log.write(b'{"indices": [1], "values": ["x"]}\n')
-    with pytest.raises(IntervError, match=r"line 2 is not a record of exact edge effects"):
+    with pytest.raises(
+        IntervError, match=r"line 2 is damaged: exact effects.values\[0\] must be a number"
+    ):
         _run(out, Discovery())
 
 

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import require_pandas
+from interv._schema import parse
+from interv.circuits._stored import StoredCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
@@ -187,35 +189,29 @@ class FaithfulnessCurve:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaithfulnessCurve:
-        """The curve :meth:`to_dict` wrote."""
-        if data.get("format") != FORMAT:
-            raise IntervError(
-                f"not a faithfulness curve: format {data.get('format')!r}, expected {FORMAT!r}"
-            )
-
-        def floats(values: Sequence[float | None]) -> list[float]:
-            return [math.nan if v is None else float(v) for v in values]
-
+        """The curve :meth:`to_dict` wrote, read through its schema
+        (:class:`~interv.circuits._stored.StoredCurve`: a damaged field is named)."""
+        stored = parse(StoredCurve, data, "faithfulness curve")
         return cls(
-            fractions=tuple(float(f) for f in data["fractions"]),
-            n_edges_kept=[int(k) for k in data["n_edges_kept"]],
-            per_prompt=torch.tensor([floats(r) for r in data["per_prompt"]], dtype=torch.float64),
-            mean=floats(data["mean"]),
-            low=floats(data["low"]),
-            high=floats(data["high"]),
-            signed_mean=floats(data["signed_mean"]),
-            m_full=float(data["m_full"]),
-            m_empty=float(data["m_empty"]),
-            cpr=float(data["cpr"]),
-            cmd=float(data["cmd"]),
-            cpr_interval=tuple(floats(data["cpr_interval"])),  # type: ignore[arg-type]
-            cmd_interval=tuple(floats(data["cmd_interval"])),  # type: ignore[arg-type]
-            complement=str(data["complement"]),
-            sentence=str(data["sentence"]),
-            fingerprint=str(data["fingerprint"]),
-            provenance=Provenance(**data["provenance"]),
-            ranking=None if data["ranking"] is None else Provenance(**data["ranking"]),
-            greedy=bool(data.get("greedy", False)),
+            fractions=tuple(stored.fractions),
+            n_edges_kept=list(stored.n_edges_kept),
+            per_prompt=torch.tensor(stored.per_prompt, dtype=torch.float64),
+            mean=stored.mean,
+            low=stored.low,
+            high=stored.high,
+            signed_mean=stored.signed_mean,
+            m_full=stored.m_full,
+            m_empty=stored.m_empty,
+            cpr=stored.cpr,
+            cmd=stored.cmd,
+            cpr_interval=stored.cpr_interval,
+            cmd_interval=stored.cmd_interval,
+            complement=stored.complement,
+            sentence=stored.sentence,
+            fingerprint=stored.fingerprint,
+            provenance=stored.provenance,
+            ranking=stored.ranking,
+            greedy=stored.greedy,
         )
 
     def to_pandas(self) -> Any:

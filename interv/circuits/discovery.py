@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import require_pandas
+from interv._schema import parse
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
+from interv.circuits._stored import StoredCircuit
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
@@ -180,38 +182,18 @@ class CircuitResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CircuitResult:
-        """The result :meth:`to_dict` wrote."""
-        if data.get("format") != FORMAT:
-            raise IntervError(
-                f"not a circuit result: format {data.get('format')!r}, expected {FORMAT!r}"
-            )
+        """The result :meth:`to_dict` wrote, read through its schema
+        (:class:`~interv.circuits._stored.StoredCircuit`: a damaged field is named)."""
+        stored = parse(StoredCircuit, data, "circuit")
         scores = EdgeScores.from_dict(data["edge_scores"])
-        labels = [e.label for e in scores.graph.edges]
-        if list(data["edges"]) != labels:
-            raise IntervError("the stored edges do not match the stored graph's canonical order")
-        audit = Audit.from_dict(data["audit"])
-        if list(data["status"]) != list(audit.status):
-            first = (
-                next(
-                    i
-                    for i, (a, b) in enumerate(zip(data["status"], audit.status, strict=False))
-                    if a != b
-                )
-                if len(data["status"]) == len(audit.status)
-                else 0
-            )
-            raise IntervError(
-                f"the circuit's 'status' disagrees with its audit at edge {labels[first]!r} "
-                f"({data['status'][first]!r}, the audit says {audit.status[first]!r})"
-            )
         return cls(
             graph=scores.graph,
             scores=scores,
-            audit=audit,
-            fingerprint=str(data["fingerprint"]),
-            model_name=str(data["model"]),
-            task_name=str(data["task"]),
-            sentence=str(data["sentence"]),
+            audit=Audit.from_dict(data["audit"]),
+            fingerprint=stored.fingerprint,
+            model_name=stored.model,
+            task_name=stored.task,
+            sentence=stored.sentence,
         )
 
     def __repr__(self) -> str:

@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from interv._checks import as_int, from_json, json_ready
+from interv._checks import as_int
+from interv._schema import json_ready, parse
 from interv.analysis.concentration import HeadConcentration
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
@@ -166,7 +167,7 @@ class MissionLink:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MissionLink:
         """The link :meth:`to_dict` wrote (each field checked, a damaged one named)."""
-        return from_json(cls, data, "mission link")
+        return parse(cls, data, "mission link")
 
 
 def mission_link(

@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import require_pandas
+from interv._schema import parse
+from interv.circuits._stored import StoredScores
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
     capture_run,
@@ -207,29 +209,25 @@ class EdgeScores:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EdgeScores:
-        """The scores :meth:`to_dict` wrote."""
-        graph = graph_from_dict(data["graph"])
-        scores = torch.tensor(data["scores"], dtype=torch.float64)
-        if scores.numel() != graph.n_edges:
-            raise IntervError(
-                f"scores hold {scores.numel()} values for a graph of {graph.n_edges} edges"
-            )
-        per_prompt = data.get("per_prompt")
+        """The scores :meth:`to_dict` wrote, read through their schema
+        (:class:`~interv.circuits._stored.StoredScores`: a damaged field is named)."""
+        stored = parse(StoredScores, data, "edge scores")
+        per_prompt = stored.per_prompt
         return cls(
-            graph=graph,
-            scores=scores,
+            graph=stored.graph,
+            scores=torch.tensor(stored.scores, dtype=torch.float64),
             per_prompt=None
             if per_prompt is None
-            else torch.tensor(per_prompt, dtype=torch.float64),
-            method=str(data["method"]),
-            steps=int(data["steps"]),
-            metric=str(data["metric"]),
-            fingerprint=str(data["fingerprint"]),
-            sentence=str(data["sentence"]),
-            direction=str(data.get("direction", "noise")),
-            qk_fix=bool(data.get("qk_fix", False)),
-            provenance=Provenance(**data["provenance"]),
-            unit=str(data["unit"]),
+            else torch.tensor(per_prompt, dtype=torch.float64).reshape(stored.graph.n_edges, -1),
+            method=stored.method,
+            steps=stored.steps,
+            metric=stored.metric,
+            fingerprint=stored.fingerprint,
+            sentence=stored.sentence,
+            provenance=stored.provenance,
+            unit=stored.unit,
+            direction=stored.direction,
+            qk_fix=stored.qk_fix,
         )
 
     def __repr__(self) -> str:
@@ -248,17 +246,6 @@ def graph_dict(graph: Graph) -> dict[str, Any]:
         "has_mlp": graph.has_mlp,
         "model_name": graph.model_name,
     }
-
-
-def graph_from_dict(data: Mapping[str, Any]) -> Graph:
-    """The graph of :func:`graph_dict`."""
-    return Graph(
-        n_layers=int(data["n_layers"]),
-        n_heads=int(data["n_heads"]),
-        n_kv_heads=int(data["n_kv_heads"]),
-        has_mlp=bool(data["has_mlp"]),
-        model_name=str(data["model_name"]),
-    )
 
 
 def _reader_gradients(

@@ -25,8 +25,8 @@ that differ.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,10 @@ import torch
 
 from interv._checks import read_json
 from interv._journal import MANIFEST, Journal, Layout, Store, resumed, started
-from interv._outputs import complete_lines, regular_file
+from interv._outputs import regular_file
+from interv._schema import read, read_lines
 from interv.audit import Screen
+from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.discovery import discover
 from interv.circuits.screens import EdgeScores, edge_scores, fingerprint
 from interv.errors import IntervError
@@ -67,17 +69,16 @@ OUTPUTS = (
 
 
 def read_circuit_manifest(directory: Path) -> dict[str, Any]:
-    """The manifest of a circuit directory, or an IntervError naming what is wrong."""
+    """The manifest of a circuit directory (:class:`~interv.circuits._stored.CircuitManifest`),
+    or an IntervError naming what is wrong."""
     path = directory / MANIFEST
-    manifest = read_json(path, "circuit manifest")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    data = read_json(path, "circuit manifest")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise IntervError(
             f"{str(path)!r} is not the manifest of a circuit directory (format {FORMAT!r}); "
             "choose another --out"
         )
-    if not isinstance(manifest.get("identity"), dict):
-        raise IntervError(f"{str(path)!r} is damaged: its 'identity' is not a JSON object")
-    return manifest
+    return dataclasses.asdict(read(path, CircuitManifest, "circuit manifest"))
 
 
 LAYOUT = Layout(
@@ -91,49 +92,26 @@ LAYOUT = Layout(
 """The files of a circuit directory (:mod:`interv._journal`)."""
 
 
-def _exact_records(lines: Iterable[tuple[int, bytes]], path: Path) -> dict[int, float]:
-    known: dict[int, float] = {}
-    for number, line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        indices = record.get("indices") if isinstance(record, dict) else None
-        values = record.get("values") if isinstance(record, dict) else None
-        if (
-            not isinstance(indices, list)
-            or not isinstance(values, list)
-            or len(indices) != len(values)
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices)
-            or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                for v in values
-            )
-        ):
-            raise IntervError(
-                f"{path}: line {number} is not a record of exact edge effects "
-                "({'indices': [...], 'values': [...]}); the directory is damaged: delete that "
-                "line and rerun the same command to recompute its edges"
-            )
-        for index, value in zip(indices, values, strict=True):
-            if known.setdefault(index, float(value)) != float(value):
-                raise IntervError(
-                    f"{path}: edge {index} is stored twice with different exact values "
-                    f"(line {number}); the directory is corrupt"
-                )
-    return known
-
-
 def read_exact(directory: str | Path) -> dict[int, float]:
     """The stored exact edge effects of a circuit directory, edge index -> value.
 
     A torn last line (a kill while appending) is ignored; a complete line that is not a
-    record, or two different values for one edge, is refused naming the line.
+    record (:class:`~interv.circuits._stored.ExactRecord`), or two different values for one
+    edge, is refused naming the line.
     """
     path = Path(directory) / EXACT
     if not regular_file(path, "circuit exact log"):
         return {}
-    return _exact_records(complete_lines(path.read_bytes()), path)
+    known: dict[int, float] = {}
+    for number, record in read_lines(path, ExactRecord, "exact effects"):
+        for index, value in zip(record.indices, record.values, strict=True):
+            if known.setdefault(index, value) != value:
+                raise IntervError(
+                    f"{str(path)!r}: edge {index} is stored twice with different exact values "
+                    f"(line {number}); the directory is corrupt: delete that line and rerun "
+                    "the same command to recompute its edges"
+                )
+    return known
 
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
@@ -189,7 +167,7 @@ class CircuitStore(Store):
 
     def known(self) -> dict[int, float]:
         """The exact edge effects stored so far (edge index -> value)."""
-        return _exact_records(self.journal.lines(), self.directory / EXACT)
+        return read_exact(self.directory)
 
     def append_exact(self, indices: Iterable[int], values: Any) -> None:
         """Append one batch of exact effects as one complete line, ``fsync``-ed."""

@@ -87,16 +87,12 @@ def _not_being_written(directory: Path) -> Iterator[None]:
 
 
 def _read(path: Path, what: str, reader: Any) -> Any:
-    """The typed value in the JSON file ``path`` (``reader(data)``), a damaged field named."""
+    """The typed value in the JSON file ``path`` (``reader(data)`` reads it through its
+    schema), a damaged field named with the file."""
     try:
         return reader(read_json(path, what))
     except IntervError as error:
         raise IntervError(f"{str(path)!r} is damaged: {error}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise IntervError(
-            f"{str(path)!r} is damaged: {type(error).__name__}: {error} (not what interv "
-            "circuit wrote)"
-        ) from None
 
 
 def _read_inputs(directory: Path) -> tuple[Any, Any, Any, list[str]]:

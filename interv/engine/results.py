@@ -19,13 +19,21 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import torch
 
 from interv._display import Display, number
 from interv._pandas import positions_text, require_pandas
-from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Audit
+from interv._schema import AtLeast, parse
+from interv.audit import (
+    ESTIMATE_SENTENCE,
+    ESTIMATED,
+    EXACT_AUDIT,
+    EXACT_VERIFIED,
+    Audit,
+    StoredAudit,
+)
 from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -198,9 +206,18 @@ class ScreenOutcome:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScreenOutcome:
-        """The outcome :meth:`to_dict` wrote."""
-        indices = tuple(int(i) for i in data["indices"])
-        return cls(indices, Audit.from_dict(data["audit"]), str(data["label"]))
+        """The outcome :meth:`to_dict` wrote, read through its schema (:class:`StoredOutcome`)."""
+        stored = parse(StoredOutcome, data, "screen outcome")
+        return cls(tuple(stored.indices), Audit.from_dict(data["audit"]), stored.label)
+
+
+@dataclass(frozen=True)
+class StoredOutcome:
+    """The schema of a :class:`ScreenOutcome` as :meth:`ScreenOutcome.to_dict` writes it."""
+
+    indices: list[Annotated[int, AtLeast(0)]]
+    label: str
+    audit: StoredAudit
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interv._checks import json_ready
 from interv._inert import csv_cell, markdown_text
 from interv._outputs import OutputDir, claim_files
+from interv._schema import json_ready
 from interv.analysis.concentration import METRICS
 from interv.errors import IntervError
 from interv.report.kit import md_table

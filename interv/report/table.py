@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv import __version__
-from interv._checks import as_int, check_index, from_json
+from interv._checks import as_int, check_index
 from interv._pandas import positions_text, require_pandas
+from interv._schema import parse
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.analysis.pairwise import COMPENSATION, head_interactions
 from interv.audit import ESTIMATED
@@ -396,7 +397,7 @@ class Report:
                 f"got {type(data).__name__}"
             )
         try:
-            return from_json(cls, data, "report")
+            return parse(cls, data, "report")
         except IntervError as error:
             raise IntervError(f"not a saved interv report: {error}") from None
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from interv._checks import from_json
+from interv._schema import parse
 from interv.engine.results import InterventionResult, MetricInfo, Scope
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -163,7 +163,7 @@ def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> Inte
 def _provenance(baselines: Mapping[str, Any], directory: str | Path) -> Provenance:
     """The provenance stored in a sweep directory's baselines (damage named)."""
     try:
-        return from_json(Provenance, baselines["provenance"], "provenance")
+        return parse(Provenance, baselines["provenance"], "provenance")
     except IntervError as error:
         raise IntervError(
             f"sweep directory {str(directory)!r} is damaged: {error}; rerun the sweep into a "
@@ -191,10 +191,10 @@ def _assemble(
     rows = [row for record in records for row in record["values"]]
     values = torch.tensor(rows, dtype=dtype).reshape(len(rows), n_prompts)
     try:
-        metric = from_json(MetricInfo, baselines["metric"], "metric")
-        scope = from_json(Scope, baselines["scope"], "scope")
+        metric = parse(MetricInfo, baselines["metric"], "metric")
+        scope = parse(Scope, baselines["scope"], "scope")
         sites = [
-            None if site is None else from_json(Site, site, f"unit {record['unit']} site")
+            None if site is None else parse(Site, site, f"unit {record['unit']} site")
             for record in records
             for site in record.get("sites", [None] * len(record["kinds"]))
         ]

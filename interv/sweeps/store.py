@@ -38,15 +38,21 @@ report beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from interv._checks import as_path, read_json
 from interv._journal import MANIFEST, STATUSES, Journal, Layout, Store, now, resumed, started
 from interv._outputs import complete_lines, regular_file
+from interv._schema import AtLeast, Finite, NonEmpty, parse, read
+from interv.engine.results import MetricInfo, Scope, StoredOutcome
+from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.sweeps.config import SweepConfig, config_diff
 from interv.sweeps.plan import Shard, unit_id
 
@@ -67,159 +73,158 @@ BASELINES = "baselines.json"
 UNITS = "units.jsonl"
 
 
-_MANIFEST_KEYS = (
-    "config",
-    "config_hash",
-    "shard",
-    "task_fingerprint",
-    "status",
-    "resumed",
-    "n_units",
-    "n_interventions",
-)
-_BASELINE_KEYS = (
-    "config_hash",
-    "clean",
-    "corrupted",
-    "dtype",
-    "recovery_atol",
-    "metric",
-    "scope",
-    "provenance",
-)
+Count = Annotated[int, AtLeast(0)]
+Rows = list[list[float]]
+Runs = list[Literal["clean", "corrupted"]]
+
+
+def _rows(record: Any, n: int) -> None:
+    """The per-row lists of a record of ``n`` rows hold one entry per row."""
+    for name in ("kinds", "descriptions", "base_runs", "sites", "params"):
+        items = getattr(record, name, None)
+        if items is not None and len(items) != n:
+            raise IntervError(f"'{name}' holds {len(items)} entries for {n} rows of values")
+
+
+@dataclass(frozen=True)
+class SweepManifest:
+    """``manifest.json`` of a sweep directory."""
+
+    format: Literal["interv-sweep/1"]
+    config: dict[str, Any]
+    config_hash: str
+    shard: str | None
+    task_fingerprint: str
+    status: Literal[STATUSES]  # type: ignore[valid-type]
+    n_units: Count | None
+    n_interventions: Count | None
+    resumed: list[str]
+    seed: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    started: str | None = None
+    finished: str | None = None
+    merged_from: list[str] | None = None
+    error: str | None = None
+    stopped: str | None = None
+    computed_in_last_run: Count | None = None
+
+    def __post_init__(self) -> None:
+        if self.shard is not None:
+            Shard.parse(self.shard)
+
+
+@dataclass(frozen=True)
+class SweepBaselines:
+    """``baselines.json``: the clean and corrupted metric per prompt, and what they are."""
+
+    config_hash: str
+    clean: Annotated[list[float], NonEmpty()]
+    corrupted: list[float]
+    dtype: Literal["float32", "float64", "float16", "bfloat16"]
+    recovery_atol: Annotated[float, Finite(), AtLeast(0)]
+    metric: MetricInfo
+    scope: Scope
+    provenance: Provenance
+
+    def __post_init__(self) -> None:
+        if len(self.corrupted) != len(self.clean):
+            raise IntervError(
+                f"'clean' and 'corrupted' hold different numbers of prompts ({len(self.clean)} "
+                f"and {len(self.corrupted)})"
+            )
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """A line of ``units.jsonl``: one work unit's metric values ``[rows, n_prompts]``."""
+
+    unit: str
+    config_hash: str
+    start: Count | None
+    kinds: list[str]
+    descriptions: list[str]
+    base_runs: Runs
+    values: Rows
+    sites: list[Site | None] | None = None
+    params: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        _rows(self, len(self.values))
+
+
+@dataclass(frozen=True)
+class EstimatesRecord:
+    """A screened entry's first-order estimates (id ``e...``)."""
+
+    unit: str
+    config_hash: str
+    entry: Count
+    start: Count | None
+    kinds: list[str]
+    descriptions: list[str]
+    base_runs: Runs
+    estimates: Rows
+    sites: list[Site | None] | None = None
+    params: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        _rows(self, len(self.estimates))
+
+
+@dataclass(frozen=True)
+class ExactValuesRecord:
+    """One stacked forward's exact values of a screened entry (id ``x...``)."""
+
+    unit: str
+    config_hash: str
+    entry: Count
+    indices: list[Count]
+    values: Rows
+
+    def __post_init__(self) -> None:
+        if len(self.values) != len(self.indices):
+            raise IntervError(
+                f"'values' holds {len(self.values)} rows for {len(self.indices)} indices"
+            )
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """A screened entry's audit (id ``a...``)."""
+
+    unit: str
+    config_hash: str
+    entry: Count
+    outcome: StoredOutcome
+
+
+RECORDS: dict[str, type] = {
+    "u": UnitRecord,
+    "e": EstimatesRecord,
+    "x": ExactValuesRecord,
+    "a": OutcomeRecord,
+}
+"""The schema of a unit record, by the first letter of its id."""
 
 
 def _as_dir(directory: Any) -> Path:
     return as_path(directory, "sweep directory")
 
 
-_STATUSES = STATUSES
-
-
-def _damaged(path: Path, what: str) -> IntervError:
+def _damaged(error: IntervError) -> IntervError:
     return IntervError(
-        f"{path} is damaged: {what}; interv wrote it otherwise (rerun the sweep into a new --out, "
-        "or restore the file)"
+        f"{error}; interv wrote it otherwise (rerun the sweep into a new --out, or restore "
+        "the file)"
     )
-
-
-def _check_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
-    """The types of the manifest's entries (what interv wrote), or a message naming one."""
-    expected: dict[str, tuple[type, ...]] = {
-        "config": (dict,),
-        "config_hash": (str,),
-        "shard": (str, type(None)),
-        "task_fingerprint": (str,),
-        "status": (str,),
-        "resumed": (list,),
-        "n_units": (int, type(None)),
-        "n_interventions": (int, type(None)),
-    }
-    for key, types_ in expected.items():
-        value = manifest[key]
-        if isinstance(value, bool) or not isinstance(value, types_):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in types_)
-            raise _damaged(path, f"{key!r} is {value!r}, expected {names}")
-    if manifest["status"] not in _STATUSES:
-        raise _damaged(path, f"status {manifest['status']!r} is not one of {_STATUSES}")
-    for key in ("n_units", "n_interventions"):
-        if manifest[key] is not None and manifest[key] < 0:
-            raise _damaged(path, f"{key!r} is {manifest[key]}, expected a count >= 0")
-    if manifest["shard"] is not None:
-        try:
-            Shard.parse(manifest["shard"])
-        except IntervError as error:
-            raise _damaged(path, str(error)) from None
-
-
-def _check_baselines(path: Path, baselines: Mapping[str, Any]) -> None:
-    for key in ("clean", "corrupted"):
-        values = baselines[key]
-        if not isinstance(values, list) or not values or not all(_is_number(v) for v in values):
-            raise _damaged(path, f"{key!r} is not a non-empty list of numbers")
-    if len(baselines["clean"]) != len(baselines["corrupted"]):
-        raise _damaged(path, "'clean' and 'corrupted' hold different numbers of prompts")
-    if baselines["dtype"] not in _DTYPES:
-        raise _damaged(path, f"dtype {baselines['dtype']!r} is not one of {_DTYPES}")
-    if not _is_number(baselines["recovery_atol"]) or not baselines["recovery_atol"] >= 0:
-        raise _damaged(path, f"recovery_atol {baselines['recovery_atol']!r} is not a number >= 0")
-    for key in ("metric", "scope", "provenance"):
-        if not isinstance(baselines[key], dict):
-            raise _damaged(path, f"{key!r} is not a JSON object")
-
-
-_DTYPES = ("float32", "float64", "float16", "bfloat16")
-_RECORD_LISTS = ("kinds", "descriptions", "base_runs")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_table(rows: Any) -> bool:
-    """A list of lists of numbers (``[n, n_prompts]`` metric values or estimates)."""
-    return isinstance(rows, list) and all(
-        isinstance(row, list) and all(_is_number(v) for v in row) for row in rows
-    )
-
-
-def _record_problem(record: Mapping[str, Any]) -> str | None:
-    """What is wrong with a unit record's structure (None: nothing).
-
-    A screened sweep's records (:mod:`interv.sweeps.screened`: ids ``e...`` estimates,
-    ``x...`` one forward's exact values, ``a...`` an entry's audit) have their own shapes.
-    """
-    unit = str(record.get("unit", ""))
-    if unit[:1] in ("e", "x", "a"):
-        return _screened_record_problem(unit[0], record)
-    values = record.get("values")
-    if not _is_table(values):
-        return "its 'values' are not a list of lists of numbers"
-    return _fields_problem(record, len(values))
-
-
-def _screened_record_problem(kind: str, record: Mapping[str, Any]) -> str | None:
-    if not isinstance(record.get("entry"), int) or isinstance(record.get("entry"), bool):
-        return "its 'entry' is not an integer"
-    if kind == "a":
-        return None if isinstance(record.get("outcome"), dict) else "its 'outcome' is no table"
-    if kind == "x":
-        indices, values = record.get("indices"), record.get("values")
-        if not isinstance(indices, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in indices
-        ):
-            return "its 'indices' are not a list of integers"
-        if not _is_table(values) or len(values) != len(indices):
-            return f"its 'values' are not {len(indices)} lists of numbers (one per index)"
-        return None
-    estimates = record.get("estimates")
-    if not _is_table(estimates):
-        return "its 'estimates' are not a list of lists of numbers"
-    return _fields_problem(record, len(estimates))
-
-
-def _fields_problem(record: Mapping[str, Any], n: int) -> str | None:
-    """The per-row fields of a record of ``n`` rows."""
-    for key in _RECORD_LISTS:
-        items = record.get(key)
-        if not isinstance(items, list) or len(items) != n:
-            return f"its {key!r} are not a list of {n} entries (one per row of values)"
-        if not all(isinstance(item, str) for item in items):
-            return f"its {key!r} are not strings"
-    for key in ("sites", "params"):
-        if key in record and (not isinstance(record[key], list) or len(record[key]) != n):
-            return f"its {key!r} are not a list of {n} entries"
-    if not isinstance(record.get("start"), int | None):
-        return "its 'start' is not an integer"
-    return None
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """The manifest of a sweep directory.
+    """The manifest of a sweep directory, checked against its schema
+    (:class:`SweepManifest`).
 
     Raises:
-        IntervError: no manifest, a manifest that is not JSON (truncated) or lacks keys,
-            or another format.
+        IntervError: no manifest, a manifest that is not JSON (truncated), another format,
+            or a damaged field (named).
     """
     path = _as_dir(directory) / MANIFEST
     if not regular_file(path, "sweep manifest"):
@@ -228,77 +233,74 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise IntervError(f"{path} has format {found!r}; this interv reads {FORMAT!r}")
-    missing = [key for key in _MANIFEST_KEYS if key not in manifest]
-    if missing:
-        raise IntervError(
-            f"sweep manifest {str(path)!r} is incomplete: it lacks {missing}; the directory is "
-            "damaged (rerun the sweep into a new --out)"
-        )
-    _check_manifest(path, manifest)
-    return manifest
+    try:
+        return dataclasses.asdict(read(path, SweepManifest, "sweep manifest"))
+    except IntervError as error:
+        raise _damaged(error) from None
 
 
 def read_baselines(directory: str | Path) -> dict[str, Any] | None:
-    """The stored baselines of a sweep directory, or None before the first unit.
+    """The stored baselines of a sweep directory (:class:`SweepBaselines`), or None before
+    the first unit.
 
     Raises:
-        IntervError: a baselines file that is not JSON or lacks keys.
+        IntervError: a baselines file that is not JSON, or a damaged field (named).
     """
     path = _as_dir(directory) / BASELINES
     if not regular_file(path, "sweep baselines"):
         return None
     baselines = read_json(path, "sweep baselines")
-    missing = [
-        key for key in _BASELINE_KEYS if not isinstance(baselines, dict) or key not in baselines
-    ]
-    if missing:
-        raise IntervError(
-            f"sweep baselines {str(path)!r} are incomplete: they lack {missing}; the directory "
-            "is damaged (rerun the sweep into a new --out)"
-        )
-    _check_baselines(path, baselines)
+    try:
+        parse(SweepBaselines, baselines, "sweep baselines")
+    except IntervError as error:
+        raise _damaged(IntervError(f"{str(path)!r} is damaged: {error}")) from None
     return baselines
 
 
 def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, Any]]:
-    """Completed unit records by id, from ``units.jsonl``; a torn last line is ignored.
+    """Completed unit records by id, from ``units.jsonl``, each checked against its schema
+    (:data:`RECORDS`); a torn last line is ignored.
 
     Raises:
-        IntervError: a complete line that is not JSON, a record of another config,
-            or two different records with the same id.
+        IntervError: a complete line that is not JSON or not a record (the damaged field
+            named), a record of another config, or two different records with the same id.
     """
     path = _as_dir(directory) / UNITS
     if not regular_file(path, "sweep units"):
         return {}
     records: dict[str, dict[str, Any]] = {}
     for line_number, line in complete_lines(path.read_bytes()):
+        where = f"{path}: line {line_number}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise IntervError(
-                f"{path}: line {line_number} is not a JSON record ({error}); the directory is "
-                "damaged: delete that line and rerun the same command to recompute its unit"
+                f"{where} is not a JSON record ({error}); the directory is damaged: delete "
+                "that line and rerun the same command to recompute its unit"
             ) from None
-        if not isinstance(record, dict) or not isinstance(record.get("unit"), str):
+        unit = record.get("unit") if isinstance(record, dict) else None
+        schema = RECORDS.get(unit[:1]) if isinstance(unit, str) else None
+        if schema is None:
             raise IntervError(
-                f"{path}: line {line_number} is not a unit record (a JSON object with 'unit'); "
-                "the directory is damaged"
+                f"{where} is not a unit record (a JSON object whose 'unit' id starts with one "
+                f"of {sorted(RECORDS)}); the directory is damaged"
             )
-        problem = _record_problem(record)
-        if problem is not None:
+        try:
+            parse(schema, record, f"unit {unit}")
+        except IntervError as error:
             raise IntervError(
-                f"{path}: line {line_number} (unit {record['unit']}) is damaged: {problem}; "
-                "delete that line and rerun the same command to recompute the unit"
-            )
-        if record.get("config_hash") != config_hash:
+                f"{where} is damaged: {error}; delete that line and rerun the same command "
+                "to recompute the unit"
+            ) from None
+        if record["config_hash"] != config_hash:
             raise IntervError(
-                f"{path}: line {line_number} belongs to config {record.get('config_hash')!r}, "
-                f"not to this sweep's config {config_hash!r}"
+                f"{where} belongs to config {record['config_hash']!r}, not to this sweep's "
+                f"config {config_hash!r}"
             )
-        previous = records.setdefault(record["unit"], record)
+        previous = records.setdefault(unit, record)
         if previous != record:
             raise IntervError(
-                f"{path}: unit {record['unit']} is stored twice with different values "
+                f"{path}: unit {unit} is stored twice with different values "
                 f"(line {line_number}); the directory is corrupt"
             )
     return records
