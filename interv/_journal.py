@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -48,7 +48,6 @@ from interv._outputs import (
     OutputDir,
     append_line,
     claim_dir,
-    complete_lines,
     is_scratch,
     lock_file,
     regular_file,
@@ -237,13 +236,6 @@ class Journal:
         """Append one record to the log as one complete line, ``fsync``-ed."""
         line = json.dumps(record, sort_keys=True) + "\n"
         append_line(self.directory / self.layout.log, line.encode("utf-8"))
-
-    def lines(self) -> Iterator[tuple[int, bytes]]:
-        """The log's complete lines, numbered from 1 (a torn last line left out)."""
-        path = self.directory / self.layout.log
-        if not regular_file(path, f"{self.layout.what.split()[0]} log"):
-            return iter(())
-        return complete_lines(path.read_bytes())
 
     def write_output(self, name: str, text: str) -> Path:
         """Write one of the layout's outputs beside the store's files (safe write, recorded)."""

@@ -803,7 +803,11 @@ TRUST_CLI_CASES = [
         _DAMAGED + r"sweep manifest\.status must be one of .*; got 'done'",
         True,
     ),
-    (["report", "sw-shard", "--out", "r"], _DAMAGED + r"sweep manifest: shard must be written i/n", True),
+    (
+        ["report", "sw-shard", "--out", "r"],
+        _DAMAGED + r"sweep manifest: shard must be written i/n",
+        True,
+    ),
     (
         ["report", "sw-dtype", "--out", "r"],
         _DAMAGED + r"sweep baselines\.dtype must be one of .*; got 'float99'",
