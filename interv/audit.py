@@ -51,14 +51,13 @@ import torch
 from interv._checks import as_finite, as_int
 from interv._schema import AtLeast, Finite, parse
 from interv.errors import IntervError
-from interv.stats import percentile_interval, spearman
+from interv.stats import bootstrap_indices, percentile_interval, spearman
 
 __all__ = [
     "ESTIMATED",
     "ESTIMATE_SENTENCE",
     "EXACT_AUDIT",
     "EXACT_VERIFIED",
-    "MIN_RANK_ITEMS",
     "STOPPED_BY",
     "Audit",
     "Screen",
@@ -73,7 +72,6 @@ STOPPED_BY = ("bound", "budget", "all checked", "one look")
 ESTIMATE_SENTENCE = "estimated by attribution (first-order), not intervened"
 
 # Fewer checked candidates than this: no rank correlation (n/a), as for prompts.
-MIN_RANK_ITEMS = 5
 
 
 def clopper_pearson_upper(successes: int, trials: int, level: float = 0.95) -> float:
@@ -211,7 +209,7 @@ class Audit:
         looks: how many times the bound was computed.
         stopped_by: ``"bound"``, ``"budget"``, ``"all checked"`` or ``"one look"``.
         rank_agreement: Spearman's rho of estimate and exact over every checked
-            candidate (NaN below :data:`MIN_RANK_ITEMS`).
+            candidate (NaN below :data:`interv.stats.MIN_ITEMS`).
         rank_interval: its percentile bootstrap interval over checked candidates.
         method: the screen's name, in words (e.g. "attribution patching").
     """
@@ -374,8 +372,7 @@ def _rank_interval(
     estimates: torch.Tensor, exact: torch.Tensor, level: float, seed: int, n_bootstrap: int
 ) -> tuple[float, float]:
     n = estimates.numel()
-    generator = torch.Generator().manual_seed(seed)
-    draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
+    draws = bootstrap_indices(n, n_bootstrap, seed)
     return percentile_interval(spearman(estimates[draws], exact[draws]), level, n_items=n)
 
 
@@ -517,12 +514,9 @@ def verify_screen(
     names = (ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED)
     codes = in_verified.long() * 2 + in_audit.long()
     status = tuple(names[code] for code in codes.tolist())
-    if int(checked.sum()) >= MIN_RANK_ITEMS:
-        x, y = estimates[checked], exact[checked]
-        rho = float(spearman(x, y))
-        interval = _rank_interval(x, y, screen.level, screen.seed, n_bootstrap)
-    else:
-        rho, interval = float("nan"), (float("nan"), float("nan"))
+    x, y = estimates[checked], exact[checked]
+    rho = float(spearman(x, y))  # n/a below the statistics' own minimum
+    interval = _rank_interval(x, y, screen.level, screen.seed, n_bootstrap)
     return Audit(
         screen=screen,
         estimates=estimates,

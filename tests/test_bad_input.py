@@ -1276,7 +1276,7 @@ VALUE_CASES = {
         False,
     ),
     "concentration of a token tensor longer than the context": (
-        lambda m: interv.concentration(m, torch.full((2, 50), 3)),
+        lambda m: interv.concentration(m, torch.arange(3, 5)[:, None].repeat(1, 50)),
         r"prompt 0 has 50 tokens, longer than the model's context of n_ctx=48",
         False,
     ),

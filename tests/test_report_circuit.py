@@ -54,11 +54,18 @@ def test_rank_agreements_have_intervals_or_say_why_not(link):
     assert membership.n_heads == 8 and membership.rho < 0  # concentrated heads are members
     assert membership.low <= membership.rho <= membership.high
     strength = by["normalized_entropy", "strength"]
-    assert math.isnan(strength.rho) and "fewer than 5" in strength.reason
-    circuit = make_circuit(provenance=make_circuit().provenance.replace(n_prompts=3))
-    few = mission_link(circuit, make_concentration(n_prompts=3), n_bootstrap=50)
+    assert strength.n_heads == 3 and not math.isnan(strength.rho)  # the minimum is 3 items
+    one_edge = mission_link(make_circuit(), make_concentration(), n=1, n_bootstrap=50)
+    alone = {(a.metric, a.against): a for a in one_edge.agreements}["sink_mass", "strength"]
+    assert math.isnan(alone.rho) and "fewer than 3 (no rank correlation)" in alone.reason
+    circuit = make_circuit(provenance=make_circuit().provenance.replace(n_prompts=2))
+    few = mission_link(circuit, make_concentration(n_prompts=2), n_bootstrap=50)
     row = {(a.metric, a.against): a for a in few.agreements}["sink_mass", "membership"]
-    assert not math.isnan(row.rho) and math.isnan(row.low) and "3 prompts" in row.reason
+    assert (
+        not math.isnan(row.rho)
+        and math.isnan(row.low)
+        and "2 prompts, fewer than 3 (no interval)" in row.reason
+    )
 
 
 def test_every_number_has_its_semantics_sentence(link):

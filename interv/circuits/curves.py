@@ -382,7 +382,7 @@ def faithfulness(
     boot_signed = _boot_ratio(signed_values, empty, full, draws)
     low, high = [], []
     for j in range(n_frac):
-        a, b = percentile_interval(boot_abs[:, j], level)
+        a, b = percentile_interval(boot_abs[:, j], level, n_items=task.n_pairs)
         low.append(a)
         high.append(b)
     boot_cpr = torch.tensor([cpr(fractions, row.tolist()) for row in boot_signed])
@@ -419,8 +419,8 @@ def faithfulness(
         m_empty=float(empty.mean()),
         cpr=cpr(fractions, signed_mean),
         cmd=cmd(fractions, mean),
-        cpr_interval=percentile_interval(boot_cpr, level),
-        cmd_interval=percentile_interval(boot_cmd, level),
+        cpr_interval=percentile_interval(boot_cpr, level, n_items=task.n_pairs),
+        cmd_interval=percentile_interval(boot_cmd, level, n_items=task.n_pairs),
         complement=complement,
         sentence=sentence,
         fingerprint=fingerprint(

@@ -15,8 +15,8 @@ attention. :func:`mission_link` puts the two side by side for every attention he
   with edge *strength* (the summed ``|exact effect|`` of the circuit edges the head sends
   or receives; the circuit's heads only), each with a percentile bootstrap interval over
   prompts of the concentration means (the circuit's exact effects, means over the same
-  prompts, are held fixed); n/a, with the reason, below :data:`MIN_HEADS` heads or
-  :data:`MIN_PROMPTS` prompts;
+  prompts, are held fixed); n/a, with the reason, below the statistics' own minimum
+  (:data:`interv.stats.MIN_ITEMS` heads for a rank correlation, prompts for an interval);
 - the concentrated, sink-parked heads outside the circuit (normalized entropy at most
   ``FlagRules.concentrated_at_most`` and sink mass above ``FlagRules.sink_mass_above``):
   heads whose attention looks decisive that the circuit does not use.
@@ -45,12 +45,10 @@ from interv.circuits.graph import Edge, Graph
 from interv.errors import IntervError
 from interv.flags import FlagRules
 from interv.provenance import Provenance, join
-from interv.stats import bootstrap_indices, percentile_interval, spearman
+from interv.stats import MIN_ITEMS, bootstrap_indices, percentile_interval, spearman, too_few
 
 __all__ = [
     "LINK_METRICS",
-    "MIN_HEADS",
-    "MIN_PROMPTS",
     "CircuitEdge",
     "CircuitHead",
     "MissionLink",
@@ -64,11 +62,6 @@ LINK_METRICS: dict[str, str] = {
     "contribution_norm": "residual-stream norm",
 }
 """The concentration numbers shown beside a circuit's heads, and their units."""
-
-MIN_HEADS = 5
-"""Fewer heads than this: no rank correlation (n/a, with the reason)."""
-MIN_PROMPTS = 5
-"""Fewer prompts than this: a rank correlation without an interval (n/a, with the reason)."""
 
 
 @dataclass(frozen=True)
@@ -332,21 +325,21 @@ def _agreement(
     nan = math.nan
     scope = "the circuit's heads" if against == "strength" else "every head"
     what = f"{metric} vs {against} over {scope}"
-    if n_heads < MIN_HEADS:
-        reason = f"n/a: {n_heads} heads with a defined value, fewer than {MIN_HEADS}"
+    if n_heads < MIN_ITEMS:
+        reason = too_few(n_heads, "head with a defined value", "rank correlation")
         return RankAgreement(metric, against, n_heads, nan, nan, nan, level, reason, what)
     if bool((target == target[0]).all()):
         reason = f"n/a: every head has the same {against}"
         return RankAgreement(metric, against, n_heads, nan, nan, nan, level, reason, what)
     rho = float(spearman(per.nanmean(dim=0), target))
-    if n_prompts < MIN_PROMPTS:
-        reason = f"no interval: {n_prompts} prompts, fewer than {MIN_PROMPTS}"
-        return RankAgreement(metric, against, n_heads, rho, nan, nan, level, reason, what)
     boot = per[indices].nanmean(dim=1)  # [n_bootstrap, n_heads]
     complete = ~boot.isnan().any(dim=-1)
     low, high = percentile_interval(
-        spearman(boot[complete], target.expand_as(boot)[complete]), level
+        spearman(boot[complete], target.expand_as(boot)[complete]), level, n_items=n_prompts
     )
+    if math.isnan(low):
+        reason = too_few(n_prompts) or "n/a: no resample defined every head"
+        return RankAgreement(metric, against, n_heads, rho, nan, nan, level, reason, what)
     return RankAgreement(metric, against, n_heads, rho, low, high, level, "", what)
 
 

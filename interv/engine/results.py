@@ -38,6 +38,7 @@ from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.provenance import Provenance
+from interv.stats import too_few
 
 if TYPE_CHECKING:
     import pandas
@@ -191,7 +192,8 @@ class ScreenOutcome:
         audit = self.audit
         level = f"{audit.screen.level:.0%}"
         if math.isnan(audit.rank_agreement):
-            rank = "rank agreement n/a (fewer than 5 checked)"
+            reason = too_few(audit.n_checked, "checked candidate", "rank correlation")
+            rank = f"rank agreement {reason or 'n/a (constant values)'}"
         else:
             low, high = audit.rank_interval
             rank = (

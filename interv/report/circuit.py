@@ -24,6 +24,7 @@ from interv.circuits.mission import CircuitEdge, MissionLink, RankAgreement
 from interv.errors import IntervError
 from interv.provenance import join
 from interv.report.kit import md_table, number
+from interv.stats import too_few
 
 __all__ = ["check_together", "circuit_markdown", "edge_rows"]
 
@@ -127,20 +128,31 @@ def _link_markdown(link: MissionLink) -> list[str]:
     return lines
 
 
-def interval_text(interval: tuple[float, float], level: str = "95%", dots: str = "...") -> str:
-    """`` (95% interval a ... b)``, or nothing when the interval is n/a."""
+def interval_text(
+    interval: tuple[float, float], n_prompts: int, level: str = "95%", dots: str = "..."
+) -> str:
+    """`` (95% interval a ... b)``, or why there is none (too few prompts: the statistics'
+    own minimum, :func:`interv.stats.too_few`)."""
+    return f" ({bounds_text(interval, n_prompts, level, dots)})"
+
+
+def bounds_text(
+    interval: tuple[float, float], n_prompts: int, level: str = "95%", dots: str = "..."
+) -> str:
+    """``95% interval a ... b``, or why it is n/a."""
     low, high = interval
     if math.isnan(low) or math.isnan(high):
-        return ""
-    return f" ({level} interval {number(low, 3)} {dots} {number(high, 3)})"
+        return f"{level} interval {too_few(n_prompts) or 'n/a (undefined in every resample)'}"
+    return f"{level} interval {number(low, 3)} {dots} {number(high, 3)}"
 
 
 def _faithfulness_markdown(curve: FaithfulnessCurve) -> list[str]:
     lines = ["## Faithfulness", "", markdown_text(curve.sentence), ""]
+    n_prompts = int(curve.per_prompt.shape[1])
     columns = ["edge fraction", "edges kept", "faithfulness, circuits by |value| (mean)"]
     columns += ["95% interval", "circuits by signed value (CPR's)"]
     rows = [
-        [f"{f:.3g}", str(k), number(m, 3), f"{number(lo, 3)} ... {number(hi, 3)}", number(s, 3)]
+        [f"{f:.3g}", str(k), number(m, 3), bounds_text((lo, hi), n_prompts, ""), number(s, 3)]
         for f, k, m, lo, hi, s in zip(
             curve.fractions,
             curve.n_edges_kept,
@@ -156,9 +168,9 @@ def _faithfulness_markdown(curve: FaithfulnessCurve) -> list[str]:
         "",
         f"- CPR (area under the faithfulness curve over the edge fractions, circuits from "
         f"signed scores; higher is better): {number(curve.cpr, 4)}"
-        f"{interval_text(curve.cpr_interval)}",
+        f"{interval_text(curve.cpr_interval, n_prompts)}",
         f"- CMD (area between the curve and 1, circuits from absolute scores; lower is "
-        f"better): {number(curve.cmd, 4)}{interval_text(curve.cmd_interval)}",
+        f"better): {number(curve.cmd, 4)}{interval_text(curve.cmd_interval, n_prompts)}",
     ]
     return lines
 

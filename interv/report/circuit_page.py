@@ -30,7 +30,13 @@ from interv.circuits.curves import FaithfulnessCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Node
 from interv.circuits.mission import LINK_METRICS, CircuitHead, MissionLink, RankAgreement
-from interv.report.circuit import audit_lines, check_together, edge_rows, interval_text
+from interv.report.circuit import (
+    audit_lines,
+    bounds_text,
+    check_together,
+    edge_rows,
+    interval_text,
+)
 from interv.report.kit import asset, escape, html_table, number
 
 __all__ = ["circuit_fragment", "circuit_page", "curve_svg", "graph_svg"]
@@ -178,6 +184,7 @@ def curve_svg(curve: FaithfulnessCurve) -> str:
     """The faithfulness curve with its interval band over the edge fractions (log scale)."""
     width, height, left, right, top, bottom = 460, 280, 52, 16, 22, 44
     fractions = list(curve.fractions)
+    n_prompts = int(curve.per_prompt.shape[1])
     points = [
         (f, m, lo, hi, k)
         for f, m, lo, hi, k in zip(
@@ -219,8 +226,8 @@ def curve_svg(curve: FaithfulnessCurve) -> str:
     dots = []
     for f, m, lo, hi, k in points:
         info = (
-            f"edge fraction {f:.3g} ({k} edges kept): faithfulness {m:.3g} (95% interval "
-            f"{number(lo, 3)} ... {number(hi, 3)})"
+            f"edge fraction {f:.3g} ({k} edges kept): faithfulness {m:.3g} "
+            f"({bounds_text((lo, hi), n_prompts)})"
         )
         dots.append(
             f"<circle class='ivc-pt' cx='{px(f):.1f}' cy='{py(m):.1f}' r='4' tabindex='0' "
@@ -323,6 +330,9 @@ def _link_section(link: MissionLink) -> str:
 
 
 def _curve_section(curve: FaithfulnessCurve) -> str:
+    n_prompts = int(curve.per_prompt.shape[1])
+    cpr = interval_text(curve.cpr_interval, n_prompts, dots="…")
+    cmd = interval_text(curve.cmd_interval, n_prompts, dots="…")
     return (
         "<section class='ivc-section' data-part='faithfulness'><h2>Faithfulness</h2>"
         f"<p class='ivc-sem'>{escape(curve.sentence)}</p>"
@@ -331,9 +341,9 @@ def _curve_section(curve: FaithfulnessCurve) -> str:
         "dotted line: circuits by signed value, the most negative noising effect first "
         "(CPR's curve).</p>"
         f"<p><b>CPR</b> (area under the curve, circuits from signed scores; higher is "
-        f"better) = {number(curve.cpr, 4)}{interval_text(curve.cpr_interval, dots='…')} · "
+        f"better) = {number(curve.cpr, 4)}{cpr} · "
         f"<b>CMD</b> (area between the curve and 1, circuits from absolute scores; lower is "
-        f"better) = {number(curve.cmd, 4)}{interval_text(curve.cmd_interval, dots='…')}"
+        f"better) = {number(curve.cmd, 4)}{cmd}"
         f" · complement: {escape(curve.complement)}</p></section>"
     )
 

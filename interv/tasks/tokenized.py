@@ -26,7 +26,7 @@ from interv.errors import IntervError
 __all__ = [
     "TokenizedPairs",
     "check_context",
-    "check_same_prompts",
+    "check_distinct",
     "check_token_ids",
     "pairs_fingerprint",
     "prompts_fingerprint",
@@ -118,16 +118,22 @@ def pairs_fingerprint(
     return digest.hexdigest()[:16]
 
 
-def check_same_prompts(
-    first: str, second: str, what: str = "concentration", of: str = "the effects"
-) -> None:
-    """Raise :class:`IntervError` when two fingerprints (:func:`prompts_fingerprint`) are
-    both known and differ: the one check of every join of two results."""
-    if first and second and first != second:
-        raise IntervError(
-            f"{what} comes from other prompts than {of} (prompt fingerprints {second} and "
-            f"{first}); compute both on the same prompts"
-        )
+def check_distinct(tokens: torch.Tensor, mask: torch.Tensor, what: str) -> None:
+    """Refuse a repeated prompt (the same real token ids twice): repeated prompts are not
+    independent samples, and every bootstrap over prompts would count them as such. The
+    message names the first repeat and what it repeats."""
+    seen: dict[bytes, int] = {}
+    for i, (row, real) in enumerate(
+        zip(tokens.to("cpu", torch.int64), mask.to("cpu"), strict=True)
+    ):
+        key = row[real].numpy().tobytes()
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise IntervError(
+                f"{what} {i} repeats {what} {first} (the same tokens): repeated prompts are not "
+                "independent samples, and every interval over prompts would count them as if "
+                "they were; drop the repeats"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,6 +221,7 @@ class TokenizedPairs:
             if getattr(self, field) is not None:
                 check_token_ids(getattr(self, field), self.d_vocab, field)
         check_context(self.attention_mask.sum(1), self.n_ctx, "prompt pair")
+        check_distinct(self.clean_tokens, self.attention_mask, "clean prompt")
         if self.foil_ids is not None and bool((self.target_ids == self.foil_ids).any()):
             i = int((self.target_ids == self.foil_ids).nonzero()[0, 0])
             raise IntervError(
