@@ -54,6 +54,7 @@ from interv.engine.sites import (
     HEAD_COMPONENTS,
     RESIDUAL_COMPONENTS,
     Site,
+    as_site_positions,
     at_positions,
     check_positions,
     head_label,
@@ -193,7 +194,7 @@ class _HeadAblation(_HeadIntervention):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        object.__setattr__(self, "positions", as_site_positions(self.positions))
 
     def edits(self) -> tuple[Site, ...]:
         return (Site("z", self.layer, self.head, self.positions),)
@@ -440,7 +441,7 @@ class ActivationPatch(Patching, Intervention):
                     f"{HEAD_COMPONENTS}; other components: {RESIDUAL_COMPONENTS}"
                 )
             )
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        object.__setattr__(self, "positions", as_site_positions(self.positions))
         Site(self.component, self.layer, self.head)  # validates layer and head
 
     def edits(self) -> tuple[Site, ...]:

@@ -190,8 +190,14 @@ def run(
             foil on a task without one, an intervention without a semantics sentence or
             that does not fit the model or the task, a bad ``max_batch_size``, or a
             ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
-            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above.
+            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above;
+            a model that is not a transformer-lens bridge (None, a name).
     """
+    if not hasattr(model, "cfg") or not hasattr(model, "hooks"):
+        raise IntervError(
+            f"model must be a transformer-lens bridge (interv.load_model(spec)); got "
+            f"{type(model).__name__}"
+        )
     task = check_task(task, model)
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)

@@ -47,6 +47,7 @@ __all__ = [
     "MLP_COMPONENTS",
     "RESIDUAL_COMPONENTS",
     "Site",
+    "as_site_positions",
     "block_output_hook",
     "check_component",
     "check_head",
@@ -123,6 +124,20 @@ def check_component(component: str) -> None:
         raise IntervError(f"unknown component {component!r}; choose one of {COMPONENTS}")
 
 
+def as_site_positions(positions: Iterable[int] | int | None) -> tuple[int, ...] | None:
+    """The positions an intervention acts at: distinct positions >= 0, or None for every
+    position; an empty collection is refused (it would intervene nowhere and report zero
+    effects as if measured)."""
+    found = as_positions(positions, "positions")
+    if found == ():
+        raise IntervError(
+            "positions must name at least one position, or be None for every position; got an "
+            "empty collection, which would intervene nowhere and report zero effects as if "
+            "measured"
+        )
+    return found
+
+
 def at_positions(positions: Iterable[int] | None) -> str:
     """Positions in words: "at all positions", "at position 3", "at positions [3, 5]"."""
     if positions is None:
@@ -175,7 +190,7 @@ class Site:
                     f"Heads apply only to {HEAD_COMPONENTS}"
                 )
             object.__setattr__(self, "head", as_int(self.head, "head", minimum=0))
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        object.__setattr__(self, "positions", as_site_positions(self.positions))
 
     @property
     def label(self) -> str:
