@@ -28,6 +28,7 @@ are never read. No torch here. Internal to interv; no stability promise.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -161,27 +162,44 @@ def read_lines(path: Path, cls: type[T], what: str) -> Iterator[tuple[int, T]]:
             raise IntervError(f"{where} is damaged: {error}") from None
 
 
-def _floats(value: Any, where: str) -> list[float]:
-    """A list of numbers (null as NaN), checked and converted in one pass."""
+_NUMBERS = frozenset((int, float))
+
+
+def _floats(value: Any, where: str, *, finite: bool = False) -> list[float]:
+    """A list of numbers (null as NaN unless ``finite``), checked in one pass: a C-level scan
+    first (every item an int or a float, every one finite if asked), item by item only when
+    that fails, to name the first bad item."""
     if not isinstance(value, list):
         raise IntervError(f"{where} must be a list; got {_shown(value)}")
+    if all(map(_NUMBERS.__contains__, map(type, value))) and (
+        not finite or all(map(math.isfinite, value))
+    ):
+        return value
     out = []
     for i, item in enumerate(value):
         kind = type(item)
-        if kind is float:
-            out.append(item)
-        elif kind is int:
+        if kind is float or kind is int:
+            if finite and not math.isfinite(item):
+                raise IntervError(f"{where}[{i}] must be a finite number; got {_shown(item)}")
             out.append(float(item))
-        elif item is None:
+        elif item is None and not finite:
             out.append(math.nan)
         else:
             raise IntervError(f"{where}[{i}] must be a number; got {_shown(item)}")
     return out
 
 
+@functools.cache
+def _form(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(origin, args)`` of an annotation (cached: a long list asks for it per item)."""
+    return typing.get_origin(hint), typing.get_args(hint)
+
+
 def _value(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    origin, args = _form(hint)
     if origin is Annotated:
+        if args[0] == list[float] and args[1:] == (Finite(),):  # long numeric lists
+            return _floats(value, where, finite=True)
         checked = _value(value, args[0], where)
         for rule in args[1:]:
             rule.check(checked, where)
