@@ -63,7 +63,7 @@ def make_concentration(per_prompt: dict[str, torch.Tensor]) -> HeadConcentration
     }
     return HeadConcentration(
         **tensors,
-        n_available_keys=torch.full((n, 1), 5),
+        n_available_keys=torch.full((n, shape[1], 1), 5),
         query_positions=(-1,),
         query_index=torch.full((n, 1), 4),
         sink_positions=(0,),

@@ -59,7 +59,7 @@ def synthetic_report(
     }
     concentration = HeadConcentration(
         **per_metric,
-        n_available_keys=torch.full((n_prompts, 1), n_positions),
+        n_available_keys=torch.full((n_prompts, n_layers, 1), n_positions),
         query_positions=(-1,),
         query_index=torch.full((n_prompts, 1), n_positions - 1),
         sink_positions=(0,),

@@ -33,6 +33,7 @@ __all__ = [
     "StoredCircuit",
     "StoredCurve",
     "StoredScores",
+    "StoredStability",
 ]
 
 Count = Annotated[int, AtLeast(0)]
@@ -76,6 +77,53 @@ class StoredScores:
 
 
 @dataclass(frozen=True)
+class StoredInclusion:
+    """Per circuit size, the edges some resample's circuit held and the share that did."""
+
+    edges: list[Count]
+    share: list[float]
+
+    def __post_init__(self) -> None:
+        _same_length(self, ("share",), len(self.edges), "edges")
+
+
+@dataclass(frozen=True)
+class StoredStability:
+    """A circuit's stability over bootstrap resamples (``CircuitStability.to_dict()``)."""
+
+    format: Literal["interv.circuit_stability/1"]
+    graph: Graph
+    sizes: list[Annotated[int, AtLeast(1)]]
+    circuits: list[list[Count]]
+    jaccard: list[list[float]]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    inclusion: list[StoredInclusion]
+    n_resamples: Annotated[int, AtLeast(1)]
+    seed: int
+    level: float
+    stable_at: float
+    n_prompts: Count
+    n_verified: Count
+    n_exact_computed: Count
+    sentence: str
+
+    def __post_init__(self) -> None:
+        names = ("circuits", "jaccard", "mean", "low", "high", "inclusion")
+        _same_length(self, names, len(self.sizes), "circuit sizes")
+        n_edges = self.graph.n_edges
+        outside = [
+            i
+            for group in (*self.circuits, *(row.edges for row in self.inclusion))
+            for i in group
+            if i >= n_edges
+        ]
+        if outside:
+            raise IntervError(f"edge index {outside[0]} is outside the graph's {n_edges} edges")
+
+
+@dataclass(frozen=True)
 class StoredCircuit:
     """``circuit.json``: a screened, verified and audited ranking (``CircuitResult.to_dict()``):
     the edges' labels, scores, exact values and statuses beside the audit and the scores
@@ -96,6 +144,7 @@ class StoredCircuit:
     audit: StoredAudit
     sentence: str
     edge_scores: StoredScores
+    stability: StoredStability | None = None
 
     def __post_init__(self) -> None:
         graph = self.edge_scores.graph
@@ -143,9 +192,14 @@ class StoredCurve:
     provenance: Provenance
     ranking: Provenance | None
     greedy: bool = False
+    convention: Literal["interv", "mib"] = "interv"
+    n_edges_pruned: tuple[list[Count], list[Count]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.fractions)
+        for pruned in self.n_edges_pruned or ():
+            if len(pruned) != n:
+                raise IntervError(f"'n_edges_pruned' holds {len(pruned)} entries for {n} fractions")
         names = ("n_edges_kept", "per_prompt", "mean", "low", "high", "signed_mean")
         _same_length(self, names, n, "fractions")
         widths = {len(row) for row in self.per_prompt}

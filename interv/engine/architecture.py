@@ -1,0 +1,773 @@
+"""What a model's family computes: which keys each layer admits, and the other facts a number
+depends on, read once from the model's configuration and module structure.
+
+interv's numbers follow what the model computes, not what a plain GPT-2 would. A layer of
+Mistral admits only the last ``sliding_window`` keys, Llama-4's chunked layers only the keys of
+the query's chunk, an encoder every real key; gpt-oss adds a learned sink logit to each head's
+softmax (rows over real keys sum to less than 1), Gemma-2 soft-caps its logits, OLMo-2
+normalizes each sublayer's output before the residual add. :func:`architecture_of` returns one
+frozen :class:`Architecture` per model (cached; the model is never touched) holding these facts
+as plain fields, and every consumer reads them from there:
+
+- :class:`KeyRule` (one per layer with attention): which keys a query may attend to, causal or
+  bidirectional, AND padding, AND where the family has one a sliding window or a chunk;
+  :meth:`KeyRule.admitted` builds the ``[batch, query, key]`` bool mask (for any subset of the
+  queries), :meth:`KeyRule.describe` says it in words;
+- :class:`LayerAttention`: the rest of one layer's attention (positional scheme, logit scale
+  and soft cap, query/key norms, off-row sink, output gate);
+- :class:`Architecture`: the per-layer values plus the block and output facts (pre/post norms,
+  parallel residual, residual multiplier, mixture-of-experts layers, final logit soft cap and
+  scale), :meth:`Architecture.require` refusing in one line what interv cannot model exactly.
+
+A family that is not a decoder or encoder whose attention is a softmax over keys (state-space
+and recurrent models, encoder-decoders, vision and audio models) is refused by
+:func:`architecture_of` before any work. tests/test_families.py checks every field that a mask
+or a number depends on against the model's own forward (Hugging Face's eager attention), family
+by family; docs/architectures.md is generated from those checks.
+
+>>> arch = architecture_of(model)                # a 4-layer Gemma-2, sliding_window 4096
+>>> arch.key_rule(0).describe()
+'causal AND padding AND sliding window 4096'
+>>> arch.mask_rule
+'causal AND padding AND sliding window 4096 (layers 0, 2); causal AND padding (layers 1, 3)'
+>>> arch.key_rule(0).admitted(real).shape        # real: [batch, pos] bool
+torch.Size([2, 13, 13])
+>>> arch.require("plain_logits")
+IntervError: gemma2: the model's logits apply a final logit soft cap 30 after the unembedding
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import torch
+
+from interv.errors import IntervError
+
+__all__ = [
+    "FEATURES",
+    "OFF_ROW_SINK_OPTIONS",
+    "POSITIONAL",
+    "Architecture",
+    "KeyRule",
+    "LayerAttention",
+    "architecture_of",
+    "check_admitted",
+    "check_off_row_sink",
+    "layer_list",
+]
+
+POSITIONAL = ("rotary", "alibi", "learned", "none", "relative")
+"""Positional schemes of a layer's attention: ``"rotary"`` (queries and keys rotated by
+position), ``"alibi"`` (a per-head linear bias on the logits), ``"learned"`` (absolute
+position embeddings added to the input: the layer itself sees no position), ``"none"`` (no
+position at all at this layer, e.g. SmolLM3's and Llama-4's NoPE layers), ``"relative"``
+(relative position buckets)."""
+
+OFF_ROW_SINK_OPTIONS = (None, "as_key")
+"""How a consumer treats rows that sum to less than 1 over real keys (an off-row learned sink,
+gpt-oss): None refuses them; ``"as_key"`` counts the deficit ``1 - sum(a)`` as one extra sink
+"key" with its own mass, after the last real key."""
+
+
+# ----------------------------------------------------------------------------- key rules
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """Which keys one layer admits for a query (the mask the model itself applies).
+
+    Positions are indices into the padded ``[batch, pos]`` tensor; ``real`` marks real tokens
+    (one contiguous run per prompt, padding on either side). Key ``j`` is admitted for query
+    ``t`` iff ``j`` is real AND:
+
+    - ``causal``: ``j <= t`` (False for bidirectional encoders: every real key);
+    - ``window`` (sliding/local attention): ``t - j < window``, so the query sees itself and
+      the ``window - 1`` keys before it (Hugging Face's ``kv_idx > q_idx - sliding_window``;
+      GPT-Neo's ``window_size`` means the same);
+    - ``chunk`` (Llama-4 chunked attention): ``j`` and ``t`` lie in the same chunk of
+      ``chunk`` positions counted from the prompt's first real token.
+
+    Attributes:
+        causal: whether keys after the query are excluded.
+        window: sliding-window size in keys (query included), or None.
+        chunk: chunk size in positions, or None.
+    """
+
+    causal: bool = True
+    window: int | None = None
+    chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("window", "chunk"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise IntervError(f"KeyRule.{name} must be a positive int or None; got {value!r}")
+        if not self.causal and (self.window is not None or self.chunk is not None):
+            raise IntervError(
+                "KeyRule: a bidirectional rule with a window or chunk is not modelled; got "
+                f"window={self.window}, chunk={self.chunk}"
+            )
+
+    def describe(self) -> str:
+        """The rule in words, e.g. ``"causal AND padding AND sliding window 4096"``."""
+        words = ["causal AND padding" if self.causal else "bidirectional: padding"]
+        if self.window is not None:
+            words.append(f"sliding window {self.window}")
+        if self.chunk is not None:
+            words.append(f"chunks of {self.chunk}")
+        return " AND ".join(words)
+
+    def admitted(
+        self, real: torch.Tensor, queries: torch.Tensor | slice | None = None
+    ) -> torch.Tensor:
+        """The ``[batch, query, key]`` bool mask: True where the key is admitted.
+
+        Args:
+            real: ``[batch, key]`` bool, True at real tokens.
+            queries: the query positions (indices into the padded tensor) to build rows for:
+                None = every position; a slice (e.g. a chunk ``slice(start, stop)``); a
+                ``[query]`` int tensor shared by every prompt; or ``[batch, query]`` per
+                prompt. Only these rows are built, so a chunk of queries of a long prompt
+                costs ``chunk x key``, never ``key x key``.
+        """
+        if real.ndim != 2 or real.dtype != torch.bool:
+            raise IntervError(
+                f"real must be a [batch, key] bool tensor; got {real.dtype} of shape "
+                f"{tuple(real.shape)}"
+            )
+        n_keys = real.shape[1]
+        device = real.device
+        if queries is None:
+            queries = slice(0, n_keys)
+        if isinstance(queries, slice):
+            start, stop, step = queries.indices(n_keys)
+            query = torch.arange(start, stop, step, device=device)[None, :]
+        else:
+            query = queries.to(device=device, dtype=torch.int64)
+            if query.ndim == 1:
+                query = query[None, :]
+            if query.ndim != 2:
+                raise IntervError(
+                    f"queries must be a [query] or [batch, query] int tensor; got shape "
+                    f"{tuple(queries.shape)}"
+                )
+        key = torch.arange(n_keys, device=device)[None, None, :]
+        t = query[:, :, None]  # [batch or 1, query, 1]
+        mask = real[:, None, :].expand(real.shape[0], query.shape[1], n_keys)
+        if self.causal:
+            mask = mask & (key <= t)
+        if self.window is not None:
+            mask = mask & (key > t - self.window)
+        if self.chunk is not None:
+            first = real.to(torch.int64).argmax(dim=1)[:, None, None]
+            mask = mask & (
+                torch.div(key - first, self.chunk, rounding_mode="floor")
+                == torch.div(t - first, self.chunk, rounding_mode="floor")
+            )
+        return mask
+
+
+def layer_list(layers: Sequence[int]) -> str:
+    """``"0, 2, 4"``; runs of four or more consecutive layers as ``"0-5"``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for layer in sorted(layers):
+        if run and layer == run[-1] + 1:
+            run.append(layer)
+            continue
+        if run:
+            parts.append(_run_text(run))
+        run = [layer]
+    if run:
+        parts.append(_run_text(run))
+    return ", ".join(parts)
+
+
+def _layers_phrase(layers: Sequence[int]) -> str:
+    """``"layer 3"`` or ``"layers 0, 2"``."""
+    return f"layer{'s' if len(layers) > 1 else ''} {layer_list(layers)}"
+
+
+def _run_text(run: list[int]) -> str:
+    if len(run) >= 4:
+        return f"{run[0]}-{run[-1]}"
+    return ", ".join(str(layer) for layer in run)
+
+
+def check_admitted(
+    pattern: torch.Tensor,
+    admitted: torch.Tensor,
+    *,
+    layer: int,
+    queries: torch.Tensor | None = None,
+    tolerance: float | None = None,
+) -> None:
+    """Refuse a pattern that puts mass on a key its layer's rule excludes.
+
+    Args:
+        pattern: ``[batch, head_index, query, key]`` attention weights (rows of the queries
+            ``admitted`` was built for).
+        admitted: ``[batch or 1, query, key]`` bool from :meth:`KeyRule.admitted`.
+        layer: the layer (for the message).
+        queries: ``[batch or 1, query]`` absolute query positions (for the message); default
+            ``0..query-1``.
+        tolerance: largest mass allowed on excluded keys per row; default ``eps`` of the
+            pattern's dtype times the number of keys.
+
+    Raises:
+        IntervError naming layer, head, query and the key with the most excluded mass: the
+        model's mask differs from the rule interv derived from its configuration, so every
+        count of available keys would be wrong.
+    """
+    outside = torch.where(admitted[:, None], 0.0, pattern.to(torch.float32))
+    leaked = outside.sum(dim=-1)  # [batch, head, query]
+    if tolerance is None:
+        eps = torch.finfo(pattern.dtype).eps if pattern.is_floating_point() else 1e-6
+        tolerance = max(eps, 1.2e-7) * pattern.shape[-1]
+    bad = leaked > tolerance
+    if not bool(bad.any()):
+        return
+    b, h, q = (int(i) for i in bad.nonzero()[0])
+    key = int(outside[b, h, q].argmax())
+    position = q if queries is None else int(queries[min(b, queries.shape[0] - 1), q])
+    raise IntervError(
+        f"layer {layer} head {h} (prompt {b}, query position {position}) puts mass "
+        f"{float(leaked[b, h, q]):.3g} on key {key}, which the layer's mask excludes "
+        f"(largest at key {key}: {float(outside[b, h, q, key]):.3g}); the model attends to keys "
+        "interv's mask rule does not admit, so its counts of available keys would be wrong"
+    )
+
+
+def check_off_row_sink(arch: Architecture, off_row_sink: str | None) -> None:
+    """Validate the ``off_row_sink`` option (one of :data:`OFF_ROW_SINK_OPTIONS`) and refuse a
+    model with an off-row sink when it is None, naming the option."""
+    if off_row_sink not in OFF_ROW_SINK_OPTIONS:
+        raise IntervError(
+            f"off_row_sink must be one of {OFF_ROW_SINK_OPTIONS}; got {off_row_sink!r}"
+        )
+    if off_row_sink is None:
+        arch.require(
+            "normalized_rows",
+            hint="pass off_row_sink='as_key' to count the deficit 1 - sum(a) as one extra sink "
+            "key with its own mass",
+        )
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """One layer's attention as the model computes it.
+
+    Attributes:
+        keys: the :class:`KeyRule` of this layer.
+        positional: one of :data:`POSITIONAL`.
+        scale: the constant that multiplies ``q . k`` before the softmax (``1/sqrt(d_head)``
+            for most families, Gemma's ``query_pre_attn_scalar ** -0.5``, GPT-Neo's 1,
+            Granite's ``attention_multiplier``); None where it is not one constant (Llama-4's
+            NoPE layers with ``attn_temperature_tuning`` scale queries by position) or not
+            known.
+        softcap: ``c`` of the logits' soft cap ``c * tanh(logits / c)`` before the softmax
+            (Gemma-2: 50), or None.
+        qk_norm: queries and keys are normalized before the product (Qwen3, Gemma-3,
+            OLMo-2/3, Cohere with ``use_qk_norm``, Llama-4's rotary layers).
+        off_row_sink: a learned per-head sink logit joins the softmax's denominator (gpt-oss):
+            rows over real keys sum to less than 1.
+        output_gate: the head's output ``a . V`` is multiplied by a learned, input-dependent
+            gate before the output projection (Qwen3-Next, Qwen3.5).
+    """
+
+    keys: KeyRule
+    positional: str
+    scale: float | None
+    softcap: float | None = None
+    qk_norm: bool = False
+    off_row_sink: bool = False
+    output_gate: bool = False
+
+
+FEATURES: dict[str, str] = {
+    "attention_rows": "every layer's attention is a softmax over keys with a pattern hook",
+    "normalized_rows": "every row sums to 1 over the keys it admits (no off-row sink)",
+    "plain_logits": "the logits are unembed(ln_final(x)), with no post-processing",
+    "additive_writes": "each sublayer's output is added unchanged to the residual stream",
+    "ungated_heads": "a head's output is its attention row times its values (no output gate)",
+    "dense_mlps": "every MLP returns one tensor (no mixture of experts)",
+    "constant_scale": "every layer multiplies q . k by one constant",
+}
+"""What a consumer may :meth:`Architecture.require`, and what each promises."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a model's family computes, one frozen value per model (:func:`architecture_of`).
+
+    Attributes:
+        family: the family (Hugging Face ``model_type``, e.g. ``"gemma2"``; ``"native"`` for
+            transformer-lens native models).
+        encoder: bidirectional attention (BERT-style); False for causal decoders.
+        layers: per layer, its :class:`LayerAttention`, or None where the layer has no
+            softmax attention (the linear-attention layers of a hybrid such as Qwen3-Next).
+        layer_kinds: per layer, what it computes in words (``"full_attention"``,
+            ``"sliding_attention"``, ``"chunked_attention"``, ``"linear_attention"``...).
+        pre_attention_norm: a norm feeds the attention (``ln1``); False for OLMo-2/3.
+        post_attention_norm: the attention output is normalized before the residual add
+            (Gemma-2/3 ``post_attention_layernorm``, OLMo-2/3; the bridge's ``ln1_post``).
+        pre_mlp_norm: a norm of its own feeds the MLP (``ln2``); False for OLMo-2/3 and for
+            parallel blocks that share ``ln1`` (GPT-J, Phi, Cohere).
+        post_mlp_norm: the MLP output is normalized before the residual add (``ln2_post``).
+        parallel_residual: attention and MLP read the same block input and both add into the
+            residual stream (GPT-J, GPT-NeoX with ``use_parallel_residual``, Phi, Cohere).
+        residual_multiplier: each sublayer's output is multiplied by this before the add
+            (Granite), or None.
+        moe_layers: layers whose MLP is a mixture of experts (the bridge returns a tuple
+            there: output and router logits).
+        final_logit_softcap: ``c`` of the final logits' soft cap ``c * tanh(logits / c)``
+            (Gemma-2: 30), or None.
+        logit_scale: factor applied to the logits after the unembedding (Cohere
+            ``logit_scale``; Granite ``1 / logits_scaling``), or None.
+    """
+
+    family: str
+    encoder: bool
+    layers: tuple[LayerAttention | None, ...]
+    layer_kinds: tuple[str, ...]
+    pre_attention_norm: bool = True
+    post_attention_norm: bool = False
+    pre_mlp_norm: bool = True
+    post_mlp_norm: bool = False
+    parallel_residual: bool = False
+    residual_multiplier: float | None = None
+    moe_layers: tuple[int, ...] = ()
+    final_logit_softcap: float | None = None
+    logit_scale: float | None = None
+
+    # -- per-layer views
+
+    @property
+    def n_layers(self) -> int:
+        """Number of layers."""
+        return len(self.layers)
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Layers whose attention is a softmax over keys (all but a hybrid's linear layers)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer is not None)
+
+    def layer(self, layer: int) -> LayerAttention:
+        """The :class:`LayerAttention` of ``layer``; refuses a layer without softmax attention."""
+        if not 0 <= layer < self.n_layers:
+            raise IntervError(f"layer must be in 0..{self.n_layers - 1}; got {layer}")
+        found = self.layers[layer]
+        if found is None:
+            raise IntervError(
+                f"{self.family}: layer {layer} is {self.layer_kinds[layer]}, with no attention rows"
+            )
+        return found
+
+    def key_rule(self, layer: int) -> KeyRule:
+        """The :class:`KeyRule` of ``layer``."""
+        return self.layer(layer).keys
+
+    @property
+    def key_rules(self) -> tuple[KeyRule | None, ...]:
+        """Per layer, its :class:`KeyRule` (None for a layer without softmax attention)."""
+        return tuple(None if layer is None else layer.keys for layer in self.layers)
+
+    @property
+    def off_row_sink(self) -> bool:
+        """Whether some layer adds a learned sink logit to its softmax (rows sum below 1)."""
+        return any(layer is not None and layer.off_row_sink for layer in self.layers)
+
+    @property
+    def attention_gate(self) -> bool:
+        """Whether some layer gates its heads' outputs."""
+        return any(layer is not None and layer.output_gate for layer in self.layers)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether some layer admits fewer keys than causal (or bidirectional) AND padding."""
+        return any(
+            rule is not None and (rule.window is not None or rule.chunk is not None)
+            for rule in self.key_rules
+        )
+
+    def mask_rule_of(self, layers: Sequence[int] | None = None) -> str:
+        """The key rule of ``layers`` (default: all with attention) in words, grouped by rule:
+        ``"causal AND padding AND sliding window 4 (layers 0, 2); causal AND padding
+        (layers 1, 3)"``; one rule shared by every layer is named alone."""
+        chosen = self.attention_layers if layers is None else tuple(layers)
+        groups: dict[KeyRule, list[int]] = {}
+        for layer in chosen:
+            groups.setdefault(self.key_rule(layer), []).append(layer)
+        if len(groups) == 1:
+            return next(iter(groups)).describe()
+        return "; ".join(
+            f"{rule.describe()} ({_layers_phrase(members)})" for rule, members in groups.items()
+        )
+
+    @property
+    def mask_rule(self) -> str:
+        """:meth:`mask_rule_of` every attention layer."""
+        return self.mask_rule_of()
+
+    # -- refusals
+
+    def lacks(self, feature: str) -> str | None:
+        """Why this family lacks ``feature`` (one of :data:`FEATURES`), or None if it has it."""
+        if feature not in FEATURES:
+            raise IntervError(f"unknown feature {feature!r}; choose one of {tuple(FEATURES)}")
+        return _LACKS[feature](self)
+
+    def require(self, feature: str, *, hint: str = "") -> None:
+        """Raise a one-line :class:`IntervError` naming the family and what it lacks when it
+        does not have ``feature`` (one of :data:`FEATURES`); ``hint`` is appended."""
+        reason = self.lacks(feature)
+        if reason is not None:
+            self.refuse(reason, hint=hint)
+
+    def refuse(self, reason: str, *, hint: str = "") -> NoReturn:
+        """Raise the one-line refusal ``"<family>: <reason>[; <hint>]"``."""
+        raise IntervError(f"{self.family}: {reason}" + (f"; {hint}" if hint else ""))
+
+    def describe(self) -> str:
+        """Every fact in one short paragraph (for logs and the architecture table)."""
+        facts = [f"{self.family}: {'encoder' if self.encoder else 'decoder'}"]
+        if self.attention_layers:
+            facts.append(f"mask {self.mask_rule}")
+        for feature in FEATURES:
+            reason = self.lacks(feature)
+            if reason is not None:
+                facts.append(reason)
+        return "; ".join(facts)
+
+
+def _layers_with(arch: Architecture, test: Any) -> list[int]:
+    return [i for i, layer in enumerate(arch.layers) if layer is not None and test(layer)]
+
+
+def _lacks_rows(arch: Architecture) -> str | None:
+    missing = [i for i, layer in enumerate(arch.layers) if layer is None]
+    if not missing:
+        return None
+    kinds = sorted({arch.layer_kinds[i] for i in missing})
+    verb = "are" if len(missing) > 1 else "is"
+    return f"{_layers_phrase(missing)} {verb} {' / '.join(kinds)}, with no softmax attention rows"
+
+
+def _lacks_normalized(arch: Architecture) -> str | None:
+    layers = _layers_with(arch, lambda layer: layer.off_row_sink)
+    if not layers:
+        return None
+    return (
+        f"attention rows sum to less than 1 over real keys (a learned off-row sink logit per "
+        f"head, {_layers_phrase(layers)})"
+    )
+
+
+def _lacks_plain_logits(arch: Architecture) -> str | None:
+    steps = []
+    if arch.final_logit_softcap is not None:
+        steps.append(f"a final logit soft cap {arch.final_logit_softcap:g}")
+    if arch.logit_scale is not None:
+        steps.append(f"a logit scale {arch.logit_scale:g}")
+    if not steps:
+        return None
+    return f"the model's logits apply {' and '.join(steps)} after the unembedding"
+
+
+def _lacks_additive(arch: Architecture) -> str | None:
+    steps = []
+    if arch.post_attention_norm:
+        steps.append("the attention output")
+    if arch.post_mlp_norm:
+        steps.append("the MLP output")
+    found = []
+    if steps:
+        found.append(f"a norm on {' and '.join(steps)} before the residual add")
+    if arch.residual_multiplier is not None:
+        found.append(f"a residual multiplier {arch.residual_multiplier:g}")
+    if not found:
+        return None
+    return f"sublayer writes pass {' and '.join(found)}"
+
+
+def _lacks_ungated(arch: Architecture) -> str | None:
+    layers = _layers_with(arch, lambda layer: layer.output_gate)
+    if not layers:
+        return None
+    return (
+        f"each head's output is gated by a learned, input-dependent gate after a . V "
+        f"({_layers_phrase(layers)})"
+    )
+
+
+def _lacks_dense(arch: Architecture) -> str | None:
+    if not arch.moe_layers:
+        return None
+    return f"the MLPs of {_layers_phrase(arch.moe_layers)} are mixtures of experts"
+
+
+def _lacks_constant_scale(arch: Architecture) -> str | None:
+    layers = _layers_with(arch, lambda layer: layer.scale is None)
+    if not layers:
+        return None
+    return f"{_layers_phrase(layers)}: q . k scaled by a position-dependent or unknown factor"
+
+
+_LACKS = {
+    "attention_rows": _lacks_rows,
+    "normalized_rows": _lacks_normalized,
+    "plain_logits": _lacks_plain_logits,
+    "additive_writes": _lacks_additive,
+    "ungated_heads": _lacks_ungated,
+    "dense_mlps": _lacks_dense,
+    "constant_scale": _lacks_constant_scale,
+}
+
+
+# ----------------------------------------------------------------------------- detection
+
+_CACHE: weakref.WeakKeyDictionary[Any, Architecture] = weakref.WeakKeyDictionary()
+
+# Families the bridge loads that are not decoders or encoders with softmax attention rows.
+_NOT_ATTENTION = {
+    "mamba": "a state-space model (no attention)",
+    "mamba2": "a state-space model (no attention)",
+    "falcon_mamba": "a state-space model (no attention)",
+    "rwkv": "a recurrent model (no attention)",
+    "rwkv7": "a recurrent model (no attention)",
+    "hyenadna": "a long-convolution model (no attention)",
+    "recurrent_gemma": "a recurrent hybrid (RG-LRU blocks with local attention)",
+}
+_ATTENTION_KINDS = {"full_attention", "sliding_attention", "chunked_attention"}
+_NO_SCALE_FAMILIES = {"gpt_neo": 1.0}  # GPT-Neo does not scale q . k
+
+
+def architecture_of(model: Any) -> Architecture:
+    """The :class:`Architecture` of ``model`` (a transformer-lens ``TransformerBridge``).
+
+    Computed once per model object and cached (weakly: the cache never keeps a model alive);
+    the model is only read. Raises a one-line :class:`IntervError` for a family that is not a
+    decoder or encoder with softmax attention rows (state-space, recurrent, encoder-decoder,
+    vision or audio models), or whose masks interv cannot derive (an unknown layer type).
+    """
+    try:
+        return _CACHE[model]
+    except (KeyError, TypeError):
+        pass
+    arch = _detect(model)
+    with contextlib.suppress(TypeError):  # not weak-referenceable: recomputed next time
+        _CACHE[model] = arch
+    return arch
+
+
+def _detect(model: Any) -> Architecture:
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(model, "blocks"):
+        raise IntervError(
+            f"expected a transformer-lens TransformerBridge (with .cfg and .blocks); got "
+            f"{type(model).__name__}"
+        )
+    original = getattr(model, "original_model", None)
+    hf = getattr(original, "config", None)
+    if hf is not None and not hasattr(hf, "model_type"):
+        hf = None
+    family = str(getattr(hf, "model_type", "") or "native") if hf is not None else "native"
+    _refuse_kind(family, cfg, hf)
+    blocks = list(model.blocks)
+    n_layers = len(blocks)
+    kinds = _layer_kinds(family, cfg, hf, n_layers)
+    encoder = getattr(cfg, "attention_dir", "causal") == "bidirectional" and not bool(
+        getattr(hf, "is_decoder", False)
+    )
+    layers: list[LayerAttention | None] = []
+    for index, (block, kind) in enumerate(zip(blocks, kinds, strict=True)):
+        attention = block._modules.get("attn") if hasattr(block, "_modules") else None
+        if kind not in _ATTENTION_KINDS or attention is None:
+            if kind in _ATTENTION_KINDS:
+                kinds[index] = "no attention module"
+            layers.append(None)
+            continue
+        layers.append(_layer_attention(family, cfg, hf, attention, index, kind, encoder))
+    if not any(layer is not None for layer in layers):
+        raise IntervError(
+            f"{family}: no layer has softmax attention rows; interv analyses attention "
+            "transformers (decoders and encoders)"
+        )
+    parts = [block._modules if hasattr(block, "_modules") else {} for block in blocks]
+    first = parts[0]
+    return Architecture(
+        family=family,
+        encoder=encoder,
+        layers=tuple(layers),
+        layer_kinds=tuple(kinds),
+        pre_attention_norm="ln1" in first,
+        post_attention_norm="ln1_post" in first,
+        pre_mlp_norm="ln2" in first,
+        post_mlp_norm="ln2_post" in first,
+        parallel_residual=_parallel(cfg, hf),
+        residual_multiplier=_not_one(getattr(hf, "residual_multiplier", None)),
+        moe_layers=tuple(i for i, block in enumerate(blocks) if _is_moe(block)),
+        final_logit_softcap=_positive(getattr(hf, "final_logit_softcapping", None)),
+        logit_scale=_logit_scale(hf),
+    )
+
+
+def _refuse_kind(family: str, cfg: Any, hf: Any) -> None:
+    """One line for a family that is not a decoder or encoder of attention rows."""
+    if family in _NOT_ATTENTION:
+        raise IntervError(
+            f"{family}: {_NOT_ATTENTION[family]}; interv analyses attention transformers "
+            "(decoders and encoders)"
+        )
+    if bool(getattr(hf, "is_encoder_decoder", False)):
+        raise IntervError(
+            f"{family}: an encoder-decoder (cross-attention rows are not modelled); interv "
+            "analyses decoders and encoders"
+        )
+    for flag, what in (
+        ("is_multimodal", "a multimodal model"),
+        ("is_visual_model", "a vision model"),
+        ("is_audio_model", "an audio model"),
+    ):
+        if bool(getattr(cfg, flag, False)):
+            raise IntervError(
+                f"{family}: {what}; interv analyses text decoders and encoders (load the text "
+                "model alone where the family has one)"
+            )
+
+
+def _layer_kinds(family: str, cfg: Any, hf: Any, n_layers: int) -> list[str]:
+    """Per layer, the kind of attention (``"full_attention"``, ``"sliding_attention"``...)."""
+    if hf is None:
+        local = [kind for kind in getattr(cfg, "attn_types", None) or () if kind != "global"]
+        if local:
+            raise IntervError(
+                f"{family}: native local attention ({local[0]!r} layers) is not modelled"
+            )
+        return ["full_attention"] * n_layers
+    declared = getattr(hf, "layer_types", None)
+    if declared is not None:
+        kinds = [str(kind) for kind in declared]
+        if len(kinds) != n_layers:
+            raise IntervError(
+                f"{family}: config.layer_types names {len(kinds)} layers but the model has "
+                f"{n_layers}"
+            )
+        return kinds
+    neo = getattr(hf, "attention_layers", None)
+    if family == "gpt_neo" and neo is not None:
+        return ["sliding_attention" if kind == "local" else "full_attention" for kind in neo]
+    if getattr(hf, "sliding_window", None) is not None and getattr(hf, "use_sliding_window", True):
+        # Mistral, Mixtral, Phi-3, Starcoder2: one window on every layer
+        return ["sliding_attention"] * n_layers
+    return ["full_attention"] * n_layers
+
+
+def _layer_attention(
+    family: str, cfg: Any, hf: Any, attention: Any, index: int, kind: str, encoder: bool
+) -> LayerAttention:
+    window = chunk = None
+    if kind == "sliding_attention":
+        size = getattr(hf, "window_size", None) if family == "gpt_neo" else None
+        window = size if size is not None else getattr(hf, "sliding_window", None)
+        if window is None:
+            raise IntervError(
+                f"{family}: layer {index} is a sliding-window layer but the config names no "
+                "window size"
+            )
+    elif kind == "chunked_attention":
+        chunk = getattr(hf, "attention_chunk_size", None)
+        if chunk is None:
+            raise IntervError(
+                f"{family}: layer {index} is a chunked-attention layer but the config names no "
+                "attention_chunk_size"
+            )
+    if encoder and (window is not None or chunk is not None):
+        raise IntervError(
+            f"{family}: an encoder with local attention (layer {index}) is not modelled"
+        )
+    module = getattr(attention, "original_component", None)
+    inner = getattr(module, "self", module)  # BERT-style: the scores live in .self
+    pet = str(getattr(cfg, "positional_embedding_type", "standard"))
+    positional = {"standard": "learned", "relative_positional_bias": "relative"}.get(pet, pet)
+    if positional == "rotary" and not bool(getattr(inner, "use_rope", True)):
+        positional = "none"
+    if positional not in POSITIONAL:
+        raise IntervError(f"{family}: positional scheme {pet!r} is not modelled")
+    scale: float | None
+    if family in _NO_SCALE_FAMILIES:
+        scale = _NO_SCALE_FAMILIES[family]
+    elif hasattr(inner, "scaling"):
+        scale = float(inner.scaling)
+    elif hasattr(inner, "inv_norm_factor"):  # Bloom
+        scale = float(inner.inv_norm_factor)
+    elif family == "native":
+        scale = float(cfg.d_head) ** -0.5 if getattr(cfg, "use_attn_scale", True) else 1.0
+    else:
+        scale = None
+    if positional == "none" and bool(getattr(inner, "attn_temperature_tuning", False)):
+        scale = None  # Llama-4 NoPE layers scale queries by a function of position
+    # q_norm/k_norm (Qwen3, Gemma-3, OLMo-2, Cohere), q_layernorm (StableLM), qk_norm (Llama-4)
+    norms = ("q_norm", "k_norm", "q_layernorm", "qk_norm")
+    qk_norm = any(isinstance(getattr(inner, name, None), torch.nn.Module) for name in norms)
+    return LayerAttention(
+        keys=KeyRule(causal=not encoder, window=_as_int(window), chunk=_as_int(chunk)),
+        positional=positional,
+        scale=scale,
+        softcap=_positive(getattr(inner, "attn_logit_softcapping", None)),
+        qk_norm=qk_norm,
+        off_row_sink=isinstance(getattr(inner, "sinks", None), torch.Tensor),
+        output_gate=bool(getattr(cfg, "gated_q_proj", False))
+        or bool(getattr(hf, "attn_output_gate", False)),
+    )
+
+
+def _parallel(cfg: Any, hf: Any) -> bool:
+    declared = getattr(hf, "use_parallel_residual", None)
+    if declared is not None:
+        return bool(declared)
+    return bool(getattr(cfg, "parallel_attn_mlp", False))
+
+
+def _is_moe(block: Any) -> bool:
+    mlp = block._modules.get("mlp") if hasattr(block, "_modules") else None
+    if mlp is None:
+        return False
+    original = getattr(mlp, "original_component", None)
+    return "MoE" in type(mlp).__name__ or hasattr(original, "experts")
+
+
+def _logit_scale(hf: Any) -> float | None:
+    scale = _not_one(getattr(hf, "logit_scale", None))
+    if scale is not None:
+        return scale
+    divisor = _not_one(getattr(hf, "logits_scaling", None))
+    return None if divisor is None else 1.0 / divisor
+
+
+def _not_one(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    number = float(value)
+    return None if number == 1.0 else number
+
+
+def _positive(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    number = float(value)
+    return number if number > 0 else None
+
+
+def _as_int(value: Any) -> int | None:
+    return None if value is None else int(value)
