@@ -46,8 +46,9 @@ from interv._schema import parse
 from interv.circuits._stored import StoredStability
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import edge_effects
-from interv.circuits.screens import graph_dict, scores_fingerprint
+from interv.circuits.screens import graph_dict
 from interv.errors import IntervError
+from interv.provenance import Provenance, join
 from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
@@ -283,20 +284,14 @@ def circuit_stability(
     if not 0 < float(level) < 1:
         raise IntervError(f"level must lie in (0, 1); got {level!r}")
     scores = result.scores
+    ours = Provenance.of(model, task, metric=scores.metric, direction=scores.direction)
+    join(ours, result, what=("the model and prompts", "the circuit"))
     per_prompt = scores.per_prompt
     if per_prompt is None:
         raise IntervError(
             "circuit stability needs the screen's per-prompt estimates, and these scores carry "
             "none (EdgeScores.to_dict(per_prompt=False) drops them); recompute the scores or "
             "load them with their per-prompt values"
-        )
-    expected = scores_fingerprint(
-        model, task, scores.method, scores.steps, scores.metric, scores.direction, scores.qk_fix
-    )
-    if expected != scores.fingerprint:
-        raise IntervError(
-            "the task (or model) is not the one the circuit was discovered on: fingerprint "
-            f"{expected} against the scores' {scores.fingerprint}; pass the same prompts"
         )
     graph = result.graph
     sizes = _sizes(sizes, graph.n_edges)

@@ -153,6 +153,8 @@ class TokenizedPairs:
             task has no foil (then logit-difference metrics are unavailable).
         padding_side: ``"right"`` or ``"left"``.
         name: the task's name, carried into the scope of every result.
+        resampled: True for a bootstrap resample of a task (:meth:`resample`), whose
+            repeated prompts are its point; every other task repeats no prompt.
         d_vocab: the vocabulary size of the model the ids are for (every id is below
             it), or None when not known (a hand-built task; checked by :meth:`fitted`).
         n_ctx: the context length of that model (no prompt is longer), or None.
@@ -168,6 +170,7 @@ class TokenizedPairs:
     name: str = "custom"
     d_vocab: int | None = None
     n_ctx: int | None = None
+    resampled: bool = False
 
     def __post_init__(self) -> None:
         for field in (
@@ -221,7 +224,8 @@ class TokenizedPairs:
             if getattr(self, field) is not None:
                 check_token_ids(getattr(self, field), self.d_vocab, field)
         check_context(self.attention_mask.sum(1), self.n_ctx, "prompt pair")
-        check_distinct(self.clean_tokens, self.attention_mask, "clean prompt")
+        if not self.resampled:
+            check_distinct(self.clean_tokens, self.attention_mask, "clean prompt")
         if self.foil_ids is not None and bool((self.target_ids == self.foil_ids).any()):
             i = int((self.target_ids == self.foil_ids).nonzero()[0, 0])
             raise IntervError(
@@ -303,7 +307,14 @@ class TokenizedPairs:
             "query_positions explicitly"
         )
 
-    def select(self, index: torch.Tensor | slice | list[int]) -> TokenizedPairs:
+    def resample(self, index: torch.Tensor | list[int]) -> TokenizedPairs:
+        """The pairs at ``index``, drawn with replacement (a bootstrap resample): repeated
+        prompts are allowed, and the task says so (:attr:`resampled`)."""
+        return self.select(index, resampled=True)
+
+    def select(
+        self, index: torch.Tensor | slice | list[int], *, resampled: bool = False
+    ) -> TokenizedPairs:
         """The subset of pairs at ``index`` (along the batch axis)."""
         return TokenizedPairs(
             clean_tokens=self.clean_tokens[index],
@@ -316,6 +327,7 @@ class TokenizedPairs:
             name=self.name,
             d_vocab=self.d_vocab,
             n_ctx=self.n_ctx,
+            resampled=resampled or self.resampled,
         )
 
     def fitted(self, cfg: Any) -> TokenizedPairs:
