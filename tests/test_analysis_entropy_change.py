@@ -125,7 +125,7 @@ def test_overall_share_interval_recomputes_the_share_on_resampled_prompts():
         total = result.per_prompt_total[index].mean()
         sink = result.per_prompt_sink_part[index].mean()
         shares.append(float(sink / total) if abs(float(total)) >= 1e-3 else math.nan)
-    expected = percentile_interval(torch.tensor(shares, dtype=torch.float64), 0.95)
+    expected = percentile_interval(torch.tensor(shares, dtype=torch.float64), 0.95, n_items=3)
     assert (low, high) == pytest.approx(expected)
     short = rows_from_pattern(_causal_pattern(5, shape=(3, 2, 3), n_keys=5))
     long = rows_from_pattern(_causal_pattern(6, shape=(2, 2, 3), n_keys=9))

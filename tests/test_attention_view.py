@@ -32,7 +32,7 @@ from interv.analysis.attention_view import ROW_METRICS, attention_view, parse_he
 from interv.engine.sites import Site, hook_name
 from interv.errors import IntervError
 from interv.report.table import build_report
-from interv.report.viewer import AttentionViewer, JoinKey, _script_json
+from interv.report.viewer import AttentionViewer, _script_json
 from interv.report.viewer_export import (
     MASKED_RGB,
     PADDING_RGB,
@@ -196,22 +196,17 @@ def test_prompts_out_of_range_or_too_long_are_refused_before_the_forward(zoo, ta
 def test_a_result_from_another_model_or_task_is_refused_naming_both(zoo, task, result, monkeypatch):
     monkeypatch.setattr(attention_module, "forward", _no_forward)
     other_model = dataclasses.replace(
-        result, scope=dataclasses.replace(result.scope, model_name="SmolLM2-135M-Instruct")
+        result, provenance=result.provenance.replace(model="SmolLM2-135M-Instruct")
     )
-    with pytest.raises(IntervError, match="from model 'SmolLM2-135M-Instruct', but the viewer"):
+    with pytest.raises(IntervError, match=r"different models .*'SmolLM2-135M-Instruct'"):
         interv.view_attention(zoo, task, heads=[(1, 0)], result=other_model)
     other_task = interv.load_task("induction", n_pairs=4, seed=1).tokenize(zoo)
-    with pytest.raises(IntervError, match=r"prompt pairs 6 .* prompt pairs 4"):
+    with pytest.raises(IntervError, match=r"different numbers of prompts \(4 and 6\)"):
         interv.view_attention(zoo, other_task, heads=[(1, 0)], result=result)
-    shifted = dataclasses.replace(
-        result,
-        scope=dataclasses.replace(
-            result.scope, answer_positions=tuple(p - 1 for p in result.scope.answer_positions)
-        ),
-    )
-    with pytest.raises(IntervError, match="answer positions"):
+    shifted = dataclasses.replace(result, provenance=result.provenance.replace(pairs="0" * 16))
+    with pytest.raises(IntervError, match="different prompt pairs"):
         interv.view_attention(zoo, task, heads=[(1, 0)], result=shifted)
-    with pytest.raises(IntervError, match="pass as prompts the TokenizedPairs of task 'induction'"):
+    with pytest.raises(IntervError, match="pass as prompts the TokenizedPairs the effects"):
         interv.view_attention(zoo, ["A B"], heads=[(1, 0)], result=result)
     with pytest.raises(IntervError, match="result must be an InterventionResult"):
         interv.view_attention(zoo, task, heads=[(1, 0)], result={"effect": 1})
@@ -244,7 +239,7 @@ def test_effects_beside_each_head_are_the_reports_rows(zoo, task, result):
     strings = attention_view(zoo, ["A B C"], heads=[(1, 0)])
     with pytest.raises(IntervError, match="build the view from the task's TokenizedPairs"):
         AttentionViewer(strings, report)
-    assert JoinKey.of_effects(report).task == "induction"
+    assert report.provenance.n_prompts == task.n_pairs
 
 
 def _decode(cell: dict, n: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:

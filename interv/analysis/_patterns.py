@@ -41,6 +41,8 @@ from interv.engine.architecture import (
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site, check_layer, check_prompt_positions, head_label
 from interv.errors import IntervError
+from interv.provenance import Provenance
+from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -80,6 +82,9 @@ class AttentionRows:
         layers: the model layers held, in the order of the pattern's layer dim.
         key_rules: the :class:`~interv.engine.architecture.KeyRule` of each held layer.
         off_row_sink: None, or ``"as_key"`` when the last key column is the off-row sink.
+        provenance: the model (name, weights, dtype) and the prompts
+            (:class:`~interv.provenance.Provenance`); rows built from a given pattern know
+            only the model name they were given.
     """
 
     pattern: torch.Tensor
@@ -91,6 +96,7 @@ class AttentionRows:
     sink_positions: tuple[int, ...]
     prompt_lengths: tuple[int, ...]
     layers: tuple[int, ...]
+    provenance: Provenance
     key_rules: tuple[KeyRule, ...] = ()
     off_row_sink: str | None = None
 
@@ -170,6 +176,7 @@ def rows_from_pattern(
     layers: Sequence[int] | None = None,
     key_rules: Sequence[KeyRule] | None = None,
     off_row_sink: str | None = None,
+    provenance: Provenance | None = None,
 ) -> AttentionRows:
     """Wrap a ``[batch, layer, head_index, query_pos, key_pos]`` pattern with its masks.
 
@@ -186,6 +193,7 @@ def rows_from_pattern(
             (default: ``KeyRule(causal=causal)`` for every layer).
         off_row_sink: None (rows sum to 1), or ``"as_key"``: rows may sum to less than 1 and
             the deficit becomes one more key column, in the sink set.
+        provenance: where the pattern came from (default: only ``model_name`` known).
 
     Returns:
         An :class:`AttentionRows`; raises :class:`IntervError` if no row is included or a
@@ -263,6 +271,7 @@ def rows_from_pattern(
         layers=layers,
         key_rules=rules,
         off_row_sink=off_row_sink,
+        provenance=Provenance(model_name) if provenance is None else provenance,
     )
 
 
@@ -329,6 +338,11 @@ def attention_rows(
         layers=kept,
         key_rules=[arch.key_rule(layer) for layer in kept],
         off_row_sink=off_row_sink if arch.off_row_sink else None,
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
     )
 
 

@@ -56,7 +56,8 @@ from interv.engine.sites import (
 )
 from interv.errors import IntervError
 from interv.metrics import sink_split
-from interv.tasks.tokenized import TokenizedPairs
+from interv.provenance import Provenance
+from interv.tasks.tokenized import TokenizedPairs, prompts_fingerprint
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -125,6 +126,9 @@ class AttentionView:
         task_name, n_task_prompts, task_positions, answer_positions, padding_side: the
             task (:class:`~interv.TokenizedPairs`) the prompts are the clean prompts
             of, for joining effects; None when the prompts were strings or tokens.
+        provenance: the model (name, weights, dtype) and the whole batch's prompts (a
+            task's pairs too) the shown prompts come from
+            (:class:`~interv.provenance.Provenance`): what effects shown beside it must share.
         unit: the entropy unit, ``"nats"``.
         key_rules: the :class:`~interv.engine.architecture.KeyRule` of each shown head's
             layer.
@@ -155,6 +159,7 @@ class AttentionView:
     n_ctx: int
     causal: bool
     sink_positions: tuple[int, ...]
+    provenance: Provenance
     task_name: str | None = None
     n_task_prompts: int | None = None
     task_positions: int | None = None
@@ -419,6 +424,13 @@ def attention_view(
         n_ctx=n_ctx,
         causal=not arch.encoder,
         sink_positions=sink_positions,
+        provenance=Provenance.of(model, task)
+        if task is not None
+        else Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
         task_name=None if task is None else task.name,
         n_task_prompts=None if task is None else task.n_pairs,
         task_positions=None if task is None else task.n_positions,

@@ -43,6 +43,7 @@ from interv.analysis._patterns import (
 from interv.errors import IntervError
 from interv.metrics._rows import check_unit
 from interv.metrics.sink import entropy_change, mean_entropy_change, sink_split
+from interv.provenance import compares, join
 from interv.stats import bootstrap_indices, percentile_interval
 
 __all__ = [
@@ -227,6 +228,11 @@ class EntropyAttribution:
         return records
 
 
+CONDITIONS = ("model", "revision", "prompts", "n_prompts")
+"""What two conditions of an entropy change may differ in (checkpoints, models, context
+lengths); their dtype must agree."""
+
+
 def _mean_sink_mass(
     heads: torch.Tensor, sink: torch.Tensor, key_mask: torch.Tensor, included: torch.Tensor | None
 ) -> torch.Tensor:
@@ -248,6 +254,7 @@ def _paired(before: AttentionRows, after: AttentionRows) -> bool:
     )
 
 
+@compares(*CONDITIONS)
 def entropy_change_attribution(
     before: AttentionRows,
     after: AttentionRows,
@@ -272,6 +279,12 @@ def entropy_change_attribution(
         An :class:`EntropyAttribution` with ``total == sink_part + content_part``.
     """
     check_unit(unit)
+    join(
+        before,
+        after,
+        what=(f"the {before_label} rows", f"the {after_label} rows"),
+        across=CONDITIONS,
+    )
     if before.pattern.shape[1:3] != after.pattern.shape[1:3]:
         raise IntervError(
             "both conditions need the same layers and heads to attribute per head; got "

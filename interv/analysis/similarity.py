@@ -49,7 +49,8 @@ from interv.analysis._patterns import QUERY_RULE, AttentionRows, prompt_mean_wei
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS, MEASURES, compare_rows
 from interv.metrics.compositional import aitchison_split
-from interv.stats import MIN_ITEMS, TOO_FEW
+from interv.provenance import Provenance
+from interv.stats import TOO_FEW, percentile_interval
 
 if TYPE_CHECKING:
     import pandas
@@ -142,6 +143,7 @@ class HeadSimilarity:
             over heads, per convention (``{"keep_sink": .., "drop_sink": ..}``).
         sink_positions: sink set, counted from each prompt's first real token.
         mask_rule: the key mask in words.
+        provenance: the rows' (:class:`~interv.provenance.Provenance`).
     """
 
     per_prompt: torch.Tensor
@@ -160,6 +162,7 @@ class HeadSimilarity:
     n_zeros_replaced: dict[str, int]
     sink_positions: tuple[int, ...]
     mask_rule: str
+    provenance: Provenance
     query_rule: str = QUERY_RULE
     aggregation: str = "mean over prompts of each prompt's mean over its included query rows"
 
@@ -326,20 +329,15 @@ def _flip_rate(
     n_flips, n_ties = (int(count) for count in _verdict_flips(keep, drop, tie_atol))
     decided = len(triples) - n_ties
     rate = n_flips / decided if decided else float("nan")
-    low = high = float("nan")
-    if n_prompts >= MIN_ITEMS:  # fewer: no interval (interv.stats.TOO_FEW)
-        draws = torch.randint(n_prompts, (n_resamples, n_prompts), generator=generator)
-        weights = torch.nn.functional.one_hot(draws, n_prompts).sum(dim=1) / n_prompts
-        rates = []
-        for chunk in weights.to(torch.float64).split(_RESAMPLES_PER_CHUNK):
-            keep, drop = torch.einsum("rp,cpt->crt", chunk, differences)
-            flips, ties = _verdict_flips(keep, drop, tie_atol)
-            rates.append(flips.double() / (len(triples) - ties))  # NaN: every triple tied
-        tail = (1 - confidence) / 2
-        quantiles = torch.cat(rates).nanquantile(
-            torch.tensor([tail, 1 - tail], dtype=torch.float64)
-        )
-        low, high = float(quantiles[0]), float(quantiles[1])
+    draws = torch.randint(n_prompts, (n_resamples, n_prompts), generator=generator)
+    weights = torch.nn.functional.one_hot(draws, n_prompts).sum(dim=1) / n_prompts
+    rates = []
+    for chunk in weights.to(torch.float64).split(_RESAMPLES_PER_CHUNK):
+        keep, drop = torch.einsum("rp,cpt->crt", chunk, differences)
+        flips, ties = _verdict_flips(keep, drop, tie_atol)
+        rates.append(flips.double() / (len(triples) - ties))  # NaN: every triple tied
+    # n/a below the statistics' own minimum of prompts (interv.stats.too_few)
+    low, high = percentile_interval(torch.cat(rates), confidence, n_items=n_prompts)
     return FlipRate(
         measure=measure,
         rate=rate,
@@ -532,4 +530,5 @@ def head_similarity(
         n_zeros_replaced=n_zeros,
         sink_positions=rows.sink_positions,
         mask_rule=rows.mask_rule,
+        provenance=rows.provenance,
     )

@@ -46,6 +46,7 @@ from interv.engine.stacking import (
 )
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = ["Resume", "RunPlan", "check_task", "execute", "run", "warm_cache"]
@@ -201,7 +202,8 @@ def run(
             foil on a task without one, an intervention without a semantics sentence or
             that does not fit the model or the task, a bad ``max_batch_size``, or a
             ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
-            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above.
+            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above;
+            a model that is not a transformer-lens bridge (None, a name).
     """
     plan = RunPlan.build(
         model,
@@ -260,6 +262,11 @@ class RunPlan:
     ) -> RunPlan:
         """The checked plan of :func:`run`'s arguments (see there); raises
         :class:`~interv.errors.IntervError` on any bad input, before any forward."""
+        if not hasattr(model, "cfg") or not hasattr(model, "hooks"):
+            raise IntervError(
+                f"model must be a transformer-lens bridge (interv.load_model(spec)); got "
+                f"{type(model).__name__}"
+            )
         task = check_task(task, model)
         target_metric = get_metric(metric)
         target_metric.check_foil(task.foil_ids)
@@ -390,6 +397,7 @@ def execute(
         **intervention_fields(checked, task),
         metric=plan.metric,
         scope=Scope.of(model, task),
+        provenance=Provenance.of(model, task, metric=plan.metric.name),
         recovery_atol=plan.recovery_atol,
         status=status,
         screens=screens,
