@@ -129,7 +129,11 @@ EDITS = (
 )
 
 
-@column("window edits")
+@column(
+    "window edits",
+    "WindowAttention / KeyKnockout composed with each layer's own mask: logits equal Hugging "
+    "Face run with that mask AND its own at the edited layers (right- and left-padded)",
+)
 def mask_edits_equal_the_model_with_that_mask(fam: Family) -> None:
     model = fam.bridge
     bound = [edit.for_model(model) for edit in EDITS]  # refuses here, before any forward
@@ -153,7 +157,11 @@ def mask_edits_equal_the_model_with_that_mask(fam: Family) -> None:
 _ORDERED = {"entropy": False, "content_entropy": False, "sink_mass": True}  # descending?
 
 
-@column("head rankings")
+@column(
+    "head rankings",
+    "rank_heads' entropy, content-entropy and sink-mass orders sort the heads by the numbers "
+    "of Hugging Face's own rows and masks",
+)
 def concentration_rankings_sort_the_models_own_numbers(fam: Family) -> None:
     tokens = fam.tokens
     real = torch.ones_like(fam.real)  # text chunks: every token real

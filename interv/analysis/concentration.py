@@ -75,6 +75,7 @@ from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
 from interv.metrics._rows import production_dtype, sum_tolerance
+from interv.provenance import Provenance
 from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
@@ -137,8 +138,8 @@ class HeadConcentration:
         model_name: name of the model (scope).
         prompt_lengths: number of real tokens of each prompt (scope).
         unit: entropy unit, ``"nats"``.
-        prompts_fingerprint: the fingerprint of the prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known.
+        provenance: the model (name, weights, dtype) and the prompts' fingerprint
+            (:class:`~interv.provenance.Provenance`); joins with other results compare it.
         mask_rule: the key rule of every layer in words (which keys each layer admits).
         off_row_sink: None, or ``"as_key"`` when an off-row sink's deficit was counted as
             an extra sink key.
@@ -159,10 +160,10 @@ class HeadConcentration:
     sink_positions: tuple[int, ...]
     model_name: str
     prompt_lengths: tuple[int, ...]
+    provenance: Provenance
     unit: str = "nats"
     sink_convention: str = SINK_CONVENTION
     mask_rule: str = MASK_RULE
-    prompts_fingerprint: str = ""
     off_row_sink: str | None = None
     gated_layers: tuple[int, ...] = ()
 
@@ -410,7 +411,11 @@ def concentration(
         sink_positions=sink_positions,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
-        prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
         mask_rule=arch.mask_rule
         + ("; off-row sink counted as an extra sink key" if reducer.as_key_layers else ""),
         off_row_sink=off_row_sink,

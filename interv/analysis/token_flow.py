@@ -21,7 +21,12 @@ head's output projection; residual-stream units):
 All three are computed from the weights and the values of one forward; none is an
 intervention, so none measures what a token *does* for the output. Compare them with an
 exact effect, e.g. :class:`~interv.engine.masks.KeyKnockout` of the token in every layer.
-Positions are absolute (padded) positions; ``key_mask`` says which keys each query sees.
+Positions are absolute (padded) positions; ``key_mask`` says which keys each query sees at
+each layer: the mask the layer applies (:func:`interv.engine.architecture.architecture_of`:
+causal or bidirectional, AND padding, AND the family's sliding window or chunk), checked
+against every row. Rows of a model with an off-row learned sink (gpt-oss) sum to less than 1:
+refused unless ``off_row_sink="as_key"`` (the deficit, which writes no value, then stays out
+of the weights and norms: rows sum to less than 1).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.analysis._inputs import prompt_batch
+from interv.engine.architecture import architecture_of, check_admitted, check_off_row_sink
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
@@ -67,11 +73,14 @@ class TokenAttention:
             weights (fraction of the row).
         norms: ``[batch, layer, query_pos, key_pos]`` float64 ``||sum_h a^h f^h(x_j)||``
             (residual-stream units).
-        key_mask: ``[batch, query_pos, key_pos]`` bool, True = key available to the query
-            (causal AND padding, or padding only for a bidirectional encoder).
+        key_mask: ``[batch, layer, query_pos, key_pos]`` bool, True = key available to the
+            query at that layer (the layer's own mask, :attr:`mask_rule`).
         real: ``[batch, pos]`` bool, True at real tokens.
         model_name: name of the model (scope).
         causal: whether the causal mask applied.
+        mask_rule: the keys each layer admits, in words.
+        off_row_sink: None, or ``"as_key"`` when rows with an off-row sink's deficit were
+            accepted.
     """
 
     weights: torch.Tensor
@@ -80,6 +89,8 @@ class TokenAttention:
     real: torch.Tensor
     model_name: str
     causal: bool
+    mask_rule: str = ""
+    off_row_sink: str | None = None
 
     @property
     def n_prompts(self) -> int:
@@ -95,7 +106,7 @@ class TokenAttention:
     def rollout(self, residual: float = 0.5) -> torch.Tensor:
         """``[batch, query, key]`` float64 attention rollout of :attr:`weights` over every
         layer (see :data:`ROLLOUT_CAVEAT`: not a causal effect)."""
-        return attention_rollout(self.weights, residual=residual, key_mask=self.key_mask[:, None])
+        return attention_rollout(self.weights, residual=residual, key_mask=self.key_mask)
 
     def shares_on(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each prompt's mean share, over its real query rows, of the row on ``keys``.
@@ -117,7 +128,7 @@ class TokenAttention:
         chosen = keys[:, None, None, :].to(torch.float64)
         weight = (self.weights * chosen).sum(dim=-1)  # [batch, layer, query]
         norm = (self.norm_shares() * chosen).sum(dim=-1)
-        queries = (self.real & self.key_mask.any(dim=-1)).to(torch.float64)[:, None, :]
+        queries = (self.real[:, None] & self.key_mask.any(dim=-1)).to(torch.float64)
         count = queries.sum(dim=-1)
         return (weight * queries).sum(dim=-1) / count, (norm * queries).sum(dim=-1) / count
 
@@ -130,7 +141,9 @@ class TokenAttention:
     def scope(self) -> str:
         """Model, prompts, mask rule and units."""
         lengths = sorted(int(n) for n in self.real.sum(dim=1))
-        mask = "causal AND padding" if self.causal else "bidirectional: padding only"
+        mask = self.mask_rule or (
+            "causal AND padding" if self.causal else "bidirectional: padding only"
+        )
         return (
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; per layer, weight = head-averaged attention weight (fraction of the "
@@ -143,6 +156,7 @@ def token_attention(
     prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
     *,
     attention_mask: torch.Tensor | None = None,
+    off_row_sink: str | None = None,
 ) -> TokenAttention:
     """Weight-based and norm-based attention of every layer, from one forward.
 
@@ -151,18 +165,21 @@ def token_attention(
         prompts_or_tokens: strings (BOS prepended, right-padded), a ``[batch, pos]`` int
             token tensor or a :class:`~interv.TokenizedPairs` (its clean prompts).
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+        off_row_sink: None (default) refuses a model whose rows sum to less than 1 (an
+            off-row learned sink, gpt-oss); ``"as_key"`` accepts them.
 
     Returns:
         A :class:`TokenAttention` (memory: two ``[batch, layer, pos, pos]`` float64 arrays).
     """
+    arch = architecture_of(model)
+    arch.require("attention_rows", hint="token_attention needs rows at every layer")
+    check_off_row_sink(arch, off_row_sink)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     cfg = model.cfg
-    causal = getattr(cfg, "attention_dir", "causal") != "bidirectional"
     real = batch.real
     n_pos = real.shape[1]
-    key_mask = real[:, None, :] & real[:, :, None]
-    if causal:
-        key_mask = key_mask & torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
+    masks = {rule: rule.admitted(real) & real[:, :, None] for rule in set(arch.key_rules)}
+    key_mask = torch.stack([masks[rule] for rule in arch.key_rules], dim=1)  # [b, l, q, k]
     heads = [kv_head_of(cfg, h) for h in range(cfg.n_heads)]
     weights: list[torch.Tensor] = []
     norms: list[torch.Tensor] = []
@@ -179,6 +196,9 @@ def token_attention(
     def pattern_hook(layer: int) -> Any:
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             pattern = pattern.detach()  # [batch, head, query, key]
+            at_real = real.to(pattern.device)[:, None, :, None]
+            admitted = key_mask[:, layer].to(pattern.device)
+            check_admitted(torch.where(at_real, pattern, 0), admitted, layer=layer)
             f = transformed.pop(layer)  # [batch, head, key, d_model]
             weights.append(pattern.to(torch.float64).mean(dim=1).cpu())
             step = max(1, _CHUNK_ELEMENTS // max(1, pattern.shape[0] * n_pos * f.shape[-1]))
@@ -204,12 +224,14 @@ def token_attention(
         readout=None,
         stop_after=Site("pattern", cfg.n_layers - 1),
     )
-    mask = key_mask[:, None].to(torch.float64)
+    mask = key_mask.to(torch.float64)
     return TokenAttention(
         weights=torch.stack(weights, dim=1) * mask,
         norms=torch.stack(norms, dim=1) * mask,
         key_mask=key_mask,
         real=real,
         model_name=str(getattr(cfg, "model_name", "unknown")),
-        causal=causal,
+        causal=not arch.encoder,
+        mask_rule=arch.mask_rule,
+        off_row_sink=off_row_sink,
     )

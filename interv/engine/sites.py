@@ -50,6 +50,7 @@ __all__ = [
     "MLP_COMPONENTS",
     "RESIDUAL_COMPONENTS",
     "Site",
+    "as_site_positions",
     "block_output_hook",
     "check_component",
     "check_head",
@@ -137,6 +138,20 @@ def _index_or_none(value: Any, what: str) -> int | None:
     return None if value is None else as_int(value, what, minimum=0)
 
 
+def as_site_positions(positions: Iterable[int] | int | None, what: str = "positions") -> Any:
+    """The positions an intervention acts at: distinct positions >= 0, or None for every
+    position; an empty collection is refused (it would intervene nowhere and report zero
+    effects as if measured)."""
+    found = as_positions(positions, what)
+    if found == ():
+        raise IntervError(
+            f"{what} must name at least one position, or be None for every position; got an "
+            "empty collection, which would intervene nowhere and report zero effects as if "
+            "measured"
+        )
+    return found
+
+
 def at_positions(positions: Iterable[int] | None) -> str:
     """Positions in words: "at all positions", "at position 3", "at positions [3, 5]"."""
     if positions is None:
@@ -168,7 +183,7 @@ class Site:
     component: str = converted(_known_component)
     layer: int | None = converted(_index_or_none, default=None)
     head: int | None = converted(_index_or_none, default=None)
-    positions: tuple[int, ...] | None = converted(as_positions, default=None)
+    positions: tuple[int, ...] | None = converted(as_site_positions, default=None)
 
     def __post_init__(self) -> None:
         convert(self)

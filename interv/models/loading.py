@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import re
 import socket
 from collections.abc import Iterator
@@ -329,7 +330,15 @@ def _load_local_dir(
             f"model directory {str(directory)!r} has no config.json; expected {LOCAL_DIR_FORM} "
             "(as written by save_pretrained for the model and for its tokenizer)"
         )
-    bridge = TransformerBridge.boot_transformers(str(directory), device=device, dtype=dtype)
+    try:
+        bridge = TransformerBridge.boot_transformers(str(directory), device=device, dtype=dtype)
+    except (pickle.UnpicklingError, EOFError) as error:  # torch.load(weights_only=True)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise IntervError(
+            f"the weights in model directory {str(directory)!r} cannot be loaded "
+            f"({type(error).__name__}: {first[:120]}); the file is damaged or not a model's "
+            "weights (interv loads weights only, never the code a pickle names)"
+        ) from None
     return bridge.eval()
 
 
