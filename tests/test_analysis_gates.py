@@ -48,8 +48,9 @@ def gated():
 
 
 def reference_contributions(hf, tokens, real):
-    """Per layer ``[batch, head, query, key]`` float64 ``a_tk ||(sigmoid(g_t) * v_k) W_O^h||``
-    and the ungated ``a_tk ||v_k W_O^h||``, from Hugging Face alone."""
+    """Per layer ``[batch, head, query, key]`` float64 ``a_tk ||(sigmoid(g_t) * v_k) W_O^h||``,
+    the ungated ``a_tk ||v_k W_O^h||`` and ``[batch, query, key]``
+    ``||sum_h a_tk (sigmoid(g_t) * v_k) W_O^h||``, from Hugging Face alone."""
     captured: dict[tuple[int, str], torch.Tensor] = {}
     handles = []
     for layer, block in enumerate(hf.model.layers):
@@ -74,7 +75,7 @@ def reference_contributions(hf, tokens, real):
         for handle in handles:
             handle.remove()
     n_batch, n_pos = tokens.shape
-    gated, plain = [], []
+    gated, plain, summed = [], [], []
     for layer, block in enumerate(hf.model.layers):
         a = out.attentions[layer].double()  # [b, h, t, k]
         q = captured[layer, "q"].view(n_batch, n_pos, N_HEADS, 2 * D_HEAD)
@@ -88,8 +89,9 @@ def reference_contributions(hf, tokens, real):
         assert torch.allclose(z, own, atol=1e-6)
         written = torch.einsum("bthd,bkhd,hdm->bhtkm", gate, v, w_o)  # (g_t * v_k) W_O^h
         gated.append(a * written.norm(dim=-1))
+        summed.append((a[..., None] * written).sum(dim=1).norm(dim=-1))  # [b, t, k]
         plain.append(a * torch.einsum("bkhd,hdm->bhkm", v, w_o).norm(dim=-1)[:, :, None])
-    return gated, plain
+    return gated, plain, summed
 
 
 def test_contribution_numbers_include_the_gate_of_each_head(gated):
@@ -97,7 +99,7 @@ def test_contribution_numbers_include_the_gate_of_each_head(gated):
     assert architecture_of(bridge).layer(0).output_gate
     tokens, real = prompts()
     heads = interv.concentration(bridge, tokens, attention_mask=real)
-    gated_parts, plain_parts = reference_contributions(hf, tokens, real)
+    gated_parts, plain_parts, _ = reference_contributions(hf, tokens, real)
     at_real = real[:, None, :]  # [batch, 1, query]
     for layer, (parts, plain) in enumerate(zip(gated_parts, plain_parts, strict=True)):
         total = parts.sum(dim=-1)  # [batch, head, query]
@@ -122,9 +124,21 @@ def test_the_gate_is_read_at_each_requested_query(gated):
     tokens, real = prompts()
     last = real.sum(dim=1) - 1  # each prompt's last real token (right padding)
     heads = interv.concentration(bridge, tokens, attention_mask=real, query_positions=[-1, 2])
-    gated_parts, _ = reference_contributions(hf, tokens, real)
+    gated_parts, _, _ = reference_contributions(hf, tokens, real)
     rows = torch.arange(tokens.shape[0])
     for layer, parts in enumerate(gated_parts):
         total = parts.sum(dim=-1)  # [batch, head, query]
         assert torch.allclose(heads.contribution_norm[:, layer, :, 0], total[rows, :, last])
         assert torch.allclose(heads.contribution_norm[:, layer, :, 1], total[:, :, 2])
+
+
+def test_token_attention_by_norm_includes_the_gate(gated):
+    bridge, hf = gated
+    tokens, real = prompts()
+    flow = interv.analysis.token_attention(bridge, tokens, attention_mask=real)
+    _, _, summed = reference_contributions(hf, tokens, real)
+    pairs = real[:, :, None] & real[:, None, :]  # real queries and keys
+    for layer, expected in enumerate(summed):
+        got = flow.norms[:, layer]
+        assert torch.allclose(got[pairs], expected[pairs], rtol=1e-5, atol=1e-12)
+    assert "gate" in flow.scope
