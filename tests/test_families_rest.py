@@ -236,14 +236,28 @@ def test_the_sentence_names_chunks_and_a_learned_sink():
     assert "over those keys and the model's learned sink logit (layer 1)" in sink
 
 
-def test_a_gated_or_linear_layer_is_refused_in_one_line_before_any_forward():
-    model = family("qwen3_next").bridge  # layer 0 linear attention, layer 1 gated heads
-    with pytest.raises(IntervError, match=r"^qwen3_next: layer 1's heads gate their output"):
-        WindowAttention(4, layers=(1,)).for_model(model)
-    with pytest.raises(IntervError, match=r"layer 0 is linear_attention.*no softmax attention"):
+def test_a_hybrids_gated_layer_is_edited_exactly_and_its_linear_layer_refused():
+    fam = family("qwen3_next")  # layer 0 linear attention, layer 1 gated heads
+    model = fam.bridge
+    for edit in (WindowAttention(3, sink_tokens=1, layers=(1,)), KeyKnockout((2,), layers=(1,))):
+        bound = edit.for_model(model)
+        bound.check(model.cfg, fam.tokens.shape[1])
+        with torch.no_grad():
+            mine = forward_under(model, pairs_of(fam.tokens, fam.real), bound).readout
+        expected = masked_logits(fam, fam.tokens, fam.real, edit)
+        at_real = fam.real[:, :, None]
+        assert torch.allclose(mine * at_real, expected * at_real, atol=1e-4), bound.describe()
+        clean = masked_logits(fam, fam.tokens, fam.real, WindowAttention(64))
+        assert not torch.allclose(expected * at_real, clean * at_real, atol=1e-4)
+    with pytest.raises(
+        IntervError, match=r"^qwen3_next: layer 0 is linear_attention.*can edit layer 1$"
+    ):
         KeyKnockout((1,), layers=(0,)).for_model(model)
     with pytest.raises(IntervError, match=r"layer 7 is out of range"):
         WindowAttention(4, layers=(7,)).for_model(model)
+    with pytest.raises(IntervError, match=r"apply WindowAttention.for_model\(model\) first"):
+        unbound = WindowAttention(3, layers=(1,))
+        forward_under(model, pairs_of(fam.tokens, fam.real), unbound)
 
 
 def test_concentration_rankings_name_the_mask_rule_in_the_curves():

@@ -37,10 +37,11 @@ it applies to the model (:meth:`~interv.engine.protocol.Intervention.for_model`,
 layers 0, 2, ...". Where a layer adds a learned sink logit to the softmax's denominator
 (gpt-oss), the row is renormalized over the kept keys and that sink: with observed weights
 ``a`` and deficit ``d = 1 - sum(a)``, ``a'_j = a_j / (sum_{i in M} a_i + d)``, exactly the
-masked softmax with the sink logit in it. Refused in one line: layers without softmax
-attention rows (a hybrid's linear layers), gated heads (Qwen3-Next: the output is gated after
-``a . V``), and layers whose pattern the bridge hooks only after the heads' outputs (families
-transformer-lens wraps whole: GPT-Neo, GPT-J, OPT, Llama-4, BERT).
+masked softmax with the sink logit in it. Gated heads (Qwen3-Next, Qwen3.5: ``z = sigmoid(g) *
+(a . V)``): the change ``(A' - A) V`` passes the head's own gate, read at site ``gate``.
+Refused in one line: layers without softmax attention rows (a hybrid's linear layers) and
+layers whose pattern the bridge hooks only after the heads' outputs (families transformer-lens
+wraps whole: GPT-Neo, GPT-J, OPT, Llama-4, BERT, RoBERTa).
 """
 
 from __future__ import annotations
@@ -106,10 +107,15 @@ class _MaskEdit(Intervention):
         return tuple(Site("z", layer) for layer in self._declared_layers())
 
     def observes(self) -> tuple[Site, ...]:
+        gated = getattr(self, "_gated", ())  # known once for_model has seen the model
         return tuple(
             site
             for layer in self._declared_layers()
-            for site in (Site("pattern", layer), Site("v", layer))
+            for site in (
+                Site("pattern", layer),
+                Site("v", layer),
+                *((Site("gate", layer),) if layer in gated else ()),
+            )
         )
 
     def _declared_layers(self) -> tuple[int, ...]:
@@ -145,6 +151,8 @@ class _MaskEdit(Intervention):
         bound = replace(self)
         object.__setattr__(bound, "_n_layers", n_layers)
         object.__setattr__(bound, "_own_masks", _own_masks_phrase(arch, layers))
+        gated = tuple(layer for layer in layers if arch.layers[layer].output_gate)
+        object.__setattr__(bound, "_gated", gated)
         return bound
 
     def _own_masks_text(self) -> tuple[str, str]:
@@ -166,6 +174,12 @@ class _MaskEdit(Intervention):
         own = architecture_of(context.model).layers[site.layer]
         if own is None:  # for_model refuses such a layer before any forward
             raise IntervError(f"layer {site.layer} has no softmax attention rows to mask")
+        if own.output_gate and site.layer not in getattr(self, "_gated", ()):
+            raise IntervError(
+                f"layer {site.layer}'s heads gate their output; apply "
+                f"{type(self).__name__}.for_model(model) first (interv.run and text_loss do), "
+                "so that the edit reads the gate"
+            )
         key = ("mask", id(self), own.keys)
         allowed = context.state.get(key)
         if allowed is None:
@@ -180,6 +194,9 @@ class _MaskEdit(Intervention):
         heads = [kv_head_of(context.cfg, h) for h in range(pattern.shape[1])]
         per_head = values[:, :, heads]  # [n, key, head, d_head]
         delta = torch.einsum("nhqk,nkhd->nqhd", new - pattern, per_head.to(pattern.dtype))
+        if own.output_gate:  # z = sigmoid(g) * (a . V): the change passes the same gate
+            gate = context.observed(Site("gate", site.layer))  # [n, pos, head * d_head]
+            delta = delta * torch.sigmoid(gate.to(delta.dtype)).reshape(delta.shape)
         return activation + delta.to(activation.dtype)
 
 
@@ -189,7 +206,7 @@ def _check_editable(arch: Architecture, model: Any, layer: int, kind: str) -> No
     if reason is None:
         return
     others = [i for i in range(len(arch.layers)) if not _why_not_editable(arch, model, i, kind)]
-    hint = f"{kind} can edit layers {layer_list(others)}" if others else ""
+    hint = f"{kind} can edit {_at_layers(others)}" if others else ""
     arch.refuse(reason, hint=hint)
 
 
@@ -202,11 +219,6 @@ def _why_not_editable(arch: Architecture, model: Any, layer: int, kind: str) -> 
             f"transformer-lens hooks layer {layer}'s attention pattern only after the heads' "
             "outputs (z) are computed (it wraps Hugging Face's attention module whole), so a "
             "mask edit written at z cannot read it"
-        )
-    if own.output_gate:
-        return (
-            f"layer {layer}'s heads gate their output after a . V (a learned, input-dependent "
-            "gate), so a mask edit written at z cannot be made exact there"
         )
     if not own.keys.causal and kind == "WindowAttention":
         return (
