@@ -26,7 +26,9 @@ each layer: the mask the layer applies (:func:`interv.engine.architecture.archit
 causal or bidirectional, AND padding, AND the family's sliding window or chunk), checked
 against every row. Rows of a model with an off-row learned sink (gpt-oss) sum to less than 1:
 refused unless ``off_row_sink="as_key"`` (the deficit, which writes no value, then stays out
-of the weights and norms: rows sum to less than 1).
+of the weights and norms: rows sum to less than 1). Gated heads (Qwen3-Next, Qwen3.5) write
+``(sigmoid(g^h_t) * a^h . V^h) W_O^h``: there ``f^h_t(x_j) = (sigmoid(g^h_t) * v^h_j) W_O^h``
+depends on the query's gate too (:mod:`interv.analysis._gates`), and the scope says so.
 """
 
 from __future__ import annotations
@@ -36,8 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv.analysis._gates import gate_factors
 from interv.analysis._inputs import prompt_batch
-from interv.engine.architecture import architecture_of, check_admitted, check_off_row_sink
+from interv.engine.architecture import (
+    architecture_of,
+    check_admitted,
+    check_off_row_sink,
+    layer_list,
+)
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
@@ -81,6 +89,8 @@ class TokenAttention:
         mask_rule: the keys each layer admits, in words.
         off_row_sink: None, or ``"as_key"`` when rows with an off-row sink's deficit were
             accepted.
+        gated_layers: layers whose heads gate their output: there the norms are
+            ``||sum_h a^h_tj (sigmoid(g^h_t) * v^h_j) W_O^h||``, the gate included.
     """
 
     weights: torch.Tensor
@@ -91,6 +101,7 @@ class TokenAttention:
     causal: bool
     mask_rule: str = ""
     off_row_sink: str | None = None
+    gated_layers: tuple[int, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -148,6 +159,12 @@ class TokenAttention:
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; per layer, weight = head-averaged attention weight (fraction of the "
             f"row), norm = ||sum_h a^h_tj v^h_j W_O^h|| (residual-stream units); mask: {mask}"
+            + (
+                f"; gated heads (layers {layer_list(self.gated_layers)}): norm = ||sum_h a^h_tj "
+                "(sigmoid(g^h_t) * v^h_j) W_O^h||, each head's output gate included"
+                if self.gated_layers
+                else ""
+            )
         )
 
 
@@ -184,14 +201,30 @@ def token_attention(
     weights: list[torch.Tensor] = []
     norms: list[torch.Tensor] = []
     transformed: dict[int, torch.Tensor] = {}
+    gated = tuple(layer for layer in arch.attention_layers if arch.layer(layer).output_gate)
+    gated_values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # values, W_O
+    gated_patterns: dict[int, torch.Tensor] = {}  # a gated layer's pattern, until its gate
 
     def value_hook(layer: int) -> Any:
         def hook(values: torch.Tensor, hook: Any) -> None:
             w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
             per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
+            if layer in gated:  # the pattern waits for the gate (gate_hook)
+                gated_values[layer] = (per_head, w_out.to(values))
+                return
             transformed[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
 
         return hook
+
+    def append_norms(pattern: torch.Tensor, summed_of: Any) -> None:
+        """Append ``||summed_of(chunk, start)||`` ``[batch, query, key]`` over query chunks."""
+        width = pattern.shape[0] * n_pos * cfg.d_model
+        step = max(1, _CHUNK_ELEMENTS // max(1, width))
+        rows = []
+        for start in range(0, n_pos, step):
+            chunk = pattern[:, :, start : start + step]  # [batch, head, q, key]
+            rows.append(summed_of(chunk, start).norm(dim=-1).to(torch.float64).cpu())
+        norms.append(torch.cat(rows, dim=1))
 
     def pattern_hook(layer: int) -> Any:
         def hook(pattern: torch.Tensor, hook: Any) -> None:
@@ -199,15 +232,30 @@ def token_attention(
             at_real = real.to(pattern.device)[:, None, :, None]
             admitted = key_mask[:, layer].to(pattern.device)
             check_admitted(torch.where(at_real, pattern, 0), admitted, layer=layer)
-            f = transformed.pop(layer)  # [batch, head, key, d_model]
             weights.append(pattern.to(torch.float64).mean(dim=1).cpu())
-            step = max(1, _CHUNK_ELEMENTS // max(1, pattern.shape[0] * n_pos * f.shape[-1]))
-            rows = []
-            for start in range(0, n_pos, step):
-                chunk = pattern[:, :, start : start + step]  # [batch, head, q, key]
-                summed = torch.einsum("bhqk,bhkm->bqkm", chunk, f.to(chunk))
-                rows.append(summed.norm(dim=-1).to(torch.float64).cpu())
-            norms.append(torch.cat(rows, dim=1))
+            if layer in gated:
+                gated_patterns[layer] = pattern
+                return
+            f = transformed.pop(layer)  # [batch, head, key, d_model]
+            append_norms(
+                pattern, lambda chunk, start: torch.einsum("bhqk,bhkm->bqkm", chunk, f.to(chunk))
+            )
+
+        return hook
+
+    def gate_hook(layer: int) -> Any:
+        def hook(gate: torch.Tensor, hook: Any) -> None:
+            per_head, w_out = gated_values.pop(layer)
+            pattern = gated_patterns.pop(layer)
+            gates = gate_factors(gate, cfg.n_heads)  # [batch, pos, head, d_head]
+
+            def summed_of(chunk: torch.Tensor, start: int) -> torch.Tensor:
+                g = gates[:, start : start + chunk.shape[2]].to(chunk)
+                return torch.einsum(
+                    "bhqk,bqhd,bkhd,hdm->bqkm", chunk, g, per_head.to(chunk), w_out.to(chunk)
+                )
+
+            append_norms(pattern, summed_of)
 
         return hook
 
@@ -217,12 +265,15 @@ def token_attention(
             (Site("v", layer), value_hook(layer)),
             (Site("pattern", layer), pattern_hook(layer)),
         ]
+        if layer in gated:
+            hooks.append((Site("gate", layer), gate_hook(layer)))
+    last = cfg.n_layers - 1
     forward(
         model,
         Prompts(batch.tokens, real),
         hooks=hooks,
         readout=None,
-        stop_after=Site("pattern", cfg.n_layers - 1),
+        stop_after=Site("gate" if last in gated else "pattern", last),
     )
     mask = key_mask.to(torch.float64)
     return TokenAttention(
@@ -234,4 +285,5 @@ def token_attention(
         causal=not arch.encoder,
         mask_rule=arch.mask_rule,
         off_row_sink=off_row_sink,
+        gated_layers=gated,
     )

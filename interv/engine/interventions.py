@@ -733,6 +733,9 @@ class Combined(Intervention):
     def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
         return tuple(entry for part in self.parts for entry in part.prompt_positions())
 
+    def for_model(self, model: Any) -> Combined:
+        return Combined(tuple(part.for_model(model) for part in self.parts))
+
     def check(self, cfg: Any, n_positions: int) -> None:
         for part in self.parts:
             part.check(cfg, n_positions)

@@ -53,8 +53,10 @@ __all__ = ["Resume", "RunPlan", "check_task", "execute", "run", "warm_cache"]
 
 
 def _checked_interventions(
-    interventions: Intervention | Sequence[Intervention], cfg: Any, task: TokenizedPairs
+    interventions: Intervention | Sequence[Intervention], model: Any, task: TokenizedPairs
 ) -> tuple[Intervention, ...]:
+    """Each intervention as it applies to ``model`` (:meth:`~Intervention.for_model`), with
+    its sentence, base run, sites and positions checked against the model and the task."""
     if isinstance(interventions, Intervention):
         interventions = (interventions,)
     if isinstance(interventions, str) or not isinstance(interventions, Sequence):
@@ -62,9 +64,11 @@ def _checked_interventions(
             "interventions must be an intervention or a sequence of them; got "
             f"{type(interventions).__name__}"
         )
-    checked = tuple(interventions)
-    for intervention in checked:
+    for intervention in interventions:
         semantics(intervention, task)
+    checked = tuple(intervention.for_model(model) for intervention in interventions)
+    cfg = model.cfg
+    for intervention in checked:
         if intervention.base_run not in RUNS:
             raise IntervError(
                 f"{type(intervention).__name__}.base_run must be one of {RUNS}; got "
@@ -116,7 +120,7 @@ def warm_cache(
     with the same cache) never rerun the clean and corrupted forwards for an activation
     an earlier unit did not need.
     """
-    checked = _checked_interventions(interventions, model.cfg, check_task(task, model))
+    checked = _checked_interventions(interventions, model, check_task(task, model))
     _base_runs(model, task, checked, reuse_prefix, cache)
 
 
@@ -276,7 +280,7 @@ class RunPlan:
         recovery_atol = as_finite(recovery_atol, "recovery_atol", minimum=0)
         if not isinstance(reuse_prefix, bool):
             raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
-        checked = _checked_interventions(interventions, model.cfg, task)
+        checked = _checked_interventions(interventions, model, task)
         if screen is not None:
             check_screen(screen, checked, target_metric)
         if max_batch_size is None:
