@@ -37,6 +37,11 @@ real keys summing to less than 1. Refused by default; ``off_row_sink="as_key"`` 
 deficit ``1 - sum(a)`` as one extra sink key with its own mass (in ``n``, the entropy and the
 sink mass; no value vector, so no contribution).
 
+Gated heads (Qwen3-Next, Qwen3.5): the head's output is ``sigmoid(g_t) * (a . V)`` before
+``W_O``, so key ``i``'s contribution is ``a_i ||(sigmoid(g_t) * v_i) W_O^h||`` and both
+value-aware numbers use it (:mod:`interv.analysis._gates`; the gate is read at site ``gate``,
+after the pattern, so such a layer's rows are reduced there); the scope says so.
+
 >>> heads = concentration(model, ["The cat sat on the mat"])
 >>> heads.per_head("normalized_entropy")          # [layer, head_index]
 >>> heads.mask_rule                               # the rule each layer applied, in words
@@ -56,6 +61,7 @@ from interv._checks import as_positions
 from interv._display import Display, number
 from interv._pandas import require_pandas
 from interv._progress import Progress, check_progress, counting
+from interv.analysis._gates import gate_factors, gated_value_norms
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.architecture import (
     Architecture,
@@ -63,11 +69,13 @@ from interv.engine.architecture import (
     architecture_of,
     check_admitted,
     check_off_row_sink,
+    layer_list,
 )
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
 from interv.metrics._rows import production_dtype, sum_tolerance
+from interv.provenance import Provenance
 from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
@@ -130,11 +138,13 @@ class HeadConcentration:
         model_name: name of the model (scope).
         prompt_lengths: number of real tokens of each prompt (scope).
         unit: entropy unit, ``"nats"``.
-        prompts_fingerprint: the fingerprint of the prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known.
+        provenance: the model (name, weights, dtype) and the prompts' fingerprint
+            (:class:`~interv.provenance.Provenance`); joins with other results compare it.
         mask_rule: the key rule of every layer in words (which keys each layer admits).
         off_row_sink: None, or ``"as_key"`` when an off-row sink's deficit was counted as
             an extra sink key.
+        gated_layers: layers whose heads gate their output: there the contributions are
+            ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``, the gate included.
     """
 
     entropy: torch.Tensor
@@ -150,11 +160,12 @@ class HeadConcentration:
     sink_positions: tuple[int, ...]
     model_name: str
     prompt_lengths: tuple[int, ...]
+    provenance: Provenance
     unit: str = "nats"
     sink_convention: str = SINK_CONVENTION
     mask_rule: str = MASK_RULE
-    prompts_fingerprint: str = ""
     off_row_sink: str | None = None
+    gated_layers: tuple[int, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -222,7 +233,7 @@ class HeadConcentration:
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; {len(self.query_positions)} query positions; sink positions "
             f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
-            f"entropy unit {self.unit}"
+            f"entropy unit {self.unit}{_gated_text(self.gated_layers)}"
         )
 
     def display(self, max_rows: int = 12) -> Display:
@@ -380,13 +391,17 @@ def concentration(
         for layer in range(n_layers):
             hooks.append((Site("v", layer), reducer.value_hook(layer)))
             hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+            if layer in reducer.gated_layers:  # the rows are reduced once the gate is known
+                hooks.append((Site("gate", layer), reducer.gate_hook(layer)))
         # the rest of the forward (last block's output, unembedding) is not needed
         forward(
             model,
             Prompts(batch.tokens, batch.real),
             hooks=hooks,
             readout=None,
-            stop_after=Site("pattern", n_layers - 1),
+            stop_after=Site(
+                "gate" if n_layers - 1 in reducer.gated_layers else "pattern", n_layers - 1
+            ),
         )
     return HeadConcentration(
         **reducer.results(),
@@ -396,10 +411,25 @@ def concentration(
         sink_positions=sink_positions,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
-        prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
         mask_rule=arch.mask_rule
         + ("; off-row sink counted as an extra sink key" if reducer.as_key_layers else ""),
         off_row_sink=off_row_sink,
+        gated_layers=tuple(sorted(reducer.gated_layers)),
+    )
+
+
+def _gated_text(layers: tuple[int, ...]) -> str:
+    """What the scope says of gated heads ("" without any)."""
+    if not layers:
+        return ""
+    return (
+        f"; gated heads (layers {layer_list(layers)}): contributions a_i ||(sigmoid(g_t) * v_i) "
+        "W_O|| include each head's output gate"
     )
 
 
@@ -477,6 +507,12 @@ class _Reducer:
             n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64
         )
         self._value_norms: torch.Tensor | None = None
+        self.gated_layers = frozenset(
+            layer for layer in arch.attention_layers if arch.layer(layer).output_gate
+        )
+        self._gated_values: tuple[torch.Tensor, torch.Tensor] | None = None  # values, Gram
+        self._gates: torch.Tensor | None = None  # [batch, pos, head, d_head] factors
+        self._pending: torch.Tensor | None = None  # a gated layer's pattern, until its gate
         self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
         self._admitted: dict[tuple[KeyRule, int], torch.Tensor] = {}
         self._keep_masks = n_batch * query_index.shape[1] * n_pos <= _CHUNK_ELEMENTS * 16
@@ -491,6 +527,8 @@ class _Reducer:
             per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
             squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
             self._value_norms = squared.clamp(min=0).sqrt()
+            if layer in self.gated_layers:
+                self._gated_values = (per_head_values, gram)
 
         return hook
 
@@ -504,6 +542,9 @@ class _Reducer:
                     "model's attention order is not supported by interv.concentration"
                 )
             pattern = pattern.detach()
+            if layer in self.gated_layers and self._gates is None:
+                self._pending = pattern  # reduced by gate_hook, once the gate is known
+                return
             n_query = self._query_abs.shape[1]
             batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
             rule = self._rules[layer]
@@ -520,6 +561,25 @@ class _Reducer:
                 admitted = self._admitted_rows(rule, start, query_abs)[..., :n_keys]
                 self._reduce(layer, start, stop, rows, admitted)
             self._value_norms = None
+
+        return hook
+
+    def gate_hook(self, layer: int) -> Any:
+        """Hook on the gate logits of a gated ``layer``: reduces the layer's pattern with
+        the gated contributions ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``."""
+
+        def hook(gate: torch.Tensor, hook: Any) -> None:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                raise IntervError(
+                    f"the pattern of layer {layer} did not reach a hook before its gate; this "
+                    "model's attention order is not supported by interv.concentration"
+                )
+            self._gates = gate_factors(gate, self._model.cfg.n_heads)
+            try:
+                self.pattern_hook(layer)(pending, hook=hook)
+            finally:
+                self._gates = self._gated_values = None
 
         return hook
 
@@ -588,11 +648,20 @@ class _Reducer:
         n = torch.where(real, n, 0)
         log_n = n[:, None].to(f64).clamp(min=1).log()  # [batch, 1, query]
         n_content = (n[:, None] - n_sink).to(f64)
-        norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
-        total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
-        from_sink = (
-            sink_rows * self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
-        ).sum(dim=-1)
+        if self._gates is None:
+            norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
+            total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
+            from_sink = (
+                sink_rows * self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
+            ).sum(dim=-1)
+        else:  # gated heads: each key's norm depends on the query's gate too
+            values, gram = self._gated_values
+            query_abs = self._query_abs[:, start:stop]
+            batch_index = torch.arange(query_abs.shape[0], device=query_abs.device)[:, None]
+            gates = self._gates[batch_index, query_abs]
+            norms = gated_value_norms(gates, values[:, : rows.shape[-1]], gram)
+            total = (rows.to(f64) * norms).sum(dim=-1)  # [batch, head, query]
+            from_sink = (sink_rows * norms.gather(-1, gather)).sum(dim=-1)
         values = {
             "entropy": entropy,
             "normalized_entropy": torch.where(log_n > 0, entropy / log_n, torch.nan),
