@@ -62,6 +62,7 @@ from interv.circuits.patching import (
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -232,6 +233,7 @@ def graph_dict(graph: Graph) -> dict[str, Any]:
         "n_kv_heads": graph.n_kv_heads,
         "has_mlp": graph.has_mlp,
         "model_name": graph.model_name,
+        "parallel": graph.parallel,
     }
 
 
@@ -243,6 +245,7 @@ def graph_from_dict(data: Mapping[str, Any]) -> Graph:
         n_kv_heads=int(data["n_kv_heads"]),
         has_mlp=bool(data["has_mlp"]),
         model_name=str(data["model_name"]),
+        parallel=bool(data.get("parallel", False)),
     )
 
 
@@ -260,12 +263,14 @@ def _reader_gradients(
     then, one at a time (so that only one is held), per receiver layer
     ``[n, pos, readers, d_model]`` gradients of each prompt's metric with respect to each
     reader's own pre-norm input (readers in graph order: query heads, key
-    heads, value heads, then the MLP), and last the logits' ``[n, pos, 1, d_model]``.
+    heads, value heads, then the MLP: the residual it reads, through its whole write,
+    :mod:`interv.engine.writes`), and last the logits' ``[n, pos, 1, d_model]``.
     With ``pattern_grads`` (a dict) the gradients with respect to each layer's attention
     probabilities ``[n, n_heads, query_pos, key_pos]`` (float64) are stored in it under
     the layer, by the first step of the iteration."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
+    writes = Writes.of(model)
     kept: dict[Site, torch.Tensor] = {}
     seen: dict[Site, torch.Tensor] = {}
 
@@ -290,8 +295,8 @@ def _reader_gradients(
         hooks.append((Site("resid_pre", 0), replace))
     for layer in layers:
         hooks.append((Site("resid_pre", layer), looker(Site("resid_pre", layer))))
-        if graph.has_mlp:
-            hooks.append((Site("resid_mid", layer), looker(Site("resid_mid", layer))))
+        if graph.has_mlp and writes.mlp_reads != "resid_pre":
+            hooks.append((Site(writes.mlp_reads, layer), looker(Site(writes.mlp_reads, layer))))
         hooks += [(Site(c, layer), keeper(Site(c, layer))) for c in components]
         if pattern_grads is not None:
             hooks.append((Site("pattern", layer), keeper(Site("pattern", layer))))
@@ -320,18 +325,18 @@ def _reader_gradients(
             for layer in layers:
                 pattern_grads[layer] = grads.pop(Site("pattern", layer)).detach().double()
         for layer in layers:
-            block = model.blocks[layer]
             x = seen[Site("resid_pre", layer)]
             weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
             cotangent = torch.cat([grads[Site(c, layer)] for c in "qkv"], dim=2)
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
-            projected = torch.einsum("bprd,rdk->bprk", block.ln1(x_rep), weights)
+            normed = writes.attention_input(layer, x_rep)
+            projected = torch.einsum("bprd,rdk->bprk", normed, weights)
             (attn,) = torch.autograd.grad(projected, [x_rep], grad_outputs=cotangent.to(projected))
             parts = [attn]
             if graph.has_mlp:
-                x_mid = seen[Site("resid_mid", layer)].clone().requires_grad_(True)
-                mlp_out = block.mlp(block.ln2(x_mid))
+                x_mid = seen[Site(writes.mlp_reads, layer)].clone().requires_grad_(True)
+                mlp_out = writes.mlp_write(layer, x_mid)  # the MLP's whole write
                 (mlp,) = torch.autograd.grad(
                     mlp_out, [x_mid], grad_outputs=grads[Site("mlp_out", layer)].to(mlp_out)
                 )
