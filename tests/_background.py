@@ -48,6 +48,6 @@ def stop_all() -> None:
     for child, out in _runs.values():
         if child.poll() is None:
             child.kill()
-            child.wait()
+        child.communicate()  # reaps the child and closes its stderr pipe
         shutil.rmtree(out.parent, ignore_errors=True)
     _runs.clear()

@@ -275,8 +275,15 @@ def prompts() -> tuple[torch.Tensor, torch.Tensor]:
 
 def family(name: str) -> Family:
     """The tiny model of family ``name``, built and booted once per test session."""
-    if name in _BUILT:
-        return _BUILT[name]
+    if name not in _BUILT:
+        _BUILT[name] = build(name)
+    return _BUILT[name]
+
+
+def build(name: str, edit: Callable[[Any], None] | None = None, tag: str = "") -> Family:
+    """A fresh tiny model of family ``name`` (not cached): ``edit(hf_model)`` runs on the
+    random Hugging Face model before it is saved and booted (e.g. to zero the queries);
+    ``tag`` names its directory apart from the shared one."""
     import transformers
     from transformer_lens.model_bridge import TransformerBridge
 
@@ -287,14 +294,15 @@ def family(name: str) -> Family:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         hf = auto.from_config(config, attn_implementation="eager").eval()
-    directory = save_model(hf, name)
+    if edit is not None:
+        with torch.no_grad():
+            edit(hf)
+    directory = save_model(hf, name + tag)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         bridge = TransformerBridge.boot_transformers(str(directory), device="cpu").eval()
     tokens, real = prompts()
-    built = Family(name, bridge, hf, directory, tokens, real)
-    _BUILT[name] = built
-    return built
+    return Family(name, bridge, hf, directory, tokens, real)
 
 
 # ----------------------------------------------------------------------------- references
@@ -372,18 +380,30 @@ def reference_rows(
     return attentions, masks
 
 
+def off_row_sink_layers(fam: Family) -> set[int]:
+    """Layers whose Hugging Face attention module has a learned ``sinks`` logit (gpt-oss)."""
+    return {
+        layer
+        for layer, module in _attention_modules(fam.hf)
+        if isinstance(getattr(module, "sinks", None), torch.Tensor)
+    }
+
+
 def reference_concentration(
     attentions: list[torch.Tensor | None],
     masks: list[torch.Tensor | None],
     real: torch.Tensor,
     sink: int = 0,
+    deficit_as_key: set[int] = frozenset(),
 ) -> dict[str, torch.Tensor]:
     """Concentration numbers from Hugging Face's rows and masks in plain torch, float64.
 
     Returns ``[batch, layer, head, query]`` tensors ``entropy``, ``normalized_entropy``,
     ``sink_mass``, ``content_entropy``, ``content_normalized_entropy`` and ``[batch, layer,
     query]`` ``n_available_keys``; NaN at padding queries and where a number is undefined.
-    Sink: key ``sink`` of each prompt (prompts start at position 0 here).
+    Sink: key ``sink`` of each prompt (prompts start at position 0 here). At the layers in
+    ``deficit_as_key`` the row's deficit ``1 - sum(a)`` is appended as one more key, admitted
+    and in the sink set.
     """
     layers = [i for i, a in enumerate(attentions) if a is not None]
     out: dict[str, list[torch.Tensor]] = {
@@ -399,13 +419,18 @@ def reference_concentration(
     }
     for layer in layers:
         a = attentions[layer].double()
-        m = masks[layer][:, None]  # [b, 1, q, k]
+        m = masks[layer][:, None].expand(a.shape)  # [b, h, q, k]
         a = torch.where(m, a, 0.0)
-        n = m.sum(-1).double()  # [b, 1, q]
-        plogp = torch.where(a > 0, a * a.log(), 0.0)
-        h = -plogp.sum(-1)
         in_sink = torch.zeros_like(m)
         in_sink[..., sink] = m[..., sink]
+        if layer in deficit_as_key:
+            deficit = (1 - a.sum(-1, keepdim=True)).clamp(min=0)
+            a = torch.cat([a, deficit], dim=-1)
+            m = torch.cat([m, torch.ones_like(m[..., :1])], dim=-1)
+            in_sink = torch.cat([in_sink, torch.ones_like(in_sink[..., :1])], dim=-1)
+        n = m.sum(-1).double()  # [b, h, q]
+        plogp = torch.where(a > 0, a * a.log(), 0.0)
+        h = -plogp.sum(-1)
         s = torch.where(in_sink, a, 0.0).sum(-1)
         c = torch.where(in_sink, 0.0, a)
         c_mass = c.sum(-1, keepdim=True)
@@ -435,10 +460,12 @@ def reference_concentration(
 # ----------------------------------------------------------------------------- the table
 
 _COLUMNS: dict[str, Callable[[Family], None]] = {}
+_WHAT: dict[str, str] = {}
 
 
-def column(name: str) -> Callable[[Callable[[Family], None]], Callable[[Family], None]]:
-    """Register ``fn(fam)`` as the check behind column ``name`` of the architecture table.
+def column(name: str, what: str) -> Callable[[Callable[[Family], None]], Callable[[Family], None]]:
+    """Register ``fn(fam)`` as the check behind column ``name`` of the architecture table;
+    ``what`` says in one line what it compares (printed under the table).
 
     ``fn`` returns when interv's numbers equal the reference (cell "exact"), raises
     :class:`~interv.IntervError` when interv refuses the family (cell "refused", with the
@@ -447,6 +474,7 @@ def column(name: str) -> Callable[[Callable[[Family], None]], Callable[[Family],
 
     def register(fn: Callable[[Family], None]) -> Callable[[Family], None]:
         _COLUMNS[name] = fn
+        _WHAT[name] = what
         return fn
 
     return register
@@ -476,11 +504,17 @@ def record(family_name: str, name: str) -> str:
     table: fails when the outcome differs from docs/architectures.md (with
     ``INTERV_WRITE_ARCHITECTURES=1`` the table is rewritten with the outcome instead)."""
     found = outcome(family(family_name), name)
-    table = read_table()
+    table, what = read_table()
     if REWRITE:
         table.setdefault(name, {})[family_name] = found
-        write_table(table)
+        what[name] = _WHAT[name]
+        write_table(table, what)
         return found
+    if what.get(name) != _WHAT[name]:
+        raise AssertionError(
+            f"docs/architectures.md describes column {name!r} as {what.get(name)!r}, the check "
+            f"as {_WHAT[name]!r}; rerun with INTERV_WRITE_ARCHITECTURES=1"
+        )
     committed = table.get(name, {}).get(family_name)
     if committed != found:
         raise AssertionError(
@@ -503,14 +537,19 @@ below.
 """
 
 
-def read_table() -> dict[str, dict[str, str]]:
+def read_table() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """The committed table as ``{column: {family: outcome}}`` (the grid's "exact" cells and
-    the listed refusals)."""
-    if not TABLE.exists():
-        return {}
+    the listed refusals) and ``{column: what it compares}``."""
     table: dict[str, dict[str, str]] = {}
+    what: dict[str, str] = {}
+    if not TABLE.exists():
+        return table, what
     names: list[str] = []
     for line in TABLE.read_text().splitlines():
+        described = re.match(r"^- \*\*([^*]+)\*\*: (.*)$", line)
+        if described:
+            what[described.group(1)] = described.group(2)
+            continue
         refusal = re.match(r"^- `([^`]+)` x `([^`]+)`: (refused: .*)$", line)
         if refusal:
             fam, name, found = refusal.groups()
@@ -525,11 +564,12 @@ def read_table() -> dict[str, dict[str, str]]:
             for name, cell in zip(names, cells_[1:], strict=True):
                 if cell == "exact":
                     table[name][cells_[0]] = "exact"
-    return table
+    return table, what
 
 
-def write_table(table: dict[str, dict[str, str]]) -> None:
-    """Render ``table`` to docs/architectures.md: the grid, then every refusal's one line."""
+def write_table(table: dict[str, dict[str, str]], what: dict[str, str]) -> None:
+    """Render ``table`` to docs/architectures.md: the grid, what each column compares, then
+    every refusal's one line."""
     names = list(table)
     families = [fam for fam in FAMILIES if any(fam in table[name] for name in names)]
     lines = [_HEADER, "| family | " + " | ".join(names) + " |"]
@@ -540,6 +580,8 @@ def write_table(table: dict[str, dict[str, str]]) -> None:
             found = table[name].get(fam, "")
             row.append("exact" if found == "exact" else "refused" if found else "")
         lines.append(f"| {fam} | " + " | ".join(row) + " |")
+    lines += ["", "## What each column compares", ""]
+    lines += [f"- **{name}**: {what.get(name, '')}" for name in names]
     lines += ["", "## Refusals", ""]
     for name in names:
         for fam in families:

@@ -105,7 +105,7 @@ def test_every_row_metric_equals_the_metric_functions_on_cached_patterns(model):
     for name, value in expected.items():
         _assert_close(result.metric(name), value)
     positions = torch.arange(12)
-    assert torch.equal(result.n_available_keys, (positions + 1).expand(3, 12))
+    assert torch.equal(result.n_available_keys, (positions + 1).expand(3, 2, 12))
     assert result.entropy.shape == (3, 2, 4, 12)
     assert result.entropy.dtype == torch.float64
 
@@ -151,8 +151,8 @@ def test_padding_on_either_side_gives_the_numbers_of_each_prompt_run_alone(gqa_m
         for name in METRICS:
             _assert_close(batched.metric(name)[i, ..., :n], alone.metric(name)[0], atol=1e-5)
         assert bool(batched.metric("entropy")[i, ..., n:].isnan().all())
-        assert torch.equal(batched.n_available_keys[i, :n], alone.n_available_keys[0])
-        assert bool((batched.n_available_keys[i, n:] == 0).all())
+        assert torch.equal(batched.n_available_keys[i, :, :n], alone.n_available_keys[0])
+        assert bool((batched.n_available_keys[i, :, n:] == 0).all())
     assert batched.prompt_lengths == (9, 5)
 
 
@@ -181,7 +181,7 @@ def test_negative_query_positions_count_from_each_prompts_last_real_token(model)
     full = concentration(model, tokens, attention_mask=mask)
     _assert_close(result.entropy[0, ..., 0], full.entropy[0, ..., 7], atol=1e-12)
     _assert_close(result.entropy[1, ..., 0], full.entropy[1, ..., 5], atol=1e-12)
-    assert result.n_available_keys.tolist() == [[8, 1], [6, 1]]
+    assert result.n_available_keys.tolist() == [[[8, 1]] * 2, [[6, 1]] * 2]
 
 
 @settings(max_examples=15)

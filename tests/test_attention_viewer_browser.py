@@ -19,6 +19,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import _browser
 import pytest
 from _timing import budget_ms
 from selenium import webdriver
@@ -28,18 +29,7 @@ from selenium.webdriver.support.ui import Select
 
 import interv
 
-CHROMIUM = next(
-    filter(None, (shutil.which(name) for name in ("chromium", "chromium-browser"))), None
-)
-CHROMEDRIVER = shutil.which("chromedriver")
-
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason=(
-        "no Chromium and ChromeDriver installed locally (apt-get install chromium "
-        "chromium-driver; .ci/run installs them)"
-    ),
-)
+pytestmark = _browser.needs_chromium
 
 _FLAGS = (
     "--headless",
@@ -61,9 +51,9 @@ def browser():
         options.add_argument(flag)
     profile = tempfile.mkdtemp(prefix="interv-chromium-")
     options.add_argument(f"--user-data-dir={profile}")
-    options.binary_location = CHROMIUM
+    options.binary_location = _browser.CHROMIUM
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(_browser.CHROMEDRIVER), options=options)
     yield driver
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)

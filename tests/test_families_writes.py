@@ -315,8 +315,22 @@ COMPARISONS: dict[str, Callable[[Family], Comparison]] = {
 }
 
 
+WHAT = {
+    "ablation": "ZeroAblation of L(last)H1, and the clean and corrupted metric (logit difference "
+    "at the answer: the model's own logits, soft cap and logit scale included)",
+    "patch": "ActivationPatch of L(last)H1's z, denoising",
+    "direct": "DirectEffect of L(last)H1 (its write change through the post-attention norm and "
+    "the residual multiplier, into the final norm with its scale frozen)",
+    "eap": "edge_scores EAP of 8 edges into queries, keys, values, MLPs and the logits (d/dt of "
+    "the metric with one reader's input moved by t times the sender's write change, autograd)",
+    "edges": "edge_effects of 3 edges (head -> key, head -> MLP, MLP -> logits)",
+    "faithfulness": "faithfulness at 5 % and 25 % of a fixed ranking (every reader's input "
+    "rebuilt from the corrupted run plus its kept edges), as m(C) in logits",
+}
+
+
 def _register(name: str, compare: Callable[[Family], Comparison]) -> None:
-    column(name)(lambda fam: check(compare(fam)))
+    column(name, WHAT[name])(lambda fam: check(compare(fam)))
 
 
 for _name, _compare in COMPARISONS.items():

@@ -37,11 +37,18 @@ from markdown_it import MarkdownIt
 import interv
 import interv._outputs as outputs
 import interv.report.render as render
-from interv._outputs import MARKER, SCRATCH_PREFIX, claim_dir, claim_file, fresh_dir, write_file
+from interv._outputs import (
+    MARKER,
+    SCRATCH_PREFIX,
+    claim_dir,
+    claim_file,
+    fresh_dir,
+    lock_file,
+    write_file,
+)
 from interv.analysis.concentration import METRICS
 from interv.engine.interventions import ZeroAblation
 from interv.errors import IntervError
-from interv.models._cache import _exclusive
 from interv.report.render import save_report, write_report
 from interv.report.table import build_report
 from interv.sweeps.config import parse_config
@@ -266,14 +273,13 @@ def test_a_killed_writers_scratch_is_cleared_by_the_next_claim_and_a_live_ones_k
         from interv._outputs import _create_exclusive
         fd, path = _create_exclusive(Path({str(out)!r}))
         os.write(fd, b"half a report")
-        os.mkdir(Path({str(out)!r}) / ".interv-staging-k1lled00")  # interv 0.2's staging
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     done = subprocess.run([sys.executable, "-c", script], check=False)
     assert done.returncode == -signal.SIGKILL
     left = sorted(p.name for p in out.iterdir() if p.name.startswith("."))
-    assert len(left) == 3  # the marker, the killed temporary, the old staging folder
+    assert len(left) == 2  # the marker, the killed temporary
     live = out / f"{SCRATCH_PREFIX}0123456789abcdef"
     handle = live.open("wb")
     fcntl.flock(handle, fcntl.LOCK_EX)  # a writer still at work holds its lock
@@ -378,7 +384,7 @@ def _plot(directory: Path) -> None:
 
 
 def _cache_lock(directory: Path) -> None:
-    with _exclusive(directory / ".smollm2-135m.lock", waiting_for="smollm2-135m"):
+    with lock_file(directory / ".smollm2-135m.lock", what="the cache entry", wait=True):
         pass
 
 

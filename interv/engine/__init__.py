@@ -1,5 +1,9 @@
 """The intervention engine: sites, the intervention protocol, one forward primitive, one runner.
 
+- :mod:`interv.engine.architecture`: what a model's family computes, read once per model
+  (:func:`~interv.engine.architecture.architecture_of`): the keys each layer admits (causal or
+  bidirectional, padding, sliding window, chunk), the off-row sink, gates, soft caps, norms
+  and write paths; one-line refusals of what interv cannot model exactly.
 - :mod:`interv.engine.sites`: :class:`~interv.engine.sites.Site` (component, layer, head,
   positions) and the only place transformer-lens hook names are spelled.
 - :mod:`interv.engine.forward`: :func:`~interv.engine.forward.forward`, the one way interv
@@ -17,7 +21,7 @@
 - :mod:`interv.engine.runner`: :func:`~interv.engine.runner.run` (and ``screen=``).
 - :mod:`interv.engine.screening`: screened runs: every ablation or patch estimated to
   first order, the top and an audit sample intervened on exactly (:mod:`interv.audit`).
-- :mod:`interv.engine.attribution`: attribution patching, a first-order approximation
+- :mod:`interv.engine.attribution_patching`: attribution patching, a first-order approximation
   of head patching (one forward and one backward), for screening only.
 - :mod:`interv.engine.results`: the typed result of a run.
 """

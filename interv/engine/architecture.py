@@ -57,7 +57,9 @@ __all__ = [
     "LayerAttention",
     "architecture_of",
     "check_admitted",
+    "check_off_row_sink",
     "layer_list",
+    "rules_text",
 ]
 
 POSITIONAL = ("rotary", "alibi", "learned", "none", "relative")
@@ -189,6 +191,19 @@ def layer_list(layers: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
+def rules_text(layers: Sequence[int], rules: Sequence[KeyRule]) -> str:
+    """The key rules of ``layers`` in words, grouped by rule: ``"causal AND padding AND sliding
+    window 4 (layers 0, 2); causal AND padding (layers 1, 3)"``; one shared rule alone."""
+    groups: dict[KeyRule, list[int]] = {}
+    for layer, rule in zip(layers, rules, strict=True):
+        groups.setdefault(rule, []).append(layer)
+    if len(groups) == 1:
+        return next(iter(groups)).describe()
+    return "; ".join(
+        f"{rule.describe()} ({_layers_phrase(members)})" for rule, members in groups.items()
+    )
+
+
 def _layers_phrase(layers: Sequence[int]) -> str:
     """``"layer 3"`` or ``"layers 0, 2"``."""
     return f"layer{'s' if len(layers) > 1 else ''} {layer_list(layers)}"
@@ -242,6 +257,21 @@ def check_admitted(
         f"(largest at key {key}: {float(outside[b, h, q, key]):.3g}); the model attends to keys "
         "interv's mask rule does not admit, so its counts of available keys would be wrong"
     )
+
+
+def check_off_row_sink(arch: Architecture, off_row_sink: str | None) -> None:
+    """Validate the ``off_row_sink`` option (one of :data:`OFF_ROW_SINK_OPTIONS`) and refuse a
+    model with an off-row sink when it is None, naming the option."""
+    if off_row_sink not in OFF_ROW_SINK_OPTIONS:
+        raise IntervError(
+            f"off_row_sink must be one of {OFF_ROW_SINK_OPTIONS}; got {off_row_sink!r}"
+        )
+    if off_row_sink is None:
+        arch.require(
+            "normalized_rows",
+            hint="pass off_row_sink='as_key' to count the deficit 1 - sum(a) as one extra sink "
+            "key with its own mass",
+        )
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -396,14 +426,7 @@ class Architecture:
         ``"causal AND padding AND sliding window 4 (layers 0, 2); causal AND padding
         (layers 1, 3)"``; one rule shared by every layer is named alone."""
         chosen = self.attention_layers if layers is None else tuple(layers)
-        groups: dict[KeyRule, list[int]] = {}
-        for layer in chosen:
-            groups.setdefault(self.key_rule(layer), []).append(layer)
-        if len(groups) == 1:
-            return next(iter(groups)).describe()
-        return "; ".join(
-            f"{rule.describe()} ({_layers_phrase(members)})" for rule, members in groups.items()
-        )
+        return rules_text(chosen, [self.key_rule(layer) for layer in chosen])
 
     @property
     def mask_rule(self) -> str:

@@ -47,7 +47,7 @@ import itertools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -223,11 +223,14 @@ class ForwardOutput:
             detached unless the forward ran with gradients.
         prefix: the recorded block inputs (``record_prefix=True`` on a full forward that
             called every block once), else None.
+        gradients: ``grad_at`` site -> the gradient of ``grad_of``'s sum with respect to
+            its activation (empty without ``grad_at``).
     """
 
     readout: torch.Tensor | None
     captured: dict[Site, torch.Tensor]
     prefix: Prefix | None
+    gradients: dict[Site, torch.Tensor] = field(default_factory=dict)
 
 
 class _Stopped(Exception):
@@ -245,6 +248,8 @@ def forward(
     stop_after: Site | None = None,
     record_prefix: bool = False,
     grad: bool = False,
+    grad_at: Sequence[Site] = (),
+    grad_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> ForwardOutput:
     """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
 
@@ -262,6 +267,13 @@ def forward(
         stop_after: end the forward right after this site's hook (readout must be None).
         record_prefix: record every block's inputs (full forwards only).
         grad: run with gradients enabled (default: ``torch.no_grad``).
+        grad_at: sites whose gradient to return (:attr:`ForwardOutput.gradients`): of the
+            sum of ``grad_of(readout)`` with respect to the activation as the ``hooks``
+            left it, which the rest of the forward reads (so the full downstream
+            derivative); their activations are captured too. The model's parameters get
+            no ``.grad``; the readout and captures come back detached.
+        grad_of: readout -> the values to differentiate (e.g. each prompt's metric: rows
+            are independent, so the gradient of the sum holds every prompt's own).
 
     Returns:
         A :class:`ForwardOutput`.
@@ -274,6 +286,8 @@ def forward(
         )
     if (readout == "position_logits") != (positions is not None):
         raise IntervError("positions are needed by, and only by, readout='position_logits'")
+    if bool(grad_at) != (grad_of is not None) or (grad_at and readout is None):
+        raise IntervError("grad_at needs grad_of and a readout, and grad_of needs grad_at")
     if record_prefix and isinstance(inputs, Suffix):
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
     if isinstance(inputs, Prompts):
@@ -285,9 +299,15 @@ def forward(
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
-    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks]
+    grad = grad or bool(grad_at)
+    # a gradient site returns its own copy of the activation, which replaces it: at resid_mid
+    # that copy must become the residual stream too, as an edit's does
+    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks] + [
+        (hook_name(site), _differentiable(site.without_positions(), captured)) for site in grad_at
+    ]
     fwd_hooks = _with_mid_rebuilds(
-        fwd_hooks, {s.layer for s, _ in hooks if s.component == "resid_mid"}
+        fwd_hooks,
+        {s.layer for s in (*(site for site, _ in hooks), *grad_at) if s.component == "resid_mid"},
     )
     fwd_hooks += [
         (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
@@ -327,6 +347,13 @@ def forward(
             rows = torch.arange(normed.shape[0], device=normed.device)
             at = normed[rows, positions.to(normed.device)].unsqueeze(1)
             out = writes.finish_logits(model.unembed(at).squeeze(1))
+        gradients: dict[Site, torch.Tensor] = {}
+        if grad_at:
+            sites = list(dict.fromkeys(site.without_positions() for site in grad_at))
+            found = torch.autograd.grad(grad_of(out).sum(), [captured[s] for s in sites])
+            gradients = dict(zip(sites, found, strict=True))
+            captured = {site: value.detach() for site, value in captured.items()}
+            out = out.detach()
     if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
         out = out.float()
     residuals, block_kwargs = recorded
@@ -335,7 +362,7 @@ def forward(
         prefix = Prefix(
             (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
         )
-    return ForwardOutput(readout=out, captured=captured, prefix=prefix)
+    return ForwardOutput(readout=out, captured=captured, prefix=prefix, gradients=gradients)
 
 
 def _final_norm(model: Any, x: torch.Tensor) -> torch.Tensor:
@@ -425,6 +452,17 @@ def _scale_edits_expected() -> Iterator[None]:
 def _keeper(key: Any, store: dict, grad: bool) -> HookFn:
     def keep(activation: torch.Tensor, hook: Any) -> None:
         store[key] = activation if grad else activation.detach()
+
+    return keep
+
+
+def _differentiable(site: Site, store: dict[Site, torch.Tensor]) -> HookFn:
+    """A hook that makes its copy of the activation the one the rest of the forward reads,
+    so that the gradient with respect to the copy is the full downstream derivative."""
+
+    def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        store[site] = activation.clone()
+        return store[site]
 
     return keep
 
