@@ -50,7 +50,6 @@ from interv.circuits.patching import (
     Run,
     capture_run,
     check_task,
-    head_outputs,
     per_prompt_metric,
     qkv_weights,
 )
@@ -58,6 +57,7 @@ from interv.circuits.screens import EdgeScores, fingerprint
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 from interv.provenance import Provenance, compares, join
 from interv.stats import bootstrap_indices, percentile_interval
@@ -356,6 +356,13 @@ def faithfulness(
     target = check_task(model, task, metric)
     if complement not in COMPLEMENTS:
         raise IntervError(f"unknown complement {complement!r}; choose one of {COMPLEMENTS}")
+    writes = Writes.of(model)
+    if complement == "mean" and not writes.linear_heads:
+        writes.arch.refuse(
+            "the heads' writes pass the post-attention norm, so a mean complement (the norm of "
+            "mean head outputs is not the mean of the writes) is not defined",
+            hint="use complement='corrupted'",
+        )
     if not isinstance(greedy, bool):
         raise IntervError(f"greedy must be True or False; got {greedy!r}")
     if convention not in CONVENTIONS:
@@ -508,7 +515,7 @@ def _mean_run(run: Run, task: TokenizedPairs) -> Run:
 
     return Run(
         resid_pre=[mean(t) for t in run.resid_pre],
-        resid_mid=[mean(t) for t in run.resid_mid],
+        mlp_in=[mean(t) for t in run.mlp_in],
         z=[mean(t) for t in run.z],
         mlp_out=[mean(t) for t in run.mlp_out],
         final=mean(run.final),
@@ -548,7 +555,15 @@ def circuit_metrics(
 def _circuit_forward(
     model: Any, task: TokenizedPairs, graph: Graph, kept: torch.Tensor, repl: Run
 ) -> torch.Tensor:
-    """One stacked forward, one copy of the clean prompts per circuit (see the module)."""
+    """One stacked forward, one copy of the clean prompts per circuit (see the module).
+
+    A head's write passes its block's post-attention norm in some families (Gemma-2/3,
+    OLMo-2/3): there a reader's input gets, per earlier block, the change of that block's
+    attention write with the reader's kept heads live and the others from the complement
+    (:meth:`~interv.engine.writes.Writes.mixed_attention_writes`), not a sum of per-head
+    changes; with every edge kept the input is the live one, with none the complement's."""
+    writes = Writes.of(model)
+    linear = writes.linear_heads
     copies = kept.shape[0]
     n = task.n_pairs
     rows = copies * n
@@ -566,6 +581,7 @@ def _circuit_forward(
     )
     kept = kept.cpu()
     live_inputs: dict[Site, torch.Tensor] = {}
+    live_z: dict[int, torch.Tensor] = {}
     inside: list[bool] = []
     receivers = graph.receivers
     by_layer: dict[int, list[Any]] = {}
@@ -574,14 +590,15 @@ def _circuit_forward(
         by_layer.setdefault(key, []).append(receiver)
 
     def inputs_of(
-        group: list[Any], n_used: int, replaced: torch.Tensor, live: torch.Tensor
+        group: list[Any], n_used: int, replaced: torch.Tensor, live: torch.Tensor, head_layers: int
     ) -> torch.Tensor:
         """``[rows, pos, readers, d_model]``: each reader's rebuilt input. The readers of a
         group read the same senders and their edges are contiguous; per copy the sum runs
         over the kept senders (``replaced + sum kept deltas``) or, when most are kept, over
         the others (``live - sum patched deltas``). Few (reader, sender) pairs: gathered and
         index-added; more: one ``[readers, senders] @ deltas`` matmul per copy (no gathered
-        copies of the deltas)."""
+        copies of the deltas). Heads behind a post-attention norm (their ``deltas`` stay 0):
+        per copy, the mixed attention writes of blocks ``0..head_layers - 1`` are added."""
         readers = len(group)
         first = group[0].start
         block = kept[:, first : first + readers * n_used].view(copies, readers, n_used)
@@ -591,12 +608,17 @@ def _circuit_forward(
         for copy in range(copies):
             part = slice(copy * n, (copy + 1) * n)
             chosen = block[copy]
-            if int(chosen.sum()) * 2 > chosen.numel():
+            target = out[part]
+            if not linear:
+                target.copy_(_mixed_heads(chosen, head_layers, part).to(dtype))
+                target.add_(replaced[part].unsqueeze(2))
+                start, sign = None, 1.0
+            elif int(chosen.sum()) * 2 > chosen.numel():
                 start, sign, chosen = live[part], -1.0, ~chosen
             else:
                 start, sign = replaced[part], 1.0
-            target = out[part]
-            target.copy_(start.unsqueeze(2).expand_as(target))
+            if start is not None:
+                target.copy_(start.unsqueeze(2).expand_as(target))
             count = int(chosen.sum())
             if count * 16 > chosen.numel():
                 weights = chosen.to(device=device, dtype=dtype)
@@ -613,6 +635,19 @@ def _circuit_forward(
                 target.index_add_(2, reader_index[low : low + step], picked, alpha=sign)
         return out
 
+    def _mixed_heads(chosen: torch.Tensor, head_layers: int, part: slice) -> torch.Tensor:
+        """``[n, pos, readers, d_model]``: the sum over blocks ``0..head_layers - 1`` of the
+        change of each block's attention write with the reader's kept heads live."""
+        total = torch.zeros(n, task.n_positions, chosen.shape[0], model.cfg.d_model, device=device)
+        for layer in range(head_layers):
+            first_head = graph.n_senders_before(layer)
+            keep = chosen[:, first_head : first_head + graph.n_heads].to(device)
+            if bool(keep.any()):
+                total += writes.mixed_attention_writes(
+                    layer, repl.z[layer], live_z[layer][part], keep
+                ).to(total)
+        return total
+
     def embed_hook(activation: torch.Tensor, hook: Any) -> None:
         deltas[:, :, 0] = activation - rep(repl.resid_pre[0])
 
@@ -622,9 +657,13 @@ def _circuit_forward(
         group = [r for r in by_layer[layer] if r.input == component]
         used = graph.n_senders_before(layer)
         inputs = inputs_of(
-            group, used, rep(repl.resid_pre[layer]), live_inputs[Site("resid_pre", layer)]
+            group,
+            used,
+            rep(repl.resid_pre[layer]),
+            live_inputs[Site("resid_pre", layer)],
+            layer,
         )
-        normed = model.blocks[layer].ln1(inputs)
+        normed = writes.attention_input(layer, inputs)
         del inputs
         weight = qkv_weights(model, layer, component).to(normed)
         value = torch.einsum("bprd,rdk->bprk", normed, weight)
@@ -641,37 +680,44 @@ def _circuit_forward(
 
     def z_hook(layer: int) -> Any:
         def hook(activation: torch.Tensor, hook: Any) -> None:
-            start = graph.n_senders_before(layer)
-            live = head_outputs(model, layer, activation)
-            deltas[:, :, start : start + graph.n_heads] = live - head_outputs(
-                model, layer, rep(repl.z[layer])
-            )
+            live_z[layer] = activation
+            if linear:  # post-norm heads enter the readers' inputs per reader (inputs_of)
+                start = graph.n_senders_before(layer)
+                deltas[:, :, start : start + graph.n_heads] = writes.head_write_changes(
+                    layer, rep(repl.z[layer]), activation
+                )
 
         return hook
 
     def mlp_hook(layer: int) -> Any:
         def hook(activation: torch.Tensor, hook: Any) -> torch.Tensor | None:
-            if inside:  # the MLP called below fires this hook again: leave that call alone
+            if inside:  # the MLP's own projections may carry this hook (OPT, BLOOM): skip
                 return None
             group = [r for r in by_layer[layer] if r.input == "mlp"]
-            used = graph.n_senders_before(layer) + graph.n_heads
+            heads = 0 if graph.parallel else graph.n_heads
             inputs = inputs_of(
-                group, used, rep(repl.resid_mid[layer]), live_inputs[Site("resid_mid", layer)]
+                group,
+                graph.n_senders_before(layer) + heads,
+                rep(repl.mlp_in[layer]),
+                live_inputs[Site(writes.mlp_reads, layer)],
+                layer + (0 if graph.parallel else 1),
             )[:, :, 0]
-            block = model.blocks[layer]
             inside.append(True)
             try:
-                new = block.mlp(block.ln2(inputs))
+                new = writes.mlp_write(layer, inputs)  # the MLP's whole write
             finally:
                 inside.pop()
-            deltas[:, :, used] = new - rep(repl.mlp_out[layer])
+            deltas[:, :, graph.n_senders_before(layer) + graph.n_heads] = new - rep(
+                repl.mlp_out[layer]
+            )
             return new.to(activation)
 
         return hook
 
     def final_hook(activation: torch.Tensor, hook: Any) -> torch.Tensor:
         group = by_layer[-1]
-        rebuilt = inputs_of(group, n_senders, rep(repl.final), activation)[:, :, 0]
+        rebuilt = inputs_of(group, n_senders, rep(repl.final), activation, graph.n_layers)
+        rebuilt = rebuilt[:, :, 0]
         return rebuilt.to(activation)
 
     def looker(site: Site) -> Any:
@@ -683,8 +729,8 @@ def _circuit_forward(
     hooks: list[tuple[Site, Any]] = [(Site("resid_pre", 0), embed_hook)]
     for layer in range(graph.n_layers):
         hooks.append((Site("resid_pre", layer), looker(Site("resid_pre", layer))))
-        if graph.has_mlp:
-            hooks.append((Site("resid_mid", layer), looker(Site("resid_mid", layer))))
+        if graph.has_mlp and writes.mlp_reads != "resid_pre":
+            hooks.append((Site(writes.mlp_reads, layer), looker(Site(writes.mlp_reads, layer))))
         hooks += [
             (Site("q", layer), qkv_hook("q", layer)),
             (Site("k", layer), qkv_hook("k", layer)),

@@ -8,8 +8,10 @@ the final norm). An edge is one writer -> one reader input:
 
 - ``L0H3->L1H5.q``, ``.k``, ``.v``: a head of an earlier layer (or embed, or an earlier
   MLP) into a later head's query, key or value input;
-- ``L0H3->MLP1``, ``embed->MLP0``: into an MLP's input (a block's MLP reads the heads of
-  its own block: it runs after them);
+- ``L0H3->MLP1``, ``embed->MLP0``: into an MLP's input (in a sequential block the MLP reads
+  the heads of its own block: it runs after them; in a *parallel* block, GPT-J, GPT-NeoX,
+  Phi, Cohere, the MLP reads the block's input, so a block's heads do not reach its MLP and
+  the graph has no such edges);
 - ``MLP2->logits``: into the final norm and unembedding (every writer).
 
 Grouped-query attention, natively: a key or value input belongs to a *key/value head*,
@@ -20,6 +22,11 @@ layer, not ``n_heads``), and patching it changes the key (or value) that every q
 of the group reads. Without grouped-query attention key/value head ``h`` is query head
 ``h`` and the labels say ``L1H2.k``.
 
+A writer's output is its write into the residual stream as its block defines it
+(:mod:`interv.engine.writes`): a head's is the change of its block's attention write when only
+its ``z`` changes (through the post-attention norm and the residual multiplier where the
+family has them; docs/circuits-writes.md).
+
 Edges come in a fixed canonical order: by receiver in forward order (per layer: the query
 inputs of heads 0.., the key inputs, the value inputs, then the MLP; the logits last),
 then by writer in forward order (embed, the heads of layer 0, MLP 0, the heads of layer
@@ -29,12 +36,14 @@ then by writer in forward order (embed, the heads of layer 0, MLP 0, the heads o
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 
 __all__ = ["EDGE_INPUTS", "NODE_KINDS", "Edge", "Graph", "Node"]
@@ -194,6 +203,8 @@ class Graph:
         n_layers, n_heads, n_kv_heads: the model's shape.
         has_mlp: whether the blocks have MLPs (False for attention-only models).
         model_name: the model's name, for sentences.
+        parallel: whether attention and MLP read the same block input (parallel blocks:
+            a block's MLP reads the writers before the block, not its heads).
     """
 
     n_layers: int
@@ -201,6 +212,7 @@ class Graph:
     n_kv_heads: int
     has_mlp: bool = True
     model_name: str = "model"
+    parallel: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -215,13 +227,8 @@ class Graph:
 
     @classmethod
     def from_config(cls, cfg: Any, *, model_name: str | None = None) -> Graph:
-        """The graph of a transformer-lens config (``model.cfg``)."""
-        if getattr(cfg, "parallel_attn_mlp", False):
-            raise IntervError(
-                "circuits need sequential blocks (the MLP reads the heads of its own block); "
-                "this model has parallel attention and MLP (parallel_attn_mlp), which is not "
-                "supported"
-            )
+        """The graph of a transformer-lens config (``model.cfg``; its ``parallel_attn_mlp``
+        says whether the blocks are parallel)."""
         n_kv = getattr(cfg, "n_key_value_heads", None)
         return cls(
             n_layers=int(cfg.n_layers),
@@ -229,12 +236,20 @@ class Graph:
             n_kv_heads=int(cfg.n_heads if n_kv is None else n_kv),
             has_mlp=not bool(getattr(cfg, "attn_only", False)),
             model_name=str(model_name or getattr(cfg, "model_name", "model")),
+            parallel=bool(getattr(cfg, "parallel_attn_mlp", False)),
         )
 
     @classmethod
     def from_model(cls, model: Any) -> Graph:
-        """The graph of a transformer-lens bridge."""
-        return cls.from_config(model.cfg)
+        """The graph of a transformer-lens bridge; refuses, in one line naming the family, a
+        model whose residual stream is not a sum of the writes of embeddings, heads and MLPs
+        (post-LN blocks, layers without attention heads)."""
+        writes = Writes.of(model)
+        writes.require_graph()
+        graph = cls.from_config(model.cfg)
+        if graph.parallel != writes.parallel:
+            graph = dataclasses.replace(graph, parallel=writes.parallel)
+        return graph
 
     @property
     def grouped(self) -> bool:
@@ -280,7 +295,7 @@ class Graph:
                 for r in range(self.n_kv_heads):
                     add(Node("head", layer, r, kv=kv), component, before)
             if self.has_mlp:
-                add(Node("mlp", layer), "mlp", before + self.n_heads)
+                add(Node("mlp", layer), "mlp", before + (0 if self.parallel else self.n_heads))
         add(Node("logits"), "logits", len(self.senders))
         return tuple(out)
 
@@ -368,7 +383,8 @@ class Graph:
     def _shape(self) -> str:
         kv = f", {self.n_kv_heads} key/value heads" if self.grouped else ""
         mlp = "" if self.has_mlp else ", attention only"
-        return f"{self.n_layers} layers x {self.n_heads} heads{kv}{mlp}"
+        parallel = ", parallel blocks" if self.parallel and self.has_mlp else ""
+        return f"{self.n_layers} layers x {self.n_heads} heads{kv}{mlp}{parallel}"
 
     def _neighbours(self, edge: Edge) -> list[str]:
         same = [e.label for e in self.edges if e.receiver == edge.receiver][:3]

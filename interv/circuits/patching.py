@@ -8,11 +8,18 @@ propagates). In the metric's unit, per prompt::
 
     effect(u -> v) = m(clean, input of v + a_corr(u) - a_clean(u)) - m(clean)
 
-Writers' outputs: embed = the residual stream entering block 0 (token and positional
-embeddings); a head = its ``z @ W_O`` (the output bias belongs to no head and cancels in
-every difference); an MLP = its output. Readers' inputs are pre-norm: a head's query, key
-or value is recomputed from its block's first norm of the changed residual stream, an
-MLP's output from its second norm, the logits from the final norm (none is frozen).
+Writers' outputs are their writes into the residual stream as the block defines them
+(:mod:`interv.engine.writes`, docs/circuits-writes.md): embed = the residual stream entering
+block 0 (token and positional embeddings, scaled as the model scales them); a head = the
+change of its block's attention write when only its ``z`` changes, the other heads at the
+base run (``z @ W_O`` where the write is additive: the output bias cancels; through the
+post-attention norm of Gemma-2/3 and OLMo-2/3 and Granite's residual multiplier); an MLP =
+its write (post-feedforward norm, multiplier; a mixture of experts' output). Readers' inputs
+are pre-norm: a head's query, key or value projection is recomputed from its block's first
+norm of the changed residual stream (none in OLMo-2/3; the query/key norms, rotary and the
+softmax run live after it), an MLP's write from the residual it reads (between attention and
+MLP; the block's input in a parallel block), the logits from the final norm and the model's
+own logit scale or soft cap (none is frozen).
 Under grouped-query attention an edge into a key or value input changes the key (value)
 of its key/value head, which every query head of the group reads.
 
@@ -28,6 +35,8 @@ output along the edge.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +47,7 @@ from interv.circuits.graph import Edge, Graph
 from interv.engine.forward import Prefix, Prompts, Suffix, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric, get_metric
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -87,21 +97,25 @@ class Run:
 
     Attributes:
         resid_pre: per block, the residual stream entering it ``[n, pos, d_model]``.
-        resid_mid: per block, between attention and MLP (MLP models only).
+        mlp_in: per block, the residual stream its MLP reads (MLP models only): between
+            attention and MLP in a sequential block, the block's input in a parallel one.
         z: per block, the heads' outputs before ``W_O`` ``[n, pos, n_heads, d_head]``.
-        mlp_out: per block, the MLP output (MLP models only).
+        mlp_out: per block, the MLP's write (MLP models only).
         final: the residual stream entering the final norm.
-        logits: ``[n, d_vocab]`` at the answer positions.
+        logits: ``[n, d_vocab]`` at the answer positions (the model's own logits).
         prefix: the recorded block inputs (for suffix forwards), when recorded.
     """
 
     resid_pre: list[torch.Tensor]
-    resid_mid: list[torch.Tensor]
+    mlp_in: list[torch.Tensor]
     z: list[torch.Tensor]
     mlp_out: list[torch.Tensor]
     final: torch.Tensor
     logits: torch.Tensor
     prefix: Prefix | None
+
+
+_CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def capture_run(
@@ -112,14 +126,23 @@ def capture_run(
     record_prefix: bool = False,
     hooks: Sequence[tuple[Site, Any]] = (),
 ) -> Run:
-    """One no-grad forward of ``run``'s prompts, capturing what :class:`Run` holds."""
+    """One no-grad forward of ``run``'s prompts, capturing what :class:`Run` holds.
+
+    The first capture of a model also checks interv's write paths against the model's own
+    (:func:`check_writes`)."""
     graph = Graph.from_model(model)
+    writes = Writes.of(model)
     layers = range(graph.n_layers)
+    mlp_in = writes.mlp_reads
     sites = [Site("resid_pre", layer) for layer in layers] + [Site("z", layer) for layer in layers]
     if graph.has_mlp:
-        sites += [Site("resid_mid", layer) for layer in layers]
+        if mlp_in != "resid_pre":
+            sites += [Site(mlp_in, layer) for layer in layers]
         sites += [Site("mlp_out", layer) for layer in layers]
     sites.append(Site("final_resid"))
+    checking = not hooks and not _CHECKED.get(model, False)
+    if checking:
+        sites += [Site("attn_out", layer) for layer in layers]
     out = forward(
         model,
         Prompts.of(tokens_of(task, run), task.attention_mask),
@@ -130,58 +153,81 @@ def capture_run(
         record_prefix=record_prefix,
     )
     got = out.captured
-    return Run(
+    captured = Run(
         resid_pre=[got[Site("resid_pre", layer)] for layer in layers],
-        resid_mid=[got[Site("resid_mid", layer)] for layer in layers] if graph.has_mlp else [],
+        mlp_in=[got[Site(mlp_in, layer)] for layer in layers] if graph.has_mlp else [],
         z=[got[Site("z", layer)] for layer in layers],
         mlp_out=[got[Site("mlp_out", layer)] for layer in layers] if graph.has_mlp else [],
         final=got[Site("final_resid")],
         logits=out.readout,
         prefix=out.prefix,
     )
+    if checking:
+        check_writes(model, captured, [got[Site("attn_out", layer)] for layer in layers])
+        with contextlib.suppress(TypeError):  # not weak-referenceable: checked every time
+            _CHECKED[model] = True
+    return captured
 
 
-def head_outputs(model: Any, layer: int, z: torch.Tensor) -> torch.Tensor:
-    """``[n, pos, n_heads, d_model]``: each head's ``z @ W_O`` (no output bias)."""
-    w_out = model.blocks[layer].attn.W_O
-    return torch.einsum("bphk,hkd->bphd", z, w_out.to(z))
-
-
-def sender_outputs(model: Any, graph: Graph, run: Run, upto: int | None = None) -> torch.Tensor:
-    """``[n, pos, n_senders, d_model]``: every writer's output in :attr:`Graph.senders` order
-    (the first ``upto`` writers)."""
-    parts = [run.resid_pre[0].unsqueeze(2)]
-    for layer in range(graph.n_layers):
-        parts.append(head_outputs(model, layer, run.z[layer]))
-        if graph.has_mlp:
-            parts.append(run.mlp_out[layer].unsqueeze(2))
-        if upto is not None and sum(p.shape[2] for p in parts) >= upto:
-            break
-    out = torch.cat(parts, dim=2)
-    return out if upto is None else out[:, :, :upto]
+def check_writes(model: Any, run: Run, attn_out: list[torch.Tensor]) -> None:
+    """Refuse (one line) a model whose blocks interv's write paths do not reproduce: each
+    attention write recomputed from the heads' ``z``, each MLP write from the residual it
+    reads, and the residual stream as the sum of the writes, against the model's own values
+    (``attn_out``: the captured attention writes)."""
+    writes = Writes.of(model)
+    checks: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    with torch.no_grad():
+        for layer, z in enumerate(run.z):
+            checks.append(
+                (
+                    f"block {layer}'s attention write",
+                    writes.attention_write(layer, z),
+                    attn_out[layer],
+                )
+            )
+            total = run.resid_pre[layer] + attn_out[layer]
+            if run.mlp_out:
+                mlp = writes.mlp_write(layer, run.mlp_in[layer])
+                checks.append((f"block {layer}'s MLP write", mlp, run.mlp_out[layer]))
+                if not writes.parallel:
+                    checks.append((f"block {layer}'s MLP input", total, run.mlp_in[layer]))
+                total = total + run.mlp_out[layer]
+            after = run.resid_pre[layer + 1] if layer + 1 < len(run.z) else run.final
+            checks.append((f"the residual stream after block {layer}", total, after))
+    for what, mine, own in checks:
+        eps = torch.finfo(own.dtype).eps if own.is_floating_point() else 1e-6
+        tolerance = max(1e-4, 64 * eps) * (1 + float(own.detach().abs().max()))
+        gap = float((mine.to(own) - own).detach().abs().max())
+        if not gap <= tolerance:
+            writes.arch.refuse(
+                f"{what} as interv computes it differs from the model's by {gap:.3g} "
+                f"(tolerance {tolerance:.3g}), so its write paths are not modelled"
+            )
 
 
 def sender_deltas(model: Any, graph: Graph, other: Run, base: Run) -> torch.Tensor:
-    """``[n, pos, n_senders, d_model]``: every writer's output in ``other`` minus in ``base``
-    (heads: ``(z_other - z_base) @ W_O``), in :attr:`Graph.senders` order."""
+    """``[n, pos, n_senders, d_model]``: every writer's write in ``other`` minus in ``base``
+    (a head's: the change of its block's attention write when only its ``z`` takes the
+    ``other`` run's value, :meth:`~interv.engine.writes.Writes.head_write_changes`), in
+    :attr:`Graph.senders` order."""
+    writes = Writes.of(model)
     parts = [(other.resid_pre[0] - base.resid_pre[0]).unsqueeze(2)]
     for layer in range(graph.n_layers):
-        parts.append(head_outputs(model, layer, other.z[layer] - base.z[layer]))
+        parts.append(writes.head_write_changes(layer, base.z[layer], other.z[layer]))
         if graph.has_mlp:
             parts.append((other.mlp_out[layer] - base.mlp_out[layer]).unsqueeze(2))
     return torch.cat(parts, dim=2)
 
 
-def sender_output(model: Any, graph: Graph, run: Run, index: int) -> torch.Tensor:
-    """``[n, pos, d_model]``: writer ``index``'s output in ``run``."""
+def sender_delta(model: Any, graph: Graph, other: Run, base: Run, index: int) -> torch.Tensor:
+    """``[n, pos, d_model]``: writer ``index``'s write in ``other`` minus in ``base``."""
     node = graph.senders[index]
     if node.kind == "embed":
-        return run.resid_pre[0]
+        return other.resid_pre[0] - base.resid_pre[0]
     if node.kind == "mlp":
-        return run.mlp_out[node.layer]
-    w_out = model.blocks[node.layer].attn.W_O[node.head]
-    z = run.z[node.layer][:, :, node.head]
-    return z @ w_out.to(z)
+        return other.mlp_out[node.layer] - base.mlp_out[node.layer]
+    z_other = other.z[node.layer][:, :, node.head]
+    return Writes.of(model).head_write_change(node.layer, node.head, base.z[node.layer], z_other)
 
 
 def qkv_weights(model: Any, layer: int, component: str) -> torch.Tensor:
@@ -196,20 +242,23 @@ def receiver_change(
 ) -> torch.Tensor:
     """What a receiver's patched input changes, from the base run's input plus ``delta``.
 
-    q/k/v: ``(ln1(x + delta) - ln1(x)) @ W[r]`` ``[n, pos, d_head]`` (added to that head's
-    query, key or value); mlp: ``mlp(ln2(x + delta)) - mlp(ln2(x))`` (added to the
-    block's output); logits: ``delta`` itself (added to the final norm's input).
+    q/k/v: ``(pre1(x + delta) - pre1(x)) @ W[r]`` ``[n, pos, d_head]`` (added to that
+    head's query, key or value projection: a query/key norm, rotary and the softmax run
+    after it); mlp: ``write(x + delta) - write(x)``, the MLP's whole write (its norms,
+    experts and multiplier) from the residual it reads (added to the block's output);
+    logits: ``delta`` itself (added to the final norm's input).
     """
     node = receiver.node
     if receiver.input == "logits":
         return delta
-    block = model.blocks[node.layer]
+    writes = Writes.of(model)
     if receiver.input == "mlp":
-        x = base.resid_mid[node.layer]
-        return block.mlp(block.ln2(x + delta)) - block.mlp(block.ln2(x))
+        x = base.mlp_in[node.layer]
+        return writes.mlp_write(node.layer, x + delta) - writes.mlp_write(node.layer, x)
     x = base.resid_pre[node.layer]
     weight = qkv_weights(model, node.layer, receiver.input)[node.head]
-    return (block.ln1(x + delta) - block.ln1(x)) @ weight.to(x)
+    change = writes.attention_input(node.layer, x + delta) - writes.attention_input(node.layer, x)
+    return change @ weight.to(x)
 
 
 def per_prompt_metric(
@@ -331,9 +380,7 @@ def _patched_forward(
     for copy, index in enumerate(indices):
         receiver = graph.receiver_of(index)
         sender = index - receiver.start
-        delta = sender_output(model, graph, other, sender) - sender_output(
-            model, graph, base, sender
-        )
+        delta = sender_delta(model, graph, other, base, sender)
         change = receiver_change(model, graph, base, receiver, delta)
         start = start_of(index)
         starts.append(start)

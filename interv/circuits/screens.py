@@ -71,6 +71,7 @@ from interv.engine.architecture import architecture_of
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 from interv.provenance import Provenance
 
@@ -273,6 +274,7 @@ def graph_dict(graph: Graph) -> dict[str, Any]:
         "n_kv_heads": graph.n_kv_heads,
         "has_mlp": graph.has_mlp,
         "model_name": graph.model_name,
+        "parallel": graph.parallel,
     }
 
 
@@ -290,12 +292,14 @@ def _reader_gradients(
     then, one at a time (so that only one is held), per receiver layer
     ``[n, pos, readers, d_model]`` gradients of each prompt's metric with respect to each
     reader's own pre-norm input (readers in graph order: query heads, key
-    heads, value heads, then the MLP), and last the logits' ``[n, pos, 1, d_model]``.
+    heads, value heads, then the MLP: the residual it reads, through its whole write,
+    :mod:`interv.engine.writes`), and last the logits' ``[n, pos, 1, d_model]``.
     With ``pattern_grads`` (a dict) the gradients with respect to each layer's attention
     probabilities ``[n, n_heads, query_pos, key_pos]`` (float64) are stored in it under
     the layer, by the first step of the iteration."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
+    writes = Writes.of(model)
 
     def replace(activation: torch.Tensor, hook: Any) -> torch.Tensor:
         return embed.to(activation)
@@ -304,8 +308,8 @@ def _reader_gradients(
     if embed is not None:
         hooks.append((Site("resid_pre", 0), replace))
     looked = [Site("resid_pre", layer) for layer in layers]
-    if graph.has_mlp:
-        looked += [Site("resid_mid", layer) for layer in layers]
+    if graph.has_mlp and writes.mlp_reads != "resid_pre":
+        looked += [Site(writes.mlp_reads, layer) for layer in layers]
     sites = [Site(c, layer) for layer in layers for c in components]
     if pattern_grads is not None:
         sites += [Site("pattern", layer) for layer in layers]
@@ -329,18 +333,18 @@ def _reader_gradients(
             pattern_grads[layer] = grads.pop(Site("pattern", layer)).double()
     with torch.enable_grad():
         for layer in layers:
-            block = model.blocks[layer]
             x = seen[Site("resid_pre", layer)]
             weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
             cotangent = torch.cat([grads[Site(c, layer)] for c in "qkv"], dim=2)
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
-            projected = torch.einsum("bprd,rdk->bprk", block.ln1(x_rep), weights)
+            normed = writes.attention_input(layer, x_rep)
+            projected = torch.einsum("bprd,rdk->bprk", normed, weights)
             (attn,) = torch.autograd.grad(projected, [x_rep], grad_outputs=cotangent.to(projected))
             parts = [attn]
             if graph.has_mlp:
-                x_mid = seen[Site("resid_mid", layer)].clone().requires_grad_(True)
-                mlp_out = block.mlp(block.ln2(x_mid))
+                x_mid = seen[Site(writes.mlp_reads, layer)].clone().requires_grad_(True)
+                mlp_out = writes.mlp_write(layer, x_mid)  # the MLP's whole write
                 (mlp,) = torch.autograd.grad(
                     mlp_out, [x_mid], grad_outputs=grads[Site("mlp_out", layer)].to(mlp_out)
                 )

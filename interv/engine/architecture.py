@@ -348,6 +348,11 @@ class Architecture:
             (Gemma-2: 30), or None.
         logit_scale: factor applied to the logits after the unembedding (Cohere
             ``logit_scale``; Granite ``1 / logits_scaling``), or None.
+        residual_norm: the residual stream itself is normalized after each sublayer's add
+            (BERT's post-LN blocks: ``ln1`` and ``ln2`` sit after the adds), so it is not a
+            sum of the sublayers' writes.
+        head_transform: a dense layer and an activation run between the last block and the
+            final norm (a masked-LM head's transform, BERT's ``mlm_head``).
     """
 
     family: str
@@ -363,6 +368,8 @@ class Architecture:
     moe_layers: tuple[int, ...] = ()
     final_logit_softcap: float | None = None
     logit_scale: float | None = None
+    residual_norm: bool = False
+    head_transform: bool = False
 
     # -- per-layer views
 
@@ -486,12 +493,24 @@ def _lacks_plain_logits(arch: Architecture) -> str | None:
         steps.append(f"a final logit soft cap {arch.final_logit_softcap:g}")
     if arch.logit_scale is not None:
         steps.append(f"a logit scale {arch.logit_scale:g}")
-    if not steps:
+    found = []
+    if arch.head_transform:
+        found.append(
+            "a dense layer and an activation (a masked-LM head's transform) before the final norm"
+        )
+    if steps:
+        found.append(f"{' and '.join(steps)} after the unembedding")
+    if not found:
         return None
-    return f"the model's logits apply {' and '.join(steps)} after the unembedding"
+    return f"the model's logits apply {' and '.join(found)}"
 
 
 def _lacks_additive(arch: Architecture) -> str | None:
+    if arch.residual_norm:
+        return (
+            "the residual stream is normalized after each sublayer's add (post-LN blocks), so it "
+            "is not a sum of the sublayers' writes"
+        )
     steps = []
     if arch.post_attention_norm:
         steps.append("the attention output")
@@ -626,6 +645,8 @@ def _detect(model: Any) -> Architecture:
         moe_layers=tuple(i for i, block in enumerate(blocks) if _is_moe(block)),
         final_logit_softcap=_positive(getattr(hf, "final_logit_softcapping", None)),
         logit_scale=_logit_scale(hf),
+        residual_norm=_norm_after_add(blocks[0]),
+        head_transform="mlm_head" in getattr(model, "_modules", {}),
     )
 
 
@@ -744,6 +765,17 @@ def _parallel(cfg: Any, hf: Any) -> bool:
     if declared is not None:
         return bool(declared)
     return bool(getattr(cfg, "parallel_attn_mlp", False))
+
+
+def _norm_after_add(block: Any) -> bool:
+    """Whether the block's first norm sits inside its attention module, after the residual
+    add (BERT's ``attention.output.LayerNorm``): a post-LN block."""
+    parts = block._modules if hasattr(block, "_modules") else {}
+    ln1, attention = parts.get("ln1"), parts.get("attn")
+    ln1_name, attention_name = getattr(ln1, "name", None), getattr(attention, "name", None)
+    if not isinstance(ln1_name, str) or not isinstance(attention_name, str):
+        return False
+    return ln1_name.startswith(attention_name + ".")
 
 
 def _is_moe(block: Any) -> bool:

@@ -11,7 +11,8 @@
 - **the forward mask** for padding on either side (passed only when there is padding).
 - **hook names**: callers name activations by :class:`~interv.engine.sites.Site`.
 - **readout**: full logits, logits at chosen positions (the final norm and the
-  unembedding run on those positions only), the final residual stream, or nothing.
+  unembedding run on those positions only, then the model's own logit scale and soft cap:
+  :meth:`~interv.engine.writes.Writes.finish_logits`), the final residual stream, or nothing.
 - **early stop** right after a chosen site fires (nothing after it is computed).
 - **prefix reuse**: a base forward can record the inputs of every block
   (:class:`Prefix`); a later forward of copies of the same prompts can start at block
@@ -52,6 +53,7 @@ from typing import Any
 import torch
 
 from interv.engine.sites import Site, block_output_hook, hook_name
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 from interv.tasks.tokenized import check_context, check_token_ids
 
@@ -151,7 +153,10 @@ class Prefix:
         return Prefix(
             tuple(residual[rows] for residual in self.residuals),
             tuple(
-                {name: _slice_batch(value, rows, self.n_prompts) for name, value in kw.items()}
+                {
+                    name: _per_head(_slice_batch, name, value, rows, self.n_prompts)
+                    for name, value in kw.items()
+                }
                 for kw in self.kwargs
             ),
             n,
@@ -287,6 +292,10 @@ def forward(
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
     if isinstance(inputs, Prompts):
         inputs.check_fits(model.cfg)
+    writes = None
+    if readout == "position_logits" or (readout == "logits" and isinstance(inputs, Suffix)):
+        writes = Writes.of(model)  # logits from the final residual stream: the model's own
+        writes.check_logits()
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
@@ -328,16 +337,16 @@ def forward(
         if isinstance(inputs, Suffix) and readout is not None:
             _join_after_last_block(inputs, seen, last_block, model.cfg.n_layers)
             if readout == "logits":
-                logits = model.unembed(model.ln_final(seen[last_block]))
+                logits = writes.finish_logits(model.unembed(_final_norm(model, seen[last_block])))
         out: torch.Tensor | None = logits
         if readout == "final_residual":
             out = seen[last_block]
         elif readout == "position_logits":
             # the final norm runs here, inside the hooks, so edits of its sites apply
-            normed = model.ln_final(seen[last_block])
+            normed = _final_norm(model, seen[last_block])
             rows = torch.arange(normed.shape[0], device=normed.device)
             at = normed[rows, positions.to(normed.device)].unsqueeze(1)
-            out = model.unembed(at).squeeze(1)
+            out = writes.finish_logits(model.unembed(at).squeeze(1))
         gradients: dict[Site, torch.Tensor] = {}
         if grad_at:
             sites = list(dict.fromkeys(site.without_positions() for site in grad_at))
@@ -362,6 +371,27 @@ def forward(
             (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
         )
     return ForwardOutput(readout=out, captured=captured, prefix=prefix, gradients=gradients)
+
+
+def _final_norm(model: Any, x: torch.Tensor) -> torch.Tensor:
+    """``model.ln_final(x)``; a final norm without parameters (OLMo's LayerNorm) runs here,
+    as the backend's own from-scratch path with the same hooks (``hook_in``, ``hook_scale``,
+    ``hook_normalized``, ``hook_out``): transformer-lens 4.3 rebuilds an edited norm (a
+    frozen scale) with a weight such a norm does not have."""
+    norm = model.ln_final
+    original = getattr(norm, "original_component", None)
+    if original is None or any(True for _ in original.parameters()):
+        return norm(x)
+    eps = next(
+        (getattr(original, n) for n in ("eps", "variance_epsilon") if hasattr(original, n)),
+        getattr(model.cfg, "eps", 1e-5),
+    )
+    x = norm.hook_in(x)
+    work = x.float() if x.dtype not in (torch.float32, torch.float64) else x
+    if not getattr(norm, "uses_rms_norm", False):
+        work = work - work.mean(-1, keepdim=True)
+    scale = norm.hook_scale((work.pow(2).mean(-1, keepdim=True) + float(eps)).sqrt())
+    return norm.hook_out(norm.hook_normalized(work / scale).to(x.dtype))
 
 
 def _with_mid_rebuilds(
@@ -479,7 +509,7 @@ def _run_suffix(model: Any, suffix: Suffix) -> torch.Tensor | None:
 
 def _block(model: Any, layer: int, hidden: torch.Tensor, first: Prefix, copies: int) -> Any:
     kwargs = {
-        name: _repeat_batch(value, copies, first.n_prompts)
+        name: _per_head(_repeat_batch, name, value, copies, first.n_prompts)
         for name, value in first.kwargs[layer].items()
     }
     output = model.blocks[layer](hidden, **kwargs)
@@ -531,6 +561,24 @@ def _join_after_last_block(
     if late:
         ran = [seen[last_block]] if last_block in seen else []
         seen[last_block] = torch.cat([*ran, *late])
+
+
+# Block keyword arguments laid out [batch * heads, ...], batch-major (BLOOM's ALiBi bias).
+_PER_HEAD_KWARGS = ("alibi",)
+
+
+def _per_head(apply: Any, name: str, value: Any, how: Any, n_prompts: int) -> Any:
+    """``apply(value, how, n_prompts)`` (:func:`_repeat_batch` or :func:`_slice_batch`), with
+    a ``[batch * heads, ...]`` keyword argument viewed as ``[batch, heads, ...]`` around it."""
+    if (
+        name not in _PER_HEAD_KWARGS
+        or not isinstance(value, torch.Tensor)
+        or value.ndim < 2
+        or value.shape[0] % n_prompts
+    ):
+        return apply(value, how, n_prompts)
+    grouped = value.reshape(n_prompts, value.shape[0] // n_prompts, *value.shape[1:])
+    return apply(grouped, how, n_prompts).flatten(0, 1)
 
 
 def _repeat_batch(value: Any, copies: int, n_prompts: int) -> Any:

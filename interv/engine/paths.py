@@ -3,20 +3,26 @@
 A head's output ``z_h`` reaches the logits directly (residual stream -> final norm ->
 unembedding) and indirectly (through the blocks after it). Both kinds here change a
 *sender* head's contribution to the residual stream only along chosen paths; every other
-path keeps the base run's values:
+path keeps the base run's values. The contribution is the head's *write*
+(:mod:`interv.engine.writes`): the exact change of its block's attention write when only its
+``z`` changes, every other head at the base run: ``dz W_O^h`` where the write is additive,
+through the post-attention norm (Gemma-2/3, OLMo-2/3) and the residual multiplier (Granite)
+where the family has them.
 
 - :class:`DirectEffect` [``direct_effect``]: the sender's output replaced as by an
   ablation (zero, mean or resample), but only on the path into the final norm and the
   unembedding. Later blocks read the unablated residual stream; the final norm's scale is
-  frozen at the base run's value. With the scale frozen the direct effect on a logit is
-  linear in the change of the head's output, ``W_U^T (g * c(dz W_O^h) / scale)`` (``g``
-  the norm's gain, ``c`` its centring for a LayerNorm, none for an RMSNorm): for zero
-  ablation it is minus the head's direct logit attribution. ``total - direct`` is the
-  indirect effect, through later blocks.
+  frozen at the base run's value. With the scale frozen, an additive write and plain logits
+  the direct effect on a logit is linear in the change of the head's output,
+  ``W_U^T (g * c(dz W_O^h) / scale)`` (``g`` the norm's gain, ``c`` its centring for a
+  LayerNorm, none for an RMSNorm): for zero ablation it is minus the head's direct logit
+  attribution (a post-attention norm or a final soft cap makes it non-linear). The logits
+  are the model's own (logit scale, soft cap). ``total - direct`` is the indirect effect,
+  through later blocks.
 - :class:`PathPatch` [``path_patch``]: the sender's output taken from the other run, only
   along its path into the query, key or value input of chosen receiver heads (or into the
   logits). Everything else is frozen at the base run: a receiver reads the base run's
-  residual stream plus the sender's change ``dz W_O^h``, exactly what it would read if
+  residual stream plus the sender's write change, exactly what it would read if
   every other head and MLP kept its base-run output. The receivers' inputs are computed
   in an :class:`~interv.engine.protocol.EditedRun` of the base prompts (one forward per
   receiver layer, shared by every cell that needs it), then patched into the base run.
@@ -48,6 +54,7 @@ from interv.engine.protocol import (
     register,
 )
 from interv.engine.sites import Site, check_site, head_label, kv_head_of
+from interv.engine.writes import Writes
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -62,10 +69,18 @@ _INPUT_NOUN = {"q": "query", "k": "key", "v": "value"}
 _FINAL = (Site("final_resid"), Site("final_scale"))
 
 
-def _contribution(context: EditContext, layer: int, head: int, dz: torch.Tensor) -> torch.Tensor:
-    """``dz W_O^h``: a change of head ``(layer, head)``'s z as a residual-stream change."""
-    w_out = context.model.blocks[layer].attn.W_O[head]  # [d_head, d_model]
-    return dz @ w_out.to(dz)
+def _write_change(
+    context: EditContext, run: Any, layer: int, head: int, z_head: torch.Tensor
+) -> torch.Tensor:
+    """The change of block ``layer``'s attention write into the residual stream when only
+    head ``head``'s z becomes ``z_head``, every other head's as in ``run``
+    (:meth:`~interv.engine.writes.Writes.head_write_change`: ``dz W_O^h`` where the write is
+    additive; through the post-attention norm and the residual multiplier where the family
+    has them)."""
+    writes = Writes.of(context.model)
+    writes.require_sum_of_writes("a path-specific effect")
+    z_base = context.read(run, Site("z", layer))
+    return writes.head_write_change(layer, head, z_base, z_head.to(z_base))
 
 
 def _edit_final(
@@ -112,7 +127,7 @@ class DirectEffect(Intervention):
         return _FINAL
 
     def reads(self) -> tuple[Read, ...]:
-        own = Read("clean", Site("z", self.layer, self.head))
+        own = Read("clean", Site("z", self.layer))  # every head: the write passes them all
         return tuple(dict.fromkeys((own, *self.total().reads(), Read("clean", _FINAL[1]))))
 
     def check(self, cfg: Any, n_positions: int) -> None:
@@ -120,9 +135,9 @@ class DirectEffect(Intervention):
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         def change() -> torch.Tensor:
-            z = context.read("clean", self.site)
+            z = context.read("clean", Site("z", self.layer))[:, :, self.head]
             replaced = self.total().edit(self.site, z.clone(), context)
-            return _contribution(context, self.layer, self.head, replaced - z)
+            return _write_change(context, "clean", self.layer, self.head, replaced)
 
         return _edit_final(site, activation, context, "clean", change)
 
@@ -131,9 +146,10 @@ class DirectEffect(Intervention):
         what = total.removeprefix(f"{head_label(self.layer, self.head)} output (z) ")
         return (
             f"direct effect of {head_label(self.layer, self.head)}: its output (z) {what}, "
-            "only on the path into the final norm and unembedding (later blocks read the "
-            "unablated residual stream; the final norm's scale frozen at the clean run's "
-            "value)"
+            "only on the path into the final norm and unembedding (its write: the change of "
+            "the attention sublayer's residual write when only its z changes, the other heads "
+            "at the clean run; later blocks read the unablated residual stream; the final "
+            "norm's scale frozen at the clean run's value)"
         )
 
 
@@ -157,14 +173,14 @@ class _PathInputs(Patching, Intervention):
         sender = Site("z", self.layer, self.head)
         return (
             Read(self.source_run, sender),
-            Read(self.base_run, sender),
+            Read(self.base_run, Site("z", self.layer)),
             *(Read(self.base_run, site) for site in self.edits()),
         )
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         sender = Site("z", self.layer, self.head)
-        dz = context.read(self.source_run, sender) - context.read(self.base_run, sender)
-        change = _contribution(context, self.layer, self.head, dz)
+        z_source = context.read(self.source_run, sender)
+        change = _write_change(context, self.base_run, self.layer, self.head, z_source)
         return context.read(self.base_run, site) + change.to(activation)
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
@@ -288,7 +304,7 @@ class PathPatch(Patching, Intervention):
         if self.receiver_input == "logits":
             return (
                 Read(self.source_run, sender),
-                Read(self.base_run, sender),
+                Read(self.base_run, Site("z", self.layer)),
                 Read(self.base_run, _FINAL[1]),
             )
         inputs = self._inputs()
@@ -307,8 +323,8 @@ class PathPatch(Patching, Intervention):
             sender = Site("z", self.layer, self.head)
 
             def change() -> torch.Tensor:
-                dz = context.read(self.source_run, sender) - context.read(self.base_run, sender)
-                return _contribution(context, self.layer, self.head, dz)
+                z_source = context.read(self.source_run, sender)
+                return _write_change(context, self.base_run, self.layer, self.head, z_source)
 
             return _edit_final(site, activation, context, self.base_run, change)
         inputs = self._inputs()
