@@ -64,7 +64,8 @@ from interv.engine.architecture import (
     check_admitted,
     check_off_row_sink,
 )
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.forward import Prompts, choose_attention, forward, model_device
+from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
 from interv.metrics._rows import production_dtype, sum_tolerance
@@ -91,6 +92,13 @@ METRICS: dict[str, str] = {
 
 REDUCTIONS = ("mean", "median")
 SINK_CONVENTION = "key positions counted from each prompt's first real token"
+ATTENTION_PATHS = {
+    "pattern": "pattern",
+    "rows": "recomputed from queries and keys, no pattern",
+}
+"""How :func:`concentration` obtained the rows (``attention=``), as its scope names it: each
+layer's pattern as the model computes it, or rows recomputed in query chunks from the
+queries and keys while the model runs without its pattern (:mod:`interv.engine.rows`)."""
 MASK_RULE = "causal AND padding (key j available for query t iff j <= t and j is real)"
 """The rule of a plain causal model (every result names the rule its model applied)."""
 # Upper bound on the elements of one chunk of query rows: [batch, head, chunk, key]. The
@@ -135,6 +143,7 @@ class HeadConcentration:
         mask_rule: the key rule of every layer in words (which keys each layer admits).
         off_row_sink: None, or ``"as_key"`` when an off-row sink's deficit was counted as
             an extra sink key.
+        attention: how the rows were obtained, in words (:data:`ATTENTION_PATHS`).
     """
 
     entropy: torch.Tensor
@@ -155,6 +164,7 @@ class HeadConcentration:
     mask_rule: str = MASK_RULE
     prompts_fingerprint: str = ""
     off_row_sink: str | None = None
+    attention: str = "pattern"
 
     @property
     def n_prompts(self) -> int:
@@ -222,7 +232,7 @@ class HeadConcentration:
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; {len(self.query_positions)} query positions; sink positions "
             f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
-            f"entropy unit {self.unit}"
+            f"rows: {self.attention}; entropy unit {self.unit}"
         )
 
     def display(self, max_rows: int = 12) -> Display:
@@ -329,6 +339,7 @@ def concentration(
     query_positions: Sequence[int] | None = None,
     off_row_sink: str | None = None,
     progress: Progress = None,
+    attention: str = "auto",
 ) -> HeadConcentration:
     """Concentration metrics of every layer and head, computed without an attention cache.
 
@@ -352,6 +363,14 @@ def concentration(
         progress: a bar over the layers as their patterns are reduced: None (default) in
             a notebook or on a terminal, not when stderr is piped; True / False; or a
             callable ``progress(done, total, label)`` (see :func:`interv.run`).
+        attention: how the rows are obtained (named in the result's scope): ``"pattern"``
+            from each layer's pattern as the model computes it (memory quadratic in the
+            prompt length); ``"rows"`` recomputed from the queries and keys in query chunks
+            while the model runs without materializing any pattern (memory linear;
+            :mod:`interv.engine.rows`, refused in one line for a family interv cannot
+            recompute exactly); ``"auto"`` (default) ``"rows"`` from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on where the family allows
+            it, else ``"pattern"``.
 
     Returns:
         A :class:`HeadConcentration` with float64 ``[batch, layer, head_index, query]``
@@ -375,19 +394,38 @@ def concentration(
     reducer = _Reducer(model, arch, batch, sink_positions, query_index, off_row_sink)
     n_layers = model.cfg.n_layers
     label = f"concentration: {n_layers} layers"
+    prompts = Prompts(batch.tokens, batch.real)
+    mode = choose_attention(model, prompts, attention)
     with counting(n_layers, label, progress=progress, unit="layer") as count:
-        hooks: list[tuple[Site, Any]] = []
-        for layer in range(n_layers):
-            hooks.append((Site("v", layer), reducer.value_hook(layer)))
-            hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
-        # the rest of the forward (last block's output, unembedding) is not needed
-        forward(
-            model,
-            Prompts(batch.tokens, batch.real),
-            hooks=hooks,
-            readout=None,
-            stop_after=Site("pattern", n_layers - 1),
-        )
+        if mode == "rows":
+
+            def reduce(layer: int, stats: RowStats) -> None:
+                reducer.from_stats(layer, stats)
+                count.advance()
+
+            request = RowRequest(keys=reducer.sink_keys, columns=reducer.columns, on_layer=reduce)
+            forward(
+                model,
+                prompts,
+                readout=None,
+                stop_after=Site("z", n_layers - 1),
+                attention="rows",
+                rows=request,
+            )
+        else:
+            hooks: list[tuple[Site, Any]] = []
+            for layer in range(n_layers):
+                hooks.append((Site("v", layer), reducer.value_hook(layer)))
+                hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+            # the rest of the forward (last block's output, unembedding) is not needed
+            forward(
+                model,
+                prompts,
+                hooks=hooks,
+                readout=None,
+                stop_after=Site("pattern", n_layers - 1),
+                attention="pattern",
+            )
     return HeadConcentration(
         **reducer.results(),
         n_available_keys=reducer.n_available_keys,
@@ -400,6 +438,7 @@ def concentration(
         mask_rule=arch.mask_rule
         + ("; off-row sink counted as an extra sink key" if reducer.as_key_layers else ""),
         off_row_sink=off_row_sink,
+        attention=ATTENTION_PATHS[mode],
     )
 
 
@@ -485,14 +524,62 @@ class _Reducer:
         """Hook on the values of ``layer`` storing ``||v_i W_O^h||`` ``[batch, head, key_pos]``."""
 
         def hook(values: torch.Tensor, hook: Any) -> None:
-            w_out = self._model.blocks[layer].attn.W_O.detach().to(torch.float64)
-            # ||v W||^2 = v (W W^T) v^T with the [d_head, d_head] Gram matrix of each head
-            gram = w_out @ w_out.transpose(-1, -2)  # [head_index, d_head, d_head]
-            per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
-            squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
-            self._value_norms = squared.clamp(min=0).sqrt()
+            self._value_norms = self._norms(layer, values)
 
         return hook
+
+    def _norms(self, layer: int, values: torch.Tensor) -> torch.Tensor:
+        """``[batch, head, key_pos]`` float64 ``||v_i W_O^h||`` from the values ``[batch,
+        key_pos, n_key_value_heads, d_head]``."""
+        w_out = self._model.blocks[layer].attn.W_O.detach().to(torch.float64)
+        # ||v W||^2 = v (W W^T) v^T with the [d_head, d_head] Gram matrix of each head
+        gram = w_out @ w_out.transpose(-1, -2)  # [head_index, d_head, d_head]
+        per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
+        squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
+        return squared.clamp(min=0).sqrt()
+
+    # -- rows recomputed without the pattern (attention="rows")
+
+    @property
+    def sink_keys(self) -> torch.Tensor:
+        """``[batch, sink]`` padded positions of the sink keys (-1 beyond a prompt's end)."""
+        return torch.where(self._sink_real, self._sink_abs, -1)
+
+    def columns(self, layer: int, values: torch.Tensor) -> torch.Tensor:
+        """The value norms of ``layer`` as the one per-key column ``[batch, head, key, 1]``
+        each row weights (kept for the sink contribution)."""
+        self._value_norms = self._norms(layer, values)
+        return self._value_norms[..., None]
+
+    def from_stats(self, layer: int, stats: RowStats) -> None:
+        """The metrics of the requested queries from ``layer``'s row numbers."""
+        if self._value_norms is None or stats.weighted is None:
+            raise IntervError(
+                f"the values of layer {layer} did not reach interv before its rows; this "
+                "model's attention order is not supported by interv.concentration"
+            )
+        query = self._query_abs  # [batch, query]
+        n_heads = stats.entropy.shape[1]
+        index = query[:, None, :].expand(-1, n_heads, -1)
+
+        def take(values: torch.Tensor) -> torch.Tensor:
+            return values.gather(2, index)
+
+        n_sinks = stats.at_keys.shape[-1]
+        sink_rows = stats.at_keys.gather(2, index[..., None].expand(-1, -1, -1, n_sinks))
+        rule = self._rules[layer]
+        available = admits_keys(rule, self._real, self.sink_keys)  # [batch, pos, sink]
+        n_sink = available.gather(1, query[..., None].expand(-1, -1, n_sinks)).sum(dim=-1)
+        sums = (
+            take(stats.entropy),
+            take(stats.mass),
+            sink_rows,
+            take(stats.rest),
+            take(stats.rest_entropy),
+            take(stats.weighted[..., 0]),
+        )
+        self._store(layer, 0, query.shape[1], sums, stats.n.gather(1, query), n_sink[:, None])
+        self._value_norms = None
 
     def pattern_hook(self, layer: int) -> Any:
         """Hook on the pattern of ``layer`` reducing it to per-query numbers."""
@@ -541,10 +628,9 @@ class _Reducer:
         keys ``admitted`` ``[batch, query, key]``.
 
         One elementwise pass ``a log a`` in the pattern's dtype; every sum over keys is
-        accumulated in float64, and the content numbers come from sums, not differences
-        of rows: ``H(q) = log c - (sum_content a log a) / c`` with ``c`` the content mass.
-        Rows must put no mass on keys ``admitted`` excludes and (without an off-row sink)
-        sum to 1: both are checked here, naming the offending layer, head and key.
+        accumulated in float64. Rows must put no mass on keys ``admitted`` excludes and
+        (without an off-row sink) sum to 1: both are checked here, naming the offending
+        layer, head and key.
         """
         f64 = torch.float64
         if rows.dtype.itemsize < 4:  # bfloat16 / float16 patterns: their own values, exactly
@@ -563,36 +649,64 @@ class _Reducer:
         in_reach = self._sink_real & (self._sink_abs < n_keys)  # keys past n_keys: excluded
         available = available & in_reach[:, None, :]  # [batch, query, sink]
         gather = index[:, None, None, :].expand(*rows.shape[:-1], -1)
-        weight = available[:, None].to(f64)  # [batch, 1, query, sink]
-        sink_rows = rows.gather(-1, gather).to(f64) * weight
-        sink_mass = sink_rows.sum(dim=-1)
-        sink_plogp = (plogp.gather(-1, gather).to(f64) * weight).sum(dim=-1)
+        sink_rows = rows.gather(-1, gather).to(f64) * available[:, None].to(f64)
+        # the content keys, summed directly (precise when the sink takes almost all the mass)
+        marks = torch.zeros(admitted.shape[0], n_keys, dtype=torch.int64, device=rows.device)
+        is_sink = marks.scatter_add_(1, index, in_reach.to(torch.int64)) > 0  # [batch, key]
+        content = (admitted & ~is_sink[:, None, :])[:, None].to(rows.dtype)
+        content_mass = (rows * content).sum(dim=-1, dtype=f64)
+        content_entropy = -(plogp * content).sum(dim=-1, dtype=f64)
+        norms = self._value_norms[:, :, :n_keys]  # [batch, head, key]
+        total = torch.einsum("bhqk,bhk->bhq", rows, norms.to(rows.dtype)).to(f64)
         n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
+        sums = (entropy, mass, sink_rows, content_mass, content_entropy, total)
+        self._store(layer, start, stop, sums, n, n_sink)
+
+    def _store(
+        self,
+        layer: int,
+        start: int,
+        stop: int,
+        sums: tuple[torch.Tensor, ...],
+        n: torch.Tensor,
+        n_sink: torch.Tensor,
+    ) -> None:
+        """The metrics of queries ``start:stop`` from their rows' sums (float64): entropy
+        ``-sum a log a`` and mass ``sum a`` over the admitted keys (``[batch, head, query]``),
+        the weights at the sink keys (``[batch, head, query, sink]``, 0 where not admitted),
+        the content mass ``c = sum a`` and entropy part ``-sum a log a`` over the admitted
+        keys outside the sink set, the contribution ``sum a ||v W_O||``; ``n`` ``[batch,
+        query]`` admitted keys and ``n_sink`` ``[batch, 1, query]`` admitted sink keys.
+
+        The content numbers come from sums over the content keys, not differences of rows or
+        of totals: ``H(q) = log c - (sum_content a log a) / c``.
+        """
+        f64 = torch.float64
+        entropy, mass, sink_rows, content_mass, content_part, total = sums
+        real = self._real_query[:, start:stop]
+        sink_mass = sink_rows.sum(dim=-1)
         if layer in self.as_key_layers:  # the deficit is one more sink key
             deficit = (1.0 - mass).clamp(min=0)
-            off_plogp = torch.special.xlogy(deficit, deficit)
-            entropy = entropy - off_plogp
+            entropy = entropy - torch.special.xlogy(deficit, deficit)
             sink_mass = sink_mass + deficit
-            sink_plogp = sink_plogp + off_plogp
-            mass = mass + deficit
             n = n + 1
             n_sink = n_sink + 1
-        content_mass = mass - sink_mass
-        has_content = content_mass > 0
+        # no content where every admitted key is a sink (however the sums round)
+        has_content = (content_mass > 0) & (n[:, None] > n_sink)
         safe_content = torch.where(has_content, content_mass, 1.0)
         content_entropy = torch.where(
-            has_content,
-            torch.log(safe_content) - (-entropy - sink_plogp) / safe_content,
-            torch.nan,
+            has_content, torch.log(safe_content) + content_part / safe_content, torch.nan
         )
         n = torch.where(real, n, 0)
         log_n = n[:, None].to(f64).clamp(min=1).log()  # [batch, 1, query]
         n_content = (n[:, None] - n_sink).to(f64)
-        norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
-        total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
-        from_sink = (
-            sink_rows * self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
-        ).sum(dim=-1)
+        at_sinks = self._value_norms.gather(
+            -1,
+            self._sink_abs.clamp(max=self._value_norms.shape[-1] - 1)[:, None, :].expand(
+                -1, self._value_norms.shape[1], -1
+            ),
+        )  # [batch, head, sink]: ||v W_O|| of the sink keys
+        from_sink = (sink_rows * at_sinks.to(f64)[:, :, None, :]).sum(dim=-1)
         values = {
             "entropy": entropy,
             "normalized_entropy": torch.where(log_n > 0, entropy / log_n, torch.nan),

@@ -51,6 +51,17 @@ from typing import Any
 
 import torch
 
+from interv.engine.rows import (
+    ATTENTION_MODES,
+    LONG_CONTEXT,
+    MAX_PATTERN_BYTES,
+    RowRequest,
+    pattern_bytes,
+    pattern_free,
+    rows_refusal,
+    verified,
+    verify,
+)
 from interv.engine.sites import Site, block_output_hook, hook_name
 from interv.errors import IntervError
 from interv.tasks.tokenized import check_context, check_token_ids
@@ -62,6 +73,7 @@ __all__ = [
     "Prefix",
     "Prompts",
     "Suffix",
+    "choose_attention",
     "forward",
     "model_device",
 ]
@@ -139,11 +151,13 @@ class Prefix:
         kwargs: per block ``L``, the other keyword arguments it was called with
             (attention mask, position ids, position embeddings), cache arguments removed.
         n_prompts: the batch size of the recorded forward.
+        mask: ``[n_prompts, pos]`` bool, True at real tokens (None when not recorded).
     """
 
     residuals: tuple[torch.Tensor, ...]
     kwargs: tuple[dict[str, Any], ...]
     n_prompts: int
+    mask: torch.Tensor | None = None
 
     def rows(self, rows: slice) -> Prefix:
         """The prefix of the prompts in ``rows`` of the recorded batch."""
@@ -155,6 +169,7 @@ class Prefix:
                 for kw in self.kwargs
             ),
             n,
+            None if self.mask is None else self.mask[rows],
         )
 
 
@@ -218,11 +233,15 @@ class ForwardOutput:
             detached unless the forward ran with gradients.
         prefix: the recorded block inputs (``record_prefix=True`` on a full forward that
             called every block once), else None.
+        attention: how attention was computed: ``"pattern"`` (the model's own, every
+            layer's pattern materialized) or ``"rows"`` (without the pattern,
+            :mod:`interv.engine.rows`).
     """
 
     readout: torch.Tensor | None
     captured: dict[Site, torch.Tensor]
     prefix: Prefix | None
+    attention: str = "pattern"
 
 
 class _Stopped(Exception):
@@ -240,6 +259,8 @@ def forward(
     stop_after: Site | None = None,
     record_prefix: bool = False,
     grad: bool = False,
+    attention: str = "auto",
+    rows: RowRequest | None = None,
 ) -> ForwardOutput:
     """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
 
@@ -257,6 +278,17 @@ def forward(
         stop_after: end the forward right after this site's hook (readout must be None).
         record_prefix: record every block's inputs (full forwards only).
         grad: run with gradients enabled (default: ``torch.no_grad``).
+        attention: one of :data:`~interv.engine.rows.ATTENTION_MODES`: ``"auto"`` (default)
+            computes attention without the pattern from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on, when no hook or capture
+            needs the pattern and the family allows it (checked against the model's own
+            rows first), else as the model does; ``"pattern"`` as the model does (refused
+            when one layer's pattern would exceed
+            :data:`~interv.engine.rows.MAX_PATTERN_BYTES`); ``"rows"`` without the pattern
+            (refused in one line where interv cannot).
+        rows: what to report about each layer's rows when attention runs without the
+            pattern (:class:`~interv.engine.rows.RowRequest`; ignored otherwise: see
+            :func:`choose_attention`).
 
     Returns:
         A :class:`ForwardOutput`.
@@ -273,6 +305,9 @@ def forward(
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
     if isinstance(inputs, Prompts):
         inputs.check_fits(model.cfg)
+    sites = [site for site, _ in hooks] + list(capture)
+    mode = choose_attention(model, inputs, attention, rows=rows, sites=sites)
+    real = _attention_mask(inputs)
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
@@ -295,7 +330,19 @@ def forward(
     if record_prefix and readout not in ("position_logits", "final_residual"):
         fwd_hooks.append((last_block, _keeper(last_block, seen, grad)))
     logits = None
-    with context, recording as recorded, _scale_edits_expected(), model.hooks(fwd_hooks=fwd_hooks):
+    # entered after the hooks, so that interv's own hooks run after the caller's
+    without_pattern = (
+        pattern_free(model, real.to(device), rows or RowRequest())
+        if mode == "rows" and real is not None
+        else nullcontext()
+    )
+    with (
+        context,
+        recording as recorded,
+        _scale_edits_expected(),
+        model.hooks(fwd_hooks=fwd_hooks),
+        without_pattern,
+    ):
         try:
             if isinstance(inputs, Suffix):
                 hidden = _run_suffix(model, inputs)
@@ -324,9 +371,102 @@ def forward(
     prefix = None
     if len(residuals) == model.cfg.n_layers and last_block in seen:
         prefix = Prefix(
-            (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
+            (*residuals, seen[last_block].detach()),
+            tuple(block_kwargs),
+            len(residuals[0]),
+            inputs.mask if isinstance(inputs, Prompts) else None,
         )
-    return ForwardOutput(readout=out, captured=captured, prefix=prefix)
+    return ForwardOutput(readout=out, captured=captured, prefix=prefix, attention=mode)
+
+
+def _attention_mask(inputs: Prompts | Suffix) -> torch.Tensor | None:
+    """``[n_prompts, pos]`` real tokens of the prompts (of one copy for a suffix), if known."""
+    if isinstance(inputs, Prompts):
+        return inputs.mask
+    return inputs.prefixes[0].mask
+
+
+def choose_attention(
+    model: Any,
+    inputs: Prompts | Suffix,
+    attention: str = "auto",
+    *,
+    rows: RowRequest | None = None,
+    sites: Sequence[Site] = (),
+) -> str:
+    """How :func:`forward` computes attention for ``inputs``: ``"pattern"`` or ``"rows"``
+    (see its ``attention``; ``sites`` are the hooked and captured sites), after the checks
+    (a pattern-free forward is verified against the model's own rows first).
+
+    Raises:
+        IntervError: ``attention="rows"`` where interv cannot compute attention without the
+            pattern, or a forward whose pattern would exceed
+            :data:`~interv.engine.rows.MAX_PATTERN_BYTES` (both in one line, with the reason).
+    """
+    real = _attention_mask(inputs)
+    if attention not in ATTENTION_MODES:
+        raise IntervError(f"attention must be one of {ATTENTION_MODES}; got {attention!r}")
+    if rows is not None and attention == "pattern":
+        raise IntervError(
+            "rows= asks for attention without the pattern; attention='pattern' refuses it"
+        )
+    if isinstance(inputs, Prompts):
+        n_rows, n_pos = inputs.tokens.shape
+    else:
+        n_rows, n_pos = inputs.n, int(inputs.prefixes[0].residuals[0].shape[1])
+    needs = [site for site in sites if site.component == "pattern"]
+    fallback = ""
+    if (
+        attention == "rows"
+        or rows is not None
+        or (attention == "auto" and n_pos >= LONG_CONTEXT and not needs)
+    ):
+        reason = _rows_unavailable(model, inputs, real, needs)
+        if reason is None:
+            return "rows"
+        if attention == "rows" or rows is not None:
+            raise IntervError(reason)
+        fallback = f" ({reason})"
+    size = pattern_bytes(model, n_rows, n_pos)
+    if size > MAX_PATTERN_BYTES:
+        why = f"the {needs[0].phrase} is hooked" if needs else "the model's own attention"
+        raise IntervError(
+            f"one layer's attention pattern would hold {size / 2**30:.1f} GiB ({n_rows} rows x "
+            f"{model.cfg.n_heads} heads x {n_pos}^2 positions), above interv's limit of "
+            f"{MAX_PATTERN_BYTES / 2**30:.0f} GiB; {why} needs it{fallback}: use fewer or "
+            "shorter prompts, or computations that need no pattern (attention='rows')"
+        )
+    return "pattern"
+
+
+def _rows_unavailable(
+    model: Any, inputs: Prompts | Suffix, real: torch.Tensor | None, needs: list[Site]
+) -> str | None:
+    """Why this forward cannot run without the pattern (one line), or None after
+    :func:`~interv.engine.rows.verify` accepted the model."""
+    if needs:
+        return (
+            f"the {needs[0].phrase} is hooked or captured, which needs the full pattern "
+            "(attention='pattern')"
+        )
+    if real is None:
+        return "prefixes recorded without their mask (a suffix) cannot run without the pattern"
+    reason = rows_refusal(model)
+    if reason is not None:
+        return reason + "; attention without the pattern is not available"
+    if isinstance(inputs, Suffix):  # checked when the model last ran a full pattern-free forward
+        return None if verified(model) else "the model's pattern-free attention is not verified yet"
+    tokens = inputs.tokens
+    try:
+        verify(
+            model,
+            tokens,
+            real,
+            lambda prefix, **kwargs: forward(model, Prompts.of(prefix), readout=None, **kwargs),
+        )
+    except IntervError as error:
+        return str(error)
+    return None
 
 
 def _with_mid_rebuilds(
