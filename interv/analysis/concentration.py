@@ -684,6 +684,14 @@ class _Reducer:
         f64 = torch.float64
         entropy, mass, sink_rows, content_mass, content_part, total = sums
         real = self._real_query[:, start:stop]
+        if layer not in self.as_key_layers:
+            # re-closed in float64, as interv.metrics does: each weight divided by the row's
+            # sum (the float32 rounding of the softmax's normalizer cancels; a row within
+            # tolerance of 1 was checked above); the content entropy is a ratio, unchanged
+            safe = torch.where(mass > 0, mass, 1.0)
+            entropy = entropy / safe + torch.log(safe)
+            sink_rows = sink_rows / safe[..., None]
+            total = total / safe
         sink_mass = sink_rows.sum(dim=-1)
         if layer in self.as_key_layers:  # the deficit is one more sink key
             deficit = (1.0 - mass).clamp(min=0)

@@ -583,14 +583,15 @@ class _Engine:
         parts = list(self._parts(rule, real, n_pos))
         if report and self.request.on_layer is not None:
             # one kernel call in float32 whose value columns are [v (float32 models), the
-            # keys other than the requested ones, an indicator of those, X]
+            # keys other than the requested ones, an indicator of those, ones, X]
             fuse = v.dtype == f32
             keys = self._keys(real)
             anchored = _anchored(k.to(f32), keys)
             requested = _marked(batch, n_pos, keys.clamp(min=0), keys >= 0)
             other = (~requested).to(f32)[:, None, :, None]  # [b, 1, t, 1]
             blocks = [v] if fuse else []
-            blocks += [anchored * other, other.expand(batch, n_heads, n_pos, 1)]
+            ones = torch.ones(batch, n_heads, n_pos, 1, dtype=f32, device=q.device)
+            blocks += [anchored * other, other.expand(batch, n_heads, n_pos, 1), ones]
             if columns is not None:
                 blocks.append(columns.to(device=q.device, dtype=f32))
             values = torch.cat(blocks, dim=-1)
@@ -643,23 +644,31 @@ class _Engine:
 
         With logits ``s_j`` (anchored keys), ``log a_j = s_j - lse``: over the keys that
         are not requested, ``-sum a_j log a_j = rest * lse - scale * q . (sum a_j k_j)``,
-        both sums read off the kernel's value columns; at a requested key ``a = exp(s -
-        lse)``.
+        both sums read off the kernel's value columns (each divided by the kernel's own sum
+        of all weights, a column of ones); at a requested key ``a = exp(s - lse)``.
         """
         f64 = torch.float64
         q, v = call.q, call.v
         n_heads, d_head = q.shape[1], q.shape[3]
         offset = v.shape[-1] if v.dtype == _STATS_DTYPE else 0
         lse64 = lse.to(f64)
-        rest_keys = out[..., offset : offset + d_head].to(f64)  # sum over the rest of a_j k_j
-        rest = out[..., offset + d_head].to(f64)
-        rest_logits = call.scale * (q.to(f64) * rest_keys).sum(dim=-1)
-        rest_entropy = rest * lse64 - rest_logits
+        # every column over the kernel's own sum of the weights (its float32 rounding of the
+        # normalizer, common to all columns, cancels)
+        columns_out = out[..., offset:].to(f64)
+        total = columns_out[..., d_head + 1 : d_head + 2]
+        columns_out = columns_out / total
         index = keys.clamp(min=0)[:, None, :, None].expand(-1, n_heads, -1, d_head)
         picked = anchored.gather(2, index).to(f64)  # [b, h, n_keys, d]
         logits = call.scale * torch.einsum("bhtd,bhsd->bhts", q.to(f64), picked)
         ok = admits_keys(rule, real, keys)[:, None].to(f64)
         at_keys = torch.exp(logits - lse64[..., None]) * ok
+        # the mass of the other keys: 1 - (the requested keys' exact weights) where those hold
+        # at most half the row, else the kernel's own sum over the other keys (no cancellation
+        # either way)
+        on_keys = at_keys.sum(dim=-1)
+        rest = torch.where(on_keys <= 0.5, 1.0 - on_keys, columns_out[..., d_head])
+        rest_keys = columns_out[..., :d_head]  # sum over the rest of a_j k_j
+        rest_entropy = rest * lse64 - call.scale * (q.to(f64) * rest_keys).sum(dim=-1)
         sums = {
             "entropy": rest_entropy - torch.special.xlogy(at_keys, at_keys).sum(dim=-1),
             "mass": rest + at_keys.sum(dim=-1),
@@ -668,8 +677,7 @@ class _Engine:
             "rest_entropy": rest_entropy,
         }
         if columns is not None:
-            first = offset + d_head + 1
-            sums["weighted"] = out[..., first : first + columns.shape[-1]].to(f64)
+            sums["weighted"] = columns_out[..., d_head + 2 : d_head + 2 + columns.shape[-1]]
         return sums
 
 
