@@ -45,7 +45,7 @@ sink mass; no value vector, so no contribution).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +68,7 @@ from interv.engine.forward import Prompts, choose_attention, forward, model_devi
 from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
-from interv.metrics._rows import production_dtype, sum_tolerance
+from interv.metrics._rows import sum_tolerance
 from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
@@ -510,13 +510,23 @@ class _Reducer:
             if bool((query_abs == first).all()) and bool((first[1:] - first[:-1] == 1).all())
             else None
         )
+        # kept on the model's device until the end: no host copy per chunk
         shape = (n_batch, cfg.n_layers, cfg.n_heads, query_index.shape[1])
-        self._out = {name: torch.full(shape, torch.nan, dtype=torch.float64) for name in METRICS}
-        self.n_available_keys = torch.zeros(
-            n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64
+        self._out = {
+            name: torch.full(shape, torch.nan, dtype=torch.float64, device=device)
+            for name in METRICS
+        }
+        self._n_available = torch.zeros(
+            n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64, device=device
         )
         self._value_norms: torch.Tensor | None = None
         self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
+        # the last key a causal chunk can see, read once here rather than per chunk
+        self._chunk_last = [
+            int(query_abs[:, start : start + self._chunk].max())
+            for start in range(0, query_abs.shape[1], self._chunk)
+        ]
+        self._bad: list[torch.Tensor] = []
         self._admitted: dict[tuple[KeyRule, int], torch.Tensor] = {}
         self._keep_masks = n_batch * query_index.shape[1] * n_pos <= _CHUNK_ELEMENTS * 16
 
@@ -591,24 +601,36 @@ class _Reducer:
                     "model's attention order is not supported by interv.concentration"
                 )
             pattern = pattern.detach()
-            n_query = self._query_abs.shape[1]
-            batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
-            rule = self._rules[layer]
-            for start in range(0, n_query, self._chunk):
-                stop = min(start + self._chunk, n_query)
-                query_abs = self._query_abs[:, start:stop]
-                # causal: keys after the chunk's last query are masked; leave them out
-                n_keys = int(query_abs.max()) + 1 if rule.causal else pattern.shape[-1]
-                if self._query_range is not None:
-                    first = self._query_range[0]
-                    rows = pattern[:, :, first + start : first + stop, :n_keys]
-                else:  # [batch, query, head, key] -> [batch, head, query, key]
-                    rows = pattern[batch_index, :, query_abs, :n_keys].transpose(1, 2)
-                admitted = self._admitted_rows(rule, start, query_abs)[..., :n_keys]
-                self._reduce(layer, start, stop, rows, admitted)
+            for start, stop, rows, admitted in self._chunks(layer, pattern):
+                self._reduce(layer, start, stop, rows, admitted, pattern.dtype)
+            # one host read per layer: did any chunk fail its checks? then say where
+            if self._bad and bool(torch.stack(self._bad).any()):
+                for start, _, rows, admitted in self._chunks(layer, pattern):
+                    self._check(layer, rows, admitted, start, pattern.dtype, explain=True)
+            self._bad.clear()
             self._value_norms = None
 
         return hook
+
+    def _chunks(
+        self, layer: int, pattern: torch.Tensor
+    ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
+        """``(start, stop, rows, admitted)`` of each chunk of requested queries: rows
+        ``[batch, head, query, key]`` of ``pattern`` and the keys the layer admits."""
+        n_query = self._query_abs.shape[1]
+        batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
+        rule = self._rules[layer]
+        for chunk, start in enumerate(range(0, n_query, self._chunk)):
+            stop = min(start + self._chunk, n_query)
+            query_abs = self._query_abs[:, start:stop]
+            # causal: keys after the chunk's last query are masked; leave them out
+            n_keys = self._chunk_last[chunk] + 1 if rule.causal else pattern.shape[-1]
+            if self._query_range is not None:
+                first = self._query_range[0]
+                rows = pattern[:, :, first + start : first + stop, :n_keys]
+            else:  # [batch, query, head, key] -> [batch, head, query, key]
+                rows = pattern[batch_index, :, query_abs, :n_keys].transpose(1, 2)
+            yield start, stop, rows, self._admitted_rows(rule, start, query_abs)[..., :n_keys]
 
     def _admitted_rows(self, rule: KeyRule, start: int, query_abs: torch.Tensor) -> torch.Tensor:
         """``[batch, query, key]`` keys ``rule`` admits for this chunk (kept per rule and chunk
@@ -622,7 +644,13 @@ class _Reducer:
         return found
 
     def _reduce(
-        self, layer: int, start: int, stop: int, rows: torch.Tensor, admitted: torch.Tensor
+        self,
+        layer: int,
+        start: int,
+        stop: int,
+        rows: torch.Tensor,
+        admitted: torch.Tensor,
+        produced: torch.dtype,
     ) -> None:
         """Reduce ``rows`` ``[batch, head, query, key]`` (queries ``start:stop``) over the
         keys ``admitted`` ``[batch, query, key]``.
@@ -635,11 +663,9 @@ class _Reducer:
         f64 = torch.float64
         if rows.dtype.itemsize < 4:  # bfloat16 / float16 patterns: their own values, exactly
             rows = rows.float()
-        real = self._real_query[:, start:stop]  # [batch, query]
-        inside = torch.einsum("bhqk,bqk->bhq", rows, admitted.to(rows.dtype)).to(f64)
         mass = rows.sum(dim=-1, dtype=f64)
         n = admitted.sum(dim=-1)  # [batch, query]
-        self._check(layer, rows, admitted, inside, mass, n, real, start)
+        self._check(layer, rows, admitted, start, produced, mass=mass)
         plogp = torch.special.xlogy(rows, rows)
         entropy = -plogp.sum(dim=-1, dtype=f64)
         # sink keys of each prompt that the layer admits for the query
@@ -726,27 +752,43 @@ class _Reducer:
             "contribution_norm": total,
             "sink_contribution_share": torch.where(total > 0, from_sink / total, torch.nan),
         }
-        self.n_available_keys[:, layer, start:stop] = n.cpu()
+        self._n_available[:, layer, start:stop] = n
         for name, value in values.items():
-            self._out[name][:, layer, :, start:stop] = torch.where(
-                real[:, None], value, torch.nan
-            ).cpu()
+            self._out[name][:, layer, :, start:stop] = torch.where(real[:, None], value, torch.nan)
 
     def _check(
         self,
         layer: int,
         rows: torch.Tensor,
         admitted: torch.Tensor,
-        inside: torch.Tensor,
-        mass: torch.Tensor,
-        n: torch.Tensor,
-        real: torch.Tensor,
         start: int,
+        produced: torch.dtype,
+        *,
+        mass: torch.Tensor | None = None,
+        explain: bool = False,
     ) -> None:
-        """Refuse mass on excluded keys, and rows that do not sum to 1 (or, with an off-row
-        sink counted as a key, to at most 1), at real queries."""
-        tolerance = sum_tolerance(production_dtype(rows[:, :, :1]), n)[:, None]
+        """Flag mass on excluded keys, and rows that do not sum to 1 (or, with an off-row
+        sink counted as a key, to at most 1), at real queries: without a host read (the flag
+        joins :attr:`_bad`), or with ``explain`` raising the error that names the offending
+        layer, head and key."""
+        f64 = torch.float64
+        if rows.dtype.itemsize < 4:
+            rows = rows.float()
+        if mass is None:
+            mass = rows.sum(dim=-1, dtype=f64)
+        real = self._real_query[:, start : start + rows.shape[2]]  # [batch, query]
+        inside = torch.einsum("bhqk,bqk->bhq", rows, admitted.to(rows.dtype)).to(f64)
+        n = admitted.sum(dim=-1)
+        precision = produced if produced.is_floating_point else torch.float32
+        tolerance = sum_tolerance(precision, n)[:, None]
         leaked = ((mass - inside) > tolerance) & real[:, None]
+        if layer in self.as_key_layers:
+            off = (mass > 1 + tolerance) & real[:, None]
+        else:
+            off = ((mass - 1).abs() > tolerance) & real[:, None]
+        if not explain:
+            self._bad.append(leaked.any() | off.any())
+            return
         if bool(leaked.any()):
             check_admitted(
                 torch.where(real[:, None, :, None], rows, 0),
@@ -755,10 +797,6 @@ class _Reducer:
                 queries=self._query_abs[:, start : start + rows.shape[2]],
                 tolerance=float(tolerance.min()),
             )
-        if layer in self.as_key_layers:
-            off = (mass > 1 + tolerance) & real[:, None]
-        else:
-            off = ((mass - 1).abs() > tolerance) & real[:, None]
         if bool(off.any()):
             b, h, q = (int(i) for i in off.nonzero()[0])
             position = int(self._query_abs[b, start + q])
@@ -773,5 +811,10 @@ class _Reducer:
             )
 
     def results(self) -> dict[str, torch.Tensor]:
-        """The filled ``[batch, layer, head_index, query]`` metric tensors."""
-        return dict(self._out)
+        """The filled ``[batch, layer, head_index, query]`` metric tensors, on the CPU."""
+        return {name: value.cpu() for name, value in self._out.items()}
+
+    @property
+    def n_available_keys(self) -> torch.Tensor:
+        """``[batch, layer, query]`` int64 admitted keys, on the CPU."""
+        return self._n_available.cpu()

@@ -26,7 +26,8 @@ import torch
 
 from interv._checks import as_int
 from interv.analysis._inputs import prompt_batch
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import Prompts, choose_attention, forward
+from interv.engine.rows import RowRequest, RowStats
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.metrics.sink_heads import GU_EPS, check_eps, sink_scores
@@ -157,6 +158,7 @@ def sink_profile(
     key: int = 0,
     eps: float = GU_EPS,
     inputs: str | None = None,
+    attention: str = "auto",
 ) -> SinkProfile:
     """Sink scores of every head for one key position, and that key's key and value norms.
 
@@ -170,6 +172,11 @@ def sink_profile(
             inside the shortest prompt, which needs another real token.
         eps: the threshold of the rate, in (0, 1) (default 0.3, Gu et al.'s).
         inputs: how the prompts are named in the scope (default: "N prompts").
+        attention: ``"pattern"`` reads each layer's pattern; ``"rows"`` computes the weights
+            on the key from the queries and keys without any pattern (memory linear in the
+            prompt length, :mod:`interv.engine.rows`); ``"auto"`` (default) the latter from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on where the family allows it.
+            Both count the queries that see the key the same way (below).
 
     Returns:
         A :class:`SinkProfile`.
@@ -205,10 +212,11 @@ def sink_profile(
         return hook
 
     def pattern_hook(activation: torch.Tensor, hook: Any) -> None:
-        pattern = activation.detach().cpu()  # [batch, head, query, key]
-        key_mask = real[:, None, None, :] & real[:, None, :, None]
+        pattern = activation.detach()  # [batch, head, query, key], on the model's device
+        key_mask = (real[:, None, None, :] & real[:, None, :, None]).to(pattern.device)
         if bool((key_abs == key_abs[0]).all()):  # the same key in every prompt: one call
-            scores.append(sink_scores(pattern, int(key_abs[0]), key_mask=key_mask, causal=causal))
+            found = sink_scores(pattern, int(key_abs[0]), key_mask=key_mask, causal=causal)
+            scores.append(found.cpu())
             return
         per_prompt = [
             sink_scores(
@@ -216,22 +224,45 @@ def sink_profile(
             )[0]
             for b in range(pattern.shape[0])
         ]
-        scores.append(torch.stack(per_prompt))  # [batch, head]
+        scores.append(torch.stack(per_prompt).cpu())  # [batch, head]
+
+    def rows_hook(layer: int, stats: RowStats) -> None:
+        # the weight on the key, re-closed as sink_scores does, averaged over the queries
+        # that see it (causal: the real queries at or after it; else every real query)
+        device = stats.at_keys.device
+        weight = stats.at_keys[..., 0] / torch.where(stats.mass > 0, stats.mass, 1.0)
+        sees = real.to(device)
+        if causal:
+            positions = torch.arange(real.shape[1], device=device)
+            sees = sees & (positions[None, :] >= key_abs.to(device)[:, None])
+        count = sees.sum(dim=-1, keepdim=True).to(torch.float64)  # [batch, 1]
+        total = (weight * sees[:, None, :]).sum(dim=-1)
+        scores.append(torch.where(count > 0, total / count.clamp(min=1), torch.nan).cpu())
 
     hooks = []
     for layer in range(n_layers):
-        hooks += [
-            (Site("k", layer), norm_hook("k")),
-            (Site("v", layer), norm_hook("v")),
-            (Site("pattern", layer), pattern_hook),
-        ]
-    forward(
-        model,
-        Prompts(batch.tokens, real),
-        hooks=hooks,
-        readout=None,
-        stop_after=Site("pattern", n_layers - 1),
-    )
+        hooks += [(Site("k", layer), norm_hook("k")), (Site("v", layer), norm_hook("v"))]
+    prompts = Prompts(batch.tokens, real)
+    if choose_attention(model, prompts, attention) == "rows":
+        forward(
+            model,
+            prompts,
+            hooks=hooks,
+            readout=None,
+            stop_after=Site("z", n_layers - 1),
+            attention="rows",
+            rows=RowRequest(keys=key_abs[:, None], on_layer=rows_hook),
+        )
+    else:
+        hooks += [(Site("pattern", layer), pattern_hook) for layer in range(n_layers)]
+        forward(
+            model,
+            prompts,
+            hooks=hooks,
+            readout=None,
+            stop_after=Site("pattern", n_layers - 1),
+            attention="pattern",
+        )
     return SinkProfile(
         scores=torch.stack(scores, dim=1),
         key_norms=torch.stack(norms["k"], dim=1),

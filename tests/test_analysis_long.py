@@ -1,0 +1,23 @@
+"""The analyses at long context: the same numbers from rows recomputed without the pattern
+(``attention="rows"``) as from each layer's pattern (``attention="pattern"``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _families import family
+
+from interv.analysis.sinks import sink_profile
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "bert", "gemma2"])
+def test_sink_profile_without_the_pattern_equals_the_pattern_path(name):
+    fam = family(name)
+    tokens, real = fam.left_padded()
+    rows = sink_profile(fam.bridge, tokens, attention_mask=real, key=1, attention="rows")
+    pattern = sink_profile(fam.bridge, tokens, attention_mask=real, key=1, attention="pattern")
+    torch.testing.assert_close(rows.scores, pattern.scores, atol=1e-6, rtol=0, equal_nan=True)
+    # later layers' inputs differ by the float32 rounding of the earlier layers' outputs
+    torch.testing.assert_close(rows.key_norms, pattern.key_norms, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rows.value_norms, pattern.value_norms, atol=1e-5, rtol=1e-5)
+    assert rows.rate == pattern.rate
