@@ -429,12 +429,17 @@ def choose_attention(
         fallback = f" ({reason})"
     size = pattern_bytes(model, n_rows, n_pos)
     if size > MAX_PATTERN_BYTES:
-        why = f"the {needs[0].phrase} is hooked" if needs else "the model's own attention"
+        why = (
+            f"a hook or capture of block {needs[0].layer}'s attention pattern (pattern patching, "
+            "a pattern-level edit, rollout) needs it"
+            if needs
+            else "the model's own attention materializes it"
+        )
         raise IntervError(
             f"one layer's attention pattern would hold {size / 2**30:.1f} GiB ({n_rows} rows x "
             f"{model.cfg.n_heads} heads x {n_pos}^2 positions), above interv's limit of "
-            f"{MAX_PATTERN_BYTES / 2**30:.0f} GiB; {why} needs it{fallback}: use fewer or "
-            "shorter prompts, or computations that need no pattern (attention='rows')"
+            f"{MAX_PATTERN_BYTES / 2**30:.0f} GiB; {why}{fallback}: use fewer or shorter "
+            "prompts, or computations that need no pattern (attention='rows')"
         )
     return "pattern"
 
