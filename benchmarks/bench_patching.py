@@ -52,7 +52,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 from transformer_lens import patching
 
-from interv.engine.attribution import approximate_head_patching_scores
+from interv.engine.attribution_patching import approximate_head_patching_scores
 from interv.engine.interventions import ActivationPatch, ZeroAblation
 from interv.engine.results import InterventionResult
 from interv.engine.runner import run

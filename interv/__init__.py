@@ -17,51 +17,21 @@ sweeps. The rest lives in :mod:`interv.metrics` (row-level math),
 :mod:`interv.analysis` (whole-model sink analyses, pruning, attribution patching),
 :mod:`interv.sweeps`, :mod:`interv.report` and :mod:`interv.engine`.
 
-Importing ``interv`` is cheap: the public names below are resolved lazily on first use,
-so neither torch, transformer-lens nor matplotlib is imported until a function that needs
-them is touched. It has two deliberate side effects:
-
-- ``OMP_WAIT_POLICY=PASSIVE`` is set in the environment unless it is set already:
-  OpenMP's threads then sleep while they wait instead of spinning, which on a machine
-  shared with another CPU-heavy job makes torch several times faster (one 27-head job on
-  2 cores: see README "Performance"). OpenMP reads the variable once, when torch is first
-  imported, so it helps only where ``import interv`` comes first; where torch was imported
-  earlier (``import torch`` above ``import interv``, a notebook kernel that already ran
-  torch), set it before Python starts: ``OMP_WAIT_POLICY=PASSIVE python script.py``, or
-  ``%env OMP_WAIT_POLICY=PASSIVE`` in the first cell. ``OMP_WAIT_POLICY=ACTIVE`` keeps
-  spinning, which can be slightly faster on an idle machine.
-- for ``python -m interv`` only: the working directory that Python puts first on
-  ``sys.path`` is taken off it before anything else is imported, so no file there can
-  stand in for a module interv imports; see README "What interv imports".
+Importing ``interv`` is cheap and changes nothing in the process: the public names below are
+resolved lazily on first use, so neither torch, transformer-lens nor matplotlib is imported
+until a function that needs them is touched, and no environment variable, ``sys.path`` entry
+or global setting is changed. On a machine shared with other jobs, call
+:func:`set_threads` before the first model loads (torch's threads then sleep while they
+wait instead of spinning; the ``interv`` command does this itself).
 """
 
-from __future__ import annotations
-
-import os
-import sys
-
-# `python -m interv ...`: sys.argv[0] is "-m" while the package is being located, and
-# sys.path[0] is the working directory, which must not shadow the modules interv imports
-if (
-    sys.argv[:1] == ["-m"]
-    and not sys.flags.safe_path
-    and (
-        "-minterv" in sys.orig_argv
-        or any(sys.orig_argv[i : i + 2] == ["-m", "interv"] for i in range(len(sys.orig_argv)))
-    )
-    and sys.path
-    and os.path.realpath(sys.path[0] or os.curdir) == os.path.realpath(os.getcwd())
-):
-    del sys.path[0]
-
-# OpenMP threads that sleep while they wait (see the module docstring): before torch is
-# imported, which nothing above does; a value the user set wins
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from typing import TYPE_CHECKING
-
+# Nothing here imports a module Python has not loaded by the time it runs a package with
+# `-m`, so that `python -m interv` can take the working directory off sys.path
+# (interv/__main__.py) before any file there could stand in for a module interv imports.
 from interv._lazy import lazy_exports
 from interv.errors import IntervError
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
 
 __version__ = "0.2.0"
 
@@ -77,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "HeadConcentration": "interv.analysis.concentration",
     # the runner and its result
     "run": "interv.engine.runner",
+    "set_threads": "interv._threads",
     "InterventionResult": "interv.engine.results",
     "Screen": "interv.audit",
     # circuits: edge screens verified by exact path patching
@@ -129,6 +100,7 @@ __getattr__, __dir__ = lazy_exports("interv", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
+    from interv._threads import set_threads
     from interv.analysis.concentration import HeadConcentration, concentration
     from interv.audit import Screen
     from interv.circuits.curves import FaithfulnessCurve, faithfulness

@@ -1,19 +1,21 @@
 """Lazy package faces: a package names its public attributes without importing their modules.
 
-No stability promise; internal to interv.
+No stability promise; internal to interv. Like ``interv/__init__.py`` it imports only modules
+Python has loaded before it runs ``python -m interv`` (no ``typing``, no ``__future__``).
 """
-
-from __future__ import annotations
 
 import importlib
 import importlib.util
 from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, str], namespace: dict[str, Any]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    package: str, exports: Mapping[str, str], namespace: "dict[str, Any]"
+) -> "tuple[Callable[[str], Any], Callable[[], list[str]]]":
     """Module-level ``__getattr__`` and ``__dir__`` for ``package``.
 
     Every package face of interv uses it, beside an ``if TYPE_CHECKING:`` block that
@@ -28,7 +30,7 @@ def lazy_exports(
             exported but names a submodule (``interv.engine.stacking``) imports it.
     """
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> "Any":
         module_name = exports.get(name)
         if module_name is None:
             if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):

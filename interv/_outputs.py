@@ -81,8 +81,6 @@ MARKER = ".interv-files.json"
 SCRATCH_PREFIX = ".interv-tmp-"
 """Prefix of interv's temporary files and staging folders (see the module docstring)."""
 
-# staging folders of interv 0.2, which a kill left behind: removed like scratch
-_LEGACY_SCRATCH = ".interv-staging-"
 _FORMAT = "interv-files/1"
 _CHUNK = 1 << 20
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -91,7 +89,7 @@ _FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 def is_scratch(name: str) -> bool:
     """Whether ``name`` is one of interv's scratch names (temporary files, staging folders)."""
-    return name.startswith((SCRATCH_PREFIX, _LEGACY_SCRATCH))
+    return name.startswith(SCRATCH_PREFIX)
 
 
 def failure(error: OSError, path: Path | str, verb: str = "write") -> IntervError:

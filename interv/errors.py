@@ -5,8 +5,6 @@ Every error interv raises on bad input derives from :class:`IntervError`, itself
 interv. Messages name the offending value and the allowed choices.
 """
 
-from __future__ import annotations
-
 __all__ = ["IntervError"]
 
 

@@ -20,7 +20,7 @@ from interv.analysis.pruning import (
     text_sample,
 )
 from interv.analysis.pruning.rankings import _order
-from interv.engine.attribution import approximate_head_patching_scores
+from interv.engine.attribution_patching import approximate_head_patching_scores
 from interv.engine.interventions import Combined, MeanAblation, ReferenceSet
 from interv.report.plots import plot_pruning_curves
 from interv.tasks.tokenized import TokenizedPairs

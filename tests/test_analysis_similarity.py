@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interv.analysis._patterns import QUERY_RULE, attention_rows, rows_from_pattern
-from interv.analysis.attribution import UNPAIRED, entropy_change_attribution
+from interv.analysis.entropy_change import UNPAIRED, entropy_change_attribution
 from interv.analysis.similarity import FlipRate, flip_counts, head_similarity
 from interv.errors import IntervError
 from interv.metrics import aitchison_split, compare_rows

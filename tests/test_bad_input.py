@@ -1021,19 +1021,13 @@ def test_python_dash_m_interv_imports_nothing_from_the_working_directory(tmp_pat
 def test_a_demo_or_report_killed_while_writing_leaves_a_directory_the_rerun_repairs(
     trust_workdir, monkeypatch
 ):
-    """interv 0.2 left .interv-staging-*/ after a kill, and every rerun refused the
-    directory; a kill now leaves at most an unlocked .interv-tmp-* that the next claim
-    clears. Both are repaired: the in-place report is killed for real in a subprocess.
-    (The PNG figures are left out: seconds of drawing that this is not about.)"""
+    """A kill leaves at most an unlocked .interv-tmp-* that the next claim clears: the
+    in-place report is killed for real in a subprocess. (The PNG figures are left out:
+    seconds of drawing that this is not about.)"""
     import interv.report.render as render
 
     monkeypatch.setattr(render, "standard_figures", lambda report: {})
     assert main(["report", "saved", "--out", "out"]) == 0
-    legacy = trust_workdir / "out" / ".interv-staging-abcd1234"
-    legacy.mkdir()
-    (legacy / "report.md").write_text("half")
-    assert main(["report", "out"]) == 0  # an in-place re-render; the old staging cleared
-    assert not legacy.exists()
     script = textwrap.dedent(
         """
         import os, signal, sys

@@ -50,6 +50,7 @@ from interv.engine.paths import PathPatch
 from interv.engine.targets import get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
+from tests._gpt2 import tiny_gpt2
 
 INDUCTION_KEY_EDGES = [f"L0H2->L1H{h}.k" for h in range(4)]
 
@@ -70,41 +71,8 @@ def zoo_exact(zoo):
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
-    """A random 2-layer GPT-2-shaped Hugging Face model (MLPs, LayerNorm, learned
-    positions) as a TransformerBridge, and 3 random prompt pairs of 6 tokens."""
-    from transformer_lens.model_bridge import TransformerBridge
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2,
-        n_head=4,
-        n_embd=32,
-        vocab_size=50,
-        n_positions=16,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    hf = GPT2LMHeadModel(config).eval()
-    directory = tmp_path_factory.mktemp("gpt2")
-    hf.save_pretrained(directory)
-    model = TransformerBridge.boot_transformers(str(directory), device="cpu", hf_model=hf).eval()
-    generator = torch.Generator().manual_seed(1)
-
-    def draw(*shape):
-        return torch.randint(0, 50, shape, generator=generator)
-
-    task = TokenizedPairs(
-        draw(3, 6),
-        draw(3, 6),
-        torch.ones(3, 6, dtype=torch.bool),
-        torch.full((3,), 5),
-        draw(3),
-        draw(3),
-        name="random pairs",
-    )
-    return model, task
+    """A random 2-layer GPT-2-shaped Hugging Face model and 3 random prompt pairs."""
+    return tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
 
 
 def test_edge_counts_of_the_zoo_models_and_smollm2():

@@ -31,45 +31,7 @@ from interv.circuits.screens import (
 from interv.engine.targets import get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
-
-
-def _gpt2(directory, q_scale: float):
-    from transformer_lens.model_bridge import TransformerBridge
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2,
-        n_head=4,
-        n_embd=32,
-        vocab_size=50,
-        n_positions=16,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    hf = GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for block in hf.transformer.h:  # c_attn: [d_model, 3 d_model], queries first
-            block.attn.c_attn.weight[:, : config.n_embd] *= q_scale
-            block.attn.c_attn.bias[: config.n_embd] *= q_scale
-    hf.save_pretrained(directory)
-    model = TransformerBridge.boot_transformers(str(directory), device="cpu", hf_model=hf).eval()
-    generator = torch.Generator().manual_seed(1)
-
-    def draw(*shape):
-        return torch.randint(0, 50, shape, generator=generator)
-
-    task = TokenizedPairs(
-        draw(4, 6),
-        draw(4, 6),
-        torch.ones(4, 6, dtype=torch.bool),
-        torch.full((4,), 5),
-        draw(4),
-        draw(4),
-        name="random pairs",
-    )
-    return model, task
+from tests._gpt2 import tiny_gpt2
 
 
 @pytest.fixture(scope="module")
@@ -118,14 +80,14 @@ def zoo():
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
-    return _gpt2(tmp_path_factory.mktemp("gpt2"), 1.0)
+    return tiny_gpt2(tmp_path_factory.mktemp("gpt2"), n_pairs=4)
 
 
 @pytest.fixture(scope="module")
 def saturated(tmp_path_factory):
     """The GPT-2-shaped model with its queries scaled by 1000: saturated patterns (the
     largest weight of a query row is 0.92 on average at layer 1; 0.29 unscaled)."""
-    return _gpt2(tmp_path_factory.mktemp("gpt2_saturated"), 1000.0)
+    return tiny_gpt2(tmp_path_factory.mktemp("gpt2_saturated"), n_pairs=4, q_scale=1000.0)
 
 
 def _qk_indices(graph: Graph) -> tuple[list[int], list[int]]:

@@ -61,10 +61,12 @@ CASES = [
         ["--complement", "zero"],
         r"unknown --complement 'zero'; choose one of \('corrupted', 'mean'\)",
     ),
+    (["--convention", "leaderboard"], r"unknown --convention 'leaderboard'; choose one of"),
     (["--n-pairs", "0"], r"--n-pairs must be >= 1; got 0"),
     (["--n-edges", "0"], r"--n-edges must be >= 1; got 0"),
     (["--batch-size", "0"], r"--batch-size must be >= 1; got 0"),
     (["--alpha", "2"], r"--alpha must be a number in \(0, 1\) or 'none'"),
+    (["--stability", "1"], r"--stability B \(bootstrap resamples\) must be >= 2; got 1"),
     (["--task", "ioi", "--pairs", "x.jsonl"], r"not allowed with argument"),
 ]
 
@@ -175,14 +177,20 @@ def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
     interv.load_task("induction", n_pairs=4, seed=1).to_jsonl(pairs)
     out = tmp_path / "run"
     argv = ["circuit", "induction-2l", "--pairs", str(pairs), "--verify-top", "3", "--audit", "0"]
-    assert main([*argv, "--greedy", "--out", str(out)]) == 0
+    extra = ["--greedy", "--stability", "20", "--convention", "mib"]
+    assert main([*argv, *extra, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "81 edges, 3 exact (verified), 0 exact (audit), 78 estimated" in text
+    assert "stability (Jaccard with the full-sample circuit): top-20 " in text
+    assert "20 bootstrap resamples (seed 0) of the 4 prompt pairs" in text
     circuit = json.loads((out / "circuit.json").read_text())
     assert circuit["n_prompts"] == 4
     assert circuit["unit"] == "logits"
     curve = json.loads((out / "faithfulness.json").read_text())
     assert curve["greedy"] is True and "greedy circuits" in curve["sentence"]
+    assert curve["convention"] == "mib" and curve["n_edges_kept"][:2] == [0, 0]  # int(p 81)
+    stability = circuit["stability"]
+    assert stability["sizes"] == [20] and len(stability["jaccard"][0]) == 20
 
 
 KILLED_AFTER_FIRST_BATCH = """

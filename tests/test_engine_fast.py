@@ -283,3 +283,50 @@ def test_prefix_reuse_equals_full_forwards_on_smollm2(smollm2_bridge):
         Combined((ActivationPatch("resid_post", 27, direction="noise"), ZeroAblation(29, 8))),
     ]
     assert_paths_agree(model, task, interventions, "kl_from_clean")
+
+
+def test_forward_gradients_at_a_site_are_the_metrics_derivative():
+    """``forward(grad_at=..., grad_of=...)`` against central differences of plain forwards
+    (float64): the directional derivative along a random change of layer 1's z."""
+    model = native(n_key_value_heads=2).double()
+    task = make_task()
+    prompts = Prompts.of(task.clean_tokens)
+    site = Site("z", 1)
+    rows = torch.arange(N_PROMPTS)
+
+    def metric(logits):
+        return logits[rows, task.target_ids] - logits[rows, task.foil_ids]
+
+    out = forward(
+        model,
+        prompts,
+        readout="position_logits",
+        positions=task.answer_positions,
+        grad_at=[site],
+        grad_of=metric,
+    )
+    direction = torch.randn(out.captured[site].shape, generator=torch.Generator().manual_seed(3))
+    direction = direction.double()
+
+    def moved(eps):
+        def shift(activation, hook):
+            return activation + eps * direction
+
+        readout = forward(
+            model,
+            prompts,
+            hooks=[(site, shift)],
+            readout="position_logits",
+            positions=task.answer_positions,
+        ).readout
+        return metric(readout).sum()
+
+    eps = 1e-4
+    numeric = (moved(eps) - moved(-eps)) / (2 * eps)
+    analytic = (out.gradients[site] * direction).sum()
+    assert float(analytic) == pytest.approx(float(numeric), rel=1e-6)
+    assert not out.readout.requires_grad and not out.captured[site].requires_grad
+    assert all(p.grad is None for p in model.parameters())
+    assert not [name for name, point in model.hook_dict.items() if point._forward_hooks]
+    with pytest.raises(IntervError, match="grad_at needs grad_of"):
+        forward(model, prompts, grad_at=[site])

@@ -15,7 +15,7 @@ import torch
 
 import interv
 from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Screen
-from interv.engine.attribution import approximate_head_patching_scores
+from interv.engine.attribution_patching import approximate_head_patching_scores
 from interv.engine.interventions import (
     ActivationPatch,
     MeanAblation,

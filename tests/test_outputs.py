@@ -266,14 +266,13 @@ def test_a_killed_writers_scratch_is_cleared_by_the_next_claim_and_a_live_ones_k
         from interv._outputs import _create_exclusive
         fd, path = _create_exclusive(Path({str(out)!r}))
         os.write(fd, b"half a report")
-        os.mkdir(Path({str(out)!r}) / ".interv-staging-k1lled00")  # interv 0.2's staging
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     done = subprocess.run([sys.executable, "-c", script], check=False)
     assert done.returncode == -signal.SIGKILL
     left = sorted(p.name for p in out.iterdir() if p.name.startswith("."))
-    assert len(left) == 3  # the marker, the killed temporary, the old staging folder
+    assert len(left) == 2  # the marker, the killed temporary
     live = out / f"{SCRATCH_PREFIX}0123456789abcdef"
     handle = live.open("wb")
     fcntl.flock(handle, fcntl.LOCK_EX)  # a writer still at work holds its lock

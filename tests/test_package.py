@@ -15,6 +15,7 @@ import pytest
 
 import interv
 from interv.cli import main
+from interv.errors import IntervError
 
 
 def test_import_loads_neither_torch_nor_transformer_lens_nor_matplotlib():
@@ -103,7 +104,7 @@ def test_subpackages_and_their_modules_resolve_as_attributes():
 
 
 def test_the_readme_cache_line_runs_after_a_plain_import():
-    # README "Performance": `cache = interv.engine.stacking.BaseRunCache()`, as written
+    # docs/performance.md: `cache = interv.engine.stacking.BaseRunCache()`, as written
     code = (
         "import interv; cache = interv.engine.stacking.BaseRunCache(); print(type(cache).__name__)"
     )
@@ -111,18 +112,59 @@ def test_the_readme_cache_line_runs_after_a_plain_import():
     assert out.stdout.strip() == "BaseRunCache"
 
 
-def test_import_interv_makes_openmp_wait_passively_unless_the_user_chose():
-    code = "import os, interv, sys; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+def python_without_omp_setting(code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` in an environment without OMP_WAIT_POLICY (the tests set it)."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
-    assert out.stdout.split() == ["PASSIVE", "False"]  # set before torch is imported
-    env["OMP_WAIT_POLICY"] = "ACTIVE"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+
+
+def test_importing_interv_changes_no_environment_variable_and_no_sys_path():
+    code = (
+        "import os, sys; env, path = dict(os.environ), list(sys.path); import interv; "
+        "print(dict(os.environ) == env, sys.path == path, 'torch' in sys.modules)"
     )
-    assert out.stdout.split() == ["ACTIVE", "False"]
+    out = python_without_omp_setting(code)
+    assert out.stdout.split() == ["True", "True", "False"]
+
+
+def test_set_threads_before_torch_makes_openmp_wait_passively_and_sets_the_count():
+    code = (
+        "import os, sys, interv; interv.set_threads(1); import torch; "
+        "print(os.environ['OMP_WAIT_POLICY'], torch.get_num_threads())"
+    )
+    out = python_without_omp_setting(code)
+    assert out.stdout.split() == ["PASSIVE", "1"]
+
+
+def test_set_threads_after_torch_says_the_wait_policy_is_unchanged_and_refuses_bad_input(
+    monkeypatch,
+):
+    import torch
+
+    import interv
+
+    threads = torch.get_num_threads()
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what torch started with here
+    interv.set_threads(wait="passive")  # the same: nothing to say
+    with pytest.warns(RuntimeWarning, match=r"start Python with OMP_WAIT_POLICY=ACTIVE"):
+        interv.set_threads(wait="active")
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"  # unchanged: OpenMP has read it
+    with pytest.raises(IntervError, match=r"wait must be one of \('passive', 'active'\)"):
+        interv.set_threads(wait="spin")
+    with pytest.raises(IntervError, match=r"n must be an integer >= 1"):
+        interv.set_threads(0)
+    assert torch.get_num_threads() == threads
+
+
+def test_the_interv_command_makes_openmp_wait_passively_before_torch_loads():
+    code = (
+        "import os, sys; from interv.cli import main; main(['metrics', '0.5', '0.5']); "
+        "print(os.environ['OMP_WAIT_POLICY'])"
+    )
+    out = python_without_omp_setting(code)
+    assert out.stdout.split()[-1] == "PASSIVE"
 
 
 def test_run_signature_is_typed():

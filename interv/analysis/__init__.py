@@ -6,7 +6,7 @@
   drop-sink, with the share of "which head is closer" verdicts that flip.
 - :mod:`interv.analysis.clustering`: head clusterings under both conventions and
   their agreement (adjusted Rand index, with a bootstrap interval over prompts).
-- :mod:`interv.analysis.attribution`: the change of entropy between two conditions,
+- :mod:`interv.analysis.entropy_change`: the change of entropy between two conditions,
   split exactly into sink growth and content sharpening.
 - :mod:`interv.analysis.pruning`: heads ranked by each concentration metric, by exact
   effect and by attribution, mean-ablated cumulatively: loss against heads removed.
@@ -19,7 +19,7 @@
   norm (Kobayashi et al.), and attention rollout (a summary of weights, not causal).
 - :mod:`interv.analysis.text_effects`: next-token loss of a text under interventions (e.g. the
   attention masks of :mod:`interv.engine.masks`), with intervals over chunks.
-- :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution`):
+- :func:`approximate_head_patching_scores` (:mod:`interv.engine.attribution_patching`):
   attribution patching, a first-order approximation of head patching, for screening.
 
 The public names below are resolved lazily; importing this package imports nothing heavy.
@@ -41,15 +41,15 @@ _EXPORTS: dict[str, str] = {
     "HeadClustering": "interv.analysis.clustering",
     "clustering_agreement": "interv.analysis.clustering",
     "ClusteringAgreement": "interv.analysis.clustering",
-    "entropy_change_attribution": "interv.analysis.attribution",
-    "EntropyAttribution": "interv.analysis.attribution",
+    "entropy_change_attribution": "interv.analysis.entropy_change",
+    "EntropyAttribution": "interv.analysis.entropy_change",
     "pruning_curves": "interv.analysis.pruning",
     "rank_heads": "interv.analysis.pruning",
     "PruningCurves": "interv.analysis.pruning",
     "TaskEvaluation": "interv.analysis.pruning",
     "TextEvaluation": "interv.analysis.pruning",
     "EmbeddingEvaluation": "interv.analysis.pruning",
-    "approximate_head_patching_scores": "interv.engine.attribution",
+    "approximate_head_patching_scores": "interv.engine.attribution_patching",
     "interactions": "interv.analysis.pairwise",
     "head_interactions": "interv.analysis.pairwise",
     "HeadInteractions": "interv.analysis.pairwise",
@@ -72,13 +72,13 @@ __getattr__, __dir__ = lazy_exports("interv.analysis", _EXPORTS, globals())
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.analysis._patterns import AttentionRows, attention_rows
-    from interv.analysis.attribution import EntropyAttribution, entropy_change_attribution
     from interv.analysis.clustering import (
         ClusteringAgreement,
         HeadClustering,
         cluster_heads,
         clustering_agreement,
     )
+    from interv.analysis.entropy_change import EntropyAttribution, entropy_change_attribution
     from interv.analysis.pairwise import (
         HeadInteractions,
         head_interactions,
@@ -97,4 +97,4 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.analysis.sinks import SinkProfile, random_tokens, repeated_tokens, sink_profile
     from interv.analysis.text_effects import TextLoss, text_loss
     from interv.analysis.token_flow import TokenAttention, token_attention
-    from interv.engine.attribution import approximate_head_patching_scores
+    from interv.engine.attribution_patching import approximate_head_patching_scores

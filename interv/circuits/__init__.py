@@ -11,6 +11,8 @@
   MIB's faithfulness curve, exact, with bootstrap intervals.
 - :func:`greedy_order` (:mod:`interv.circuits.greedy`): greedy circuits, grown from the
   logits.
+- :func:`circuit_stability` (:mod:`interv.circuits.stability`): the circuit found again on
+  bootstrap resamples of the prompts (Jaccard, per-edge inclusion).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "cpr": "interv.circuits.curves",
     "cmd": "interv.circuits.curves",
     "greedy_order": "interv.circuits.greedy",
+    "circuit_stability": "interv.circuits.stability",
+    "CircuitStability": "interv.circuits.stability",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -55,3 +59,4 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.circuits.greedy import greedy_order
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores
+    from interv.circuits.stability import CircuitStability, circuit_stability

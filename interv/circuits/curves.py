@@ -24,7 +24,9 @@ percentile bootstraps over prompts of the ratio of means. CPR (area under ``f`` 
 fractions, trapezoids, circuits from *signed* values: the edges whose patching lowers the
 metric most first) and CMD (area between ``f`` and 1, ``|1 - f|``, circuits by absolute
 value) as MIB's circuit track computes them (linear fraction axis). Higher CPR and lower
-CMD are better.
+CMD are better. ``convention="mib"`` takes MIB's circuit sizes (``int(fraction * n_edges)``)
+and prunes every circuit to the edges connecting the input to the logits before it is
+evaluated (:mod:`interv.circuits.mib`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from interv._pandas import require_pandas
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
+from interv.circuits.mib import CONVENTIONS, MIBCircuit, mib_edge_count, mib_sizes, prune
 from interv.circuits.patching import (
     Run,
     capture_run,
@@ -124,6 +127,9 @@ class FaithfulnessCurve:
         greedy: whether the circuits were grown greedily from the logits (else top edges).
         sentence: what the numbers are, in one sentence.
         fingerprint: hash of model, prompts and settings.
+        convention: ``"interv"`` or ``"mib"`` (:mod:`interv.circuits.mib`).
+        n_edges_pruned: MIB's convention: the edges left after pruning, per fraction, of
+            the circuits by absolute and by signed value (None: nothing pruned).
     """
 
     fractions: tuple[float, ...]
@@ -143,6 +149,8 @@ class FaithfulnessCurve:
     sentence: str
     fingerprint: str
     greedy: bool = False
+    convention: str = "interv"
+    n_edges_pruned: tuple[list[int], list[int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (format ``interv.faithfulness/1``)."""
@@ -168,6 +176,8 @@ class FaithfulnessCurve:
             "cmd_interval": clean(self.cmd_interval),
             "complement": self.complement,
             "greedy": self.greedy,
+            "convention": self.convention,
+            "n_edges_pruned": None if self.n_edges_pruned is None else list(self.n_edges_pruned),
             "sentence": self.sentence,
         }
 
@@ -200,6 +210,12 @@ class FaithfulnessCurve:
             sentence=str(data["sentence"]),
             fingerprint=str(data["fingerprint"]),
             greedy=bool(data.get("greedy", False)),
+            convention=str(data.get("convention", "interv")),
+            n_edges_pruned=(
+                None
+                if data.get("n_edges_pruned") is None
+                else tuple([int(k) for k in row] for row in data["n_edges_pruned"])  # type: ignore[arg-type]
+            ),
         )
 
     def to_pandas(self) -> Any:
@@ -234,16 +250,26 @@ def _rankings(ranking: Any, graph: Graph) -> tuple[torch.Tensor, torch.Tensor, s
         absolute = torch.sort(-ranking.scores.abs(), stable=True).indices
         signed = torch.sort(ranking.scores, stable=True).indices
         return absolute, signed, f"{ranking.method} estimates"
+    if isinstance(ranking, MIBCircuit):
+        if ranking.scores is None:
+            raise IntervError(
+                f"the MIB circuit file {ranking.source} scores no edge (one circuit, not a "
+                "ranking); a faithfulness curve needs importance scores"
+            )
+        absolute = torch.sort(-ranking.scores.abs(), stable=True).indices
+        signed = torch.sort(-ranking.scores, stable=True).indices  # MIB: highest first
+        return absolute, signed, f"the MIB importance scores of {ranking.source}"
     if isinstance(ranking, str) or not isinstance(ranking, Sequence):
         raise IntervError(
-            "ranking must be a CircuitResult, EdgeScores or a sequence of edges (labels, Edge "
-            f"objects or indices), best first; got {type(ranking).__name__}"
+            "ranking must be a CircuitResult, EdgeScores, a MIBCircuit or a sequence of edges "
+            f"(labels, Edge objects or indices), best first; got {type(ranking).__name__}"
         )
-    order = graph.indices(ranking)
-    if len(set(order)) != len(order):
+    order = torch.tensor(graph.indices(ranking), dtype=torch.long)
+    listed = torch.zeros(graph.n_edges, dtype=torch.bool)
+    listed[order] = True
+    if int(listed.sum()) != order.numel():
         raise IntervError("ranking must not repeat an edge")
-    rest = [i for i in range(graph.n_edges) if i not in set(order)]
-    full = torch.tensor(order + rest, dtype=torch.long)
+    full = torch.cat([order, (~listed).nonzero().flatten()])  # the rest in canonical order
     return full, full, "the given edge order"
 
 
@@ -254,8 +280,14 @@ def _greedy(graph: Graph, order: torch.Tensor) -> torch.Tensor:
     return greedy_order(graph, priority)
 
 
-def _sizes(fractions: Sequence[float], n_edges: int) -> list[int]:
-    sizes = []
+def _sizes(fractions: Sequence[float], n_edges: int, convention: str) -> list[int]:
+    """Circuit sizes at ``fractions`` (checked: at least two, increasing, in (0, 1]):
+    ``max(1, round(p N))`` (interv) or ``int(p N)`` (MIB)."""
+    if len(fractions) < 2:
+        raise IntervError(
+            f"a faithfulness curve needs at least two fractions (CPR and CMD are areas under "
+            f"it); got {list(fractions)}"
+        )
     for fraction in fractions:
         if isinstance(fraction, bool) or not isinstance(fraction, int | float):
             raise IntervError(f"fractions must be numbers in (0, 1]; got {fraction!r}")
@@ -264,18 +296,22 @@ def _sizes(fractions: Sequence[float], n_edges: int) -> list[int]:
                 f"fraction {fraction} is beyond the graph: fractions must lie in (0, 1] "
                 f"(1 = all {n_edges} edges)"
             )
-        sizes.append(max(1, round(fraction * n_edges)))
-    return sizes
+    if any(b <= a for a, b in itertools.pairwise(fractions)):
+        raise IntervError(f"fractions must increase; got {list(fractions)}")
+    if convention == "mib":
+        return mib_sizes(fractions, n_edges)
+    return [max(1, round(fraction * n_edges)) for fraction in fractions]
 
 
 def faithfulness(
     model: Any,
     task: TokenizedPairs,
-    ranking: CircuitResult | EdgeScores | Sequence[Edge | str | int],
+    ranking: CircuitResult | EdgeScores | MIBCircuit | Sequence[Edge | str | int],
     *,
     fractions: Sequence[float] = MIB_FRACTIONS,
     complement: str = "corrupted",
     greedy: bool = False,
+    convention: str = "interv",
     metric: str | TargetMetric = "logit_diff",
     n_bootstrap: int = 1000,
     level: float = 0.95,
@@ -295,6 +331,11 @@ def faithfulness(
             the greedy circuit of ``n`` edges (:func:`interv.circuits.greedy.greedy_order`:
             grown from the logits, each step the best-ranked edge whose receiver already
             reaches the logits). Evaluated the same way either way.
+        convention: ``"interv"`` (default: ``max(1, round(p N))`` edges, no pruning) or
+            ``"mib"`` (MIB's ``evaluate_area_under_curve``: ``int(p N)`` edges, pruned to
+            those connecting the input to the logits; :mod:`interv.circuits.mib`). ``N`` is
+            the graph's edge count either way: on a grouped-query model interv's graph
+            groups key/value edges and MIB's does not, so its numbers are not MIB's there.
         metric: a metric name or TargetMetric.
         n_bootstrap, level, seed: the bootstrap over prompts.
         batch_size: circuits (copies of the prompts) per stacked forward; None: about
@@ -308,11 +349,11 @@ def faithfulness(
         raise IntervError(f"unknown complement {complement!r}; choose one of {COMPLEMENTS}")
     if not isinstance(greedy, bool):
         raise IntervError(f"greedy must be True or False; got {greedy!r}")
+    if convention not in CONVENTIONS:
+        raise IntervError(f"unknown convention {convention!r}; choose one of {CONVENTIONS}")
     fractions = tuple(fractions)
     graph = Graph.from_model(model)
-    sizes = _sizes(fractions, graph.n_edges)
-    if any(b <= a for a, b in itertools.pairwise(fractions)):
-        raise IntervError(f"fractions must increase; got {list(fractions)}")
+    sizes = _sizes(fractions, graph.n_edges, convention)
     absolute, signed, what = _rankings(ranking, graph)
     if greedy:
         absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
@@ -321,9 +362,12 @@ def faithfulness(
         for size in sizes:
             mask = torch.zeros(graph.n_edges, dtype=torch.bool)
             mask[order[:size]] = True
-            masks.append(mask)
+            masks.append(prune(graph, mask) if convention == "mib" else mask)
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
+    n_frac = len(fractions)
+    counts = kept.sum(-1).tolist()
+    pruned = (counts[:n_frac], counts[n_frac:-1]) if convention == "mib" else None
     clean_logits = forward(  # only the clean logits: no activations kept
         model,
         Prompts.of(task.clean_tokens, task.attention_mask),
@@ -337,7 +381,6 @@ def faithfulness(
         model, task, graph, kept, replacement, target, clean_logits, batch_size
     )
     full = per_prompt_metric(target, task, clean_logits, clean_logits)[0].double().cpu()
-    n_frac = len(fractions)
     absolute_values, signed_values, empty = values[:n_frac], values[n_frac:-1], values[-1]
     gap = full - empty
     with torch.no_grad():
@@ -384,6 +427,16 @@ def faithfulness(
         f"resamples, seed {seed}); "
         "CPR from circuits by signed value, CMD by absolute value"
     )
+    if convention == "mib":
+        sentence += (
+            f"; MIB's convention: int(fraction x {graph.n_edges}) edges, then pruned to those "
+            "connecting the input to the logits (as MIB's evaluate_area_under_curve)"
+        )
+        if graph.grouped:
+            sentence += (
+                f"; edges counted on interv's grouped graph (key/value edges per key/value "
+                f"head), MIB counts {mib_edge_count(graph)}: not leaderboard-comparable"
+            )
     return FaithfulnessCurve(
         fractions=fractions,
         n_edges_kept=sizes,
@@ -408,8 +461,11 @@ def faithfulness(
             fractions=fractions,
             metric=target.name,
             **({"greedy": True} if greedy else {}),
+            **({"convention": convention} if convention != "interv" else {}),
         ),
         greedy=greedy,
+        convention=convention,
+        n_edges_pruned=pruned,
     )
 
 

@@ -3,6 +3,7 @@
 >>> result = discover(model, task, method="eap-ig", screen=Screen(top_k=200, audit=200))
 >>> result.status[:3]        # "exact (verified)", "exact (audit)" or "estimated"
 >>> result.circuit(50)       # the 50 strongest edges, exact values first
+>>> discover(model, task, stability=200).stability   # the circuit on resampled prompts
 
 The screen (:func:`interv.circuits.edge_scores`) estimates every edge; the shared
 :func:`interv.audit.verify_screen` patches the top ``top_k`` by ``|estimate|`` exactly
@@ -18,6 +19,7 @@ interrupted run's ``on_exact``) is reused, never recomputed; pass the interrupte
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 from collections.abc import Callable, Mapping
@@ -26,12 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv._checks import as_int
 from interv._pandas import require_pandas
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
 from interv.circuits.screens import EdgeScores, edge_scores
+from interv.circuits.stability import CircuitStability, circuit_stability, exact_first
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
 
@@ -55,6 +59,8 @@ class CircuitResult:
         fingerprint: the screen's fingerprint (model, prompts, settings).
         model_name, task_name: what was run.
         sentence: what the numbers are, in one sentence.
+        stability: the circuit on bootstrap resamples of the prompts
+            (:class:`~interv.circuits.CircuitStability`), when asked for.
     """
 
     graph: Graph
@@ -64,6 +70,7 @@ class CircuitResult:
     model_name: str
     task_name: str
     sentence: str
+    stability: CircuitStability | None = None
 
     @property
     def status(self) -> tuple[str, ...]:
@@ -84,11 +91,7 @@ class CircuitResult:
     def ranking(self) -> torch.Tensor:
         """Every edge index: checked edges by descending ``|exact|``, then the estimated
         ones by descending ``|estimate|``."""
-        checked = self.audit.checked
-        key = torch.where(checked, self.exact.abs(), self.scores.scores.abs())
-        # checked first: sort by (not checked, -|value|)
-        order = torch.sort(-key, stable=True).indices
-        return torch.cat([order[checked[order]], order[~checked[order]]])
+        return exact_first(self.audit.checked, self.exact, self.scores.scores)
 
     def circuit(self, n: int | None = None, *, greedy: bool = False) -> list[Edge]:
         """The top ``n`` edges (default ``top_k``) of :meth:`ranking` (exact first); with
@@ -163,6 +166,7 @@ class CircuitResult:
             "audit": self.audit.to_dict(),
             "sentence": self.sentence,
             "edge_scores": self.scores.to_dict(per_prompt=per_prompt),
+            **({"stability": self.stability.to_dict()} if self.stability is not None else {}),
         }
 
     @classmethod
@@ -184,6 +188,9 @@ class CircuitResult:
             model_name=str(data["model"]),
             task_name=str(data["task"]),
             sentence=str(data["sentence"]),
+            stability=(
+                CircuitStability.from_dict(data["stability"]) if "stability" in data else None
+            ),
         )
 
     def __repr__(self) -> str:
@@ -232,6 +239,7 @@ def discover(
     batch_size: int | None = None,
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    stability: int | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -247,11 +255,17 @@ def discover(
         on_exact: called with ``(edge indices, [k] exact effects)`` after each stacked
             forward (store them to resume after a kill).
         progress: called with short messages.
+        stability: a number of bootstrap resamples of the prompts: the circuit is found
+            again on each (:func:`interv.circuits.circuit_stability`, default sizes 20, 100
+            and 500 edges; the exact per-prompt effects computed here are reused) and
+            attached as :attr:`CircuitResult.stability`. None: not computed.
 
     Returns:
         :class:`CircuitResult`.
     """
     target = check_task(model, task, metric)
+    if stability is not None:
+        stability = as_int(stability, "stability (bootstrap resamples)", minimum=2)
     if not isinstance(screen, Screen):
         raise IntervError(
             f"screen must be an interv.Screen (e.g. Screen(top_k=200, audit=200)); got {screen!r}"
@@ -271,12 +285,16 @@ def discover(
             f"{graph.n_edges}"
         )
 
+    per_prompt: dict[int, torch.Tensor] = {}  # edge -> exact per-prompt effects (stability)
+
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
         todo = indices.tolist()
         if progress is not None:
             progress(f"exact path patching of {len(todo)} edges")
 
         def done(local: list[int], values: torch.Tensor) -> None:
+            for i, row in zip(local, values, strict=True):
+                per_prompt[todo[i]] = row.double().cpu()
             if on_exact is not None:
                 on_exact([todo[i] for i in local], values.mean(-1))
 
@@ -300,7 +318,7 @@ def discover(
         f"alone (the sender's corrupted output into the receiver's input, the clean run "
         f"elsewhere); {audit.describe()}; {n_estimated} edges carry estimates only"
     )
-    return CircuitResult(
+    result = CircuitResult(
         graph=graph,
         scores=scores,
         audit=audit,
@@ -309,3 +327,15 @@ def discover(
         task_name=task.name,
         sentence=sentence,
     )
+    if stability is None:
+        return result
+    resampled = circuit_stability(
+        model,
+        task,
+        result,
+        n_resamples=stability,
+        exact_per_prompt=per_prompt,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    return dataclasses.replace(result, stability=resampled)

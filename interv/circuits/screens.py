@@ -101,6 +101,27 @@ def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def scores_fingerprint(
+    model: Any,
+    task: TokenizedPairs,
+    method: str,
+    steps: int,
+    metric: str,
+    direction: str,
+    qk_fix: bool,
+) -> str:
+    """The fingerprint of a screen's scores of ``model`` on ``task`` with these settings."""
+    return fingerprint(
+        model,
+        task,
+        method=method,
+        steps=steps,
+        metric=metric,
+        direction=direction,
+        **({"qk_fix": True} if qk_fix else {}),
+    )
+
+
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
     """The number of gradient runs, after checking the screen's settings."""
     if method not in METHODS:
@@ -266,21 +287,6 @@ def _reader_gradients(
     the layer, by the first step of the iteration."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
-    kept: dict[Site, torch.Tensor] = {}
-    seen: dict[Site, torch.Tensor] = {}
-
-    def keeper(site: Site) -> Any:
-        def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            kept[site] = activation.clone()
-            return kept[site]
-
-        return keep
-
-    def looker(site: Site) -> Any:
-        def look(activation: torch.Tensor, hook: Any) -> None:
-            seen[site] = activation.detach()
-
-        return look
 
     def replace(activation: torch.Tensor, hook: Any) -> torch.Tensor:
         return embed.to(activation)
@@ -288,37 +294,31 @@ def _reader_gradients(
     hooks: list[tuple[Site, Any]] = []
     if embed is not None:
         hooks.append((Site("resid_pre", 0), replace))
-    for layer in layers:
-        hooks.append((Site("resid_pre", layer), looker(Site("resid_pre", layer))))
-        if graph.has_mlp:
-            hooks.append((Site("resid_mid", layer), looker(Site("resid_mid", layer))))
-        hooks += [(Site(c, layer), keeper(Site(c, layer))) for c in components]
-        if pattern_grads is not None:
-            hooks.append((Site("pattern", layer), keeper(Site("pattern", layer))))
-    hooks.append((Site("final_resid"), keeper(Site("final_resid"))))
+    looked = [Site("resid_pre", layer) for layer in layers]
+    if graph.has_mlp:
+        looked += [Site("resid_mid", layer) for layer in layers]
+    sites = [Site(c, layer) for layer in layers for c in components]
+    if pattern_grads is not None:
+        sites += [Site("pattern", layer) for layer in layers]
+    sites.append(Site("final_resid"))
     device = clean_logits.device
+    target = task.target_ids.to(device)
+    foil = None if task.foil_ids is None else task.foil_ids.to(device)
+    out = forward(
+        model,
+        Prompts.of(tokens_of(task, run), task.attention_mask),
+        hooks=hooks,
+        capture=looked,
+        readout="position_logits",
+        positions=task.answer_positions,
+        grad_at=sites,
+        grad_of=lambda logits: metric(logits, target, foil, clean_logits),
+    )
+    seen, grads = out.captured, dict(out.gradients)
+    if pattern_grads is not None:
+        for layer in layers:
+            pattern_grads[layer] = grads.pop(Site("pattern", layer)).double()
     with torch.enable_grad():
-        out = forward(
-            model,
-            Prompts.of(tokens_of(task, run), task.attention_mask),
-            hooks=hooks,
-            readout="position_logits",
-            positions=task.answer_positions,
-            grad=True,
-        )
-        values = metric(
-            out.readout,
-            task.target_ids.to(device),
-            None if task.foil_ids is None else task.foil_ids.to(device),
-            clean_logits,
-        )
-        sites = list(kept)
-        grads = dict(
-            zip(sites, torch.autograd.grad(values.sum(), [kept[s] for s in sites]), strict=True)
-        )
-        if pattern_grads is not None:
-            for layer in layers:
-                pattern_grads[layer] = grads.pop(Site("pattern", layer)).detach().double()
         for layer in layers:
             block = model.blocks[layer]
             x = seen[Site("resid_pre", layer)]
@@ -610,15 +610,7 @@ def edge_scores(
         method=method,
         steps=runs,
         metric=target.name,
-        fingerprint=fingerprint(
-            model,
-            task,
-            method=method,
-            steps=runs,
-            metric=target.name,
-            direction=direction,
-            **({"qk_fix": True} if qk_fix else {}),
-        ),
+        fingerprint=scores_fingerprint(model, task, method, runs, target.name, direction, qk_fix),
         sentence=sentence,
         direction=direction,
         qk_fix=qk_fix,

@@ -1,13 +1,16 @@
 """``interv circuit``: find a circuit, check it exactly, and write it with its report.
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
-[--qk-fix] --verify-top K --audit N --out DIR`` scores every edge with the screen (EAP,
-or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by ``|score|`` and ``N``
-random others exactly (path patching from the corrupted run into the clean run), measures
-the faithfulness curve at MIB's edge fractions, computes the concentration of every head
-(clean run, answer position) beside the circuit, and writes into DIR:
+[--qk-fix] --verify-top K --audit N [--stability B] --out DIR`` scores every edge with the
+screen (EAP, or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by
+``|score|`` and ``N`` random others exactly (path patching from the corrupted run into the
+clean run), measures the faithfulness curve at MIB's edge fractions, computes the
+concentration of every head (clean run, answer position) beside the circuit, and writes
+into DIR:
 
-- ``circuit.json`` (``CircuitResult.to_dict()``), ``faithfulness.json``, ``mission.json``;
+- ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability B`` it holds the
+  circuit's stability over ``B`` bootstrap resamples of the prompts, see
+  :func:`interv.circuits.circuit_stability`), ``faithfulness.json``, ``mission.json``;
 - ``circuit.md`` (Markdown) and ``circuit.html`` (the self-contained page: the layered
   drawing, the curve, the mission link);
 - the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
@@ -33,6 +36,7 @@ __all__ = ["register"]
 
 METHODS = ("eap", "eap-ig")
 COMPLEMENTS = ("corrupted", "mean")
+CONVENTIONS = ("interv", "mib")
 _STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
 
 
@@ -70,11 +74,15 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
     top_k = as_int(args.verify_top, "--verify-top K", minimum=1)
     audit = as_int(args.audit, "--audit N", minimum=0)
+    if args.stability is not None:
+        as_int(args.stability, "--stability B (bootstrap resamples)", minimum=2)
     for flag in ("n_edges", "batch_size"):
         if getattr(args, flag) is not None:
             as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
     if args.metric not in METRICS:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
+    if args.convention not in CONVENTIONS:
+        raise IntervError(f"unknown --convention {args.convention!r}; choose one of {CONVENTIONS}")
     if args.complement not in COMPLEMENTS:
         raise IntervError(f"unknown --complement {args.complement!r}; choose one of {COMPLEMENTS}")
     check_model_spec(args.model)
@@ -160,6 +168,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
             metric=args.metric,
             progress=progress.detail,
             batch_size=args.batch_size,
+            stability=args.stability,
             **options,
             **resume,
         )
@@ -174,6 +183,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         result,
         complement=args.complement,
         greedy=args.greedy,
+        convention=args.convention,
         metric=args.metric,
         batch_size=args.batch_size,
     ).to_dict()
@@ -205,6 +215,21 @@ def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed:
         f"{again}"
     )
     print(f"semantics: {circuit['sentence']}")
+    stability = circuit.get("stability")
+    if stability is not None:
+        sizes = ", ".join(
+            f"top-{size} {mean:.2f} [{_fmt(low)}, {_fmt(high)}]"
+            for size, mean, low, high in zip(
+                stability["sizes"],
+                stability["mean"],
+                stability["low"],
+                stability["high"],
+                strict=True,
+            )
+        )
+        print(
+            f"stability (Jaccard with the full-sample circuit): {sizes} ({stability['sentence']})"
+        )
     cpr, cmd = curve.get("cpr"), curve.get("cmd")
     print(f"faithfulness: CPR {_fmt(cpr)}, CMD {_fmt(cmd)} ({curve['sentence']})")
     top = link.circuit_heads[:5]
@@ -262,6 +287,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="verify more until the 95%% miss-rate bound is below A (default none: one look)",
     )
     parser.add_argument(
+        "--stability",
+        type=int,
+        default=None,
+        metavar="B",
+        help="find the circuit again on B bootstrap resamples of the prompts (Jaccard, "
+        "stable edges; default: not computed)",
+    )
+    parser.add_argument(
         "--n-edges",
         type=int,
         default=None,
@@ -276,6 +309,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--greedy",
         action="store_true",
         help="faithfulness of greedy circuits grown from the logits (default: the top edges)",
+    )
+    parser.add_argument(
+        "--convention",
+        default="interv",
+        help="faithfulness curve sizes: interv (default: max(1, round(p N)) edges) or mib "
+        "(MIB's int(p N) edges, pruned to those connecting the input to the logits)",
     )
     parser.add_argument(
         "--batch-size",

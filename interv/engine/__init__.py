@@ -17,7 +17,7 @@
 - :mod:`interv.engine.runner`: :func:`~interv.engine.runner.run` (and ``screen=``).
 - :mod:`interv.engine.screening`: screened runs: every ablation or patch estimated to
   first order, the top and an audit sample intervened on exactly (:mod:`interv.audit`).
-- :mod:`interv.engine.attribution`: attribution patching, a first-order approximation
+- :mod:`interv.engine.attribution_patching`: attribution patching, a first-order approximation
   of head patching (one forward and one backward), for screening only.
 - :mod:`interv.engine.results`: the typed result of a run.
 """

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._checks import as_finite, as_positions
+from interv._fields import convert, converted
 from interv.engine.protocol import (
     EditContext,
     Intervention,
@@ -116,8 +117,7 @@ class _AlongBasis:
 
     def _normalize(self, kind: str) -> None:
         _check_site_choice(self.component, self.head, kind)
-        object.__setattr__(self, "basis", _basis(self.basis, "basis"))
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        convert(self)
         _orthonormal(self.basis, "basis")
         Site(self.component, self.layer, self.head)
 
@@ -159,10 +159,10 @@ class AddVector(Intervention):
     """
 
     layer: int
-    vector: tuple[float, ...]
+    vector: tuple[float, ...] = converted(_vector)
     component: str = "resid_pre"
-    scale: float = 1.0
-    positions: tuple[int, ...] | None = None
+    scale: float = converted(as_finite, default=1.0)
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
     name: str = ""
     family = "steering"
 
@@ -172,9 +172,7 @@ class AddVector(Intervention):
                 f"AddVector: unknown component {self.component!r}; choose one of "
                 f"{RESIDUAL_COMPONENTS}"
             )
-        object.__setattr__(self, "vector", _vector(self.vector, "vector"))
-        object.__setattr__(self, "scale", as_finite(self.scale, "scale"))
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        convert(self)
         Site(self.component, self.layer)
 
     def edits(self) -> tuple[Site, ...]:
@@ -220,9 +218,9 @@ class ProjectOut(_AlongBasis, Intervention):
 
     component: str
     layer: int
-    basis: tuple[tuple[float, ...], ...]
+    basis: tuple[tuple[float, ...], ...] = converted(_basis)
     head: int | None = None
-    positions: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
     name: str = ""
     family = "projection"
 
@@ -263,10 +261,10 @@ class SubspacePatch(_AlongBasis, Patching, Intervention):
 
     component: str
     layer: int
-    basis: tuple[tuple[float, ...], ...]
+    basis: tuple[tuple[float, ...], ...] = converted(_basis)
     head: int | None = None
     direction: str = "denoise"
-    positions: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
     name: str = ""
     family = "patch"
     reports_recovery = True

@@ -46,7 +46,7 @@ import itertools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -233,6 +233,8 @@ class ForwardOutput:
             detached unless the forward ran with gradients.
         prefix: the recorded block inputs (``record_prefix=True`` on a full forward that
             called every block once), else None.
+        gradients: ``grad_at`` site -> the gradient of ``grad_of``'s sum with respect to
+            its activation (empty without ``grad_at``).
         attention: how attention was computed: ``"pattern"`` (the model's own, every
             layer's pattern materialized) or ``"rows"`` (without the pattern,
             :mod:`interv.engine.rows`).
@@ -241,6 +243,7 @@ class ForwardOutput:
     readout: torch.Tensor | None
     captured: dict[Site, torch.Tensor]
     prefix: Prefix | None
+    gradients: dict[Site, torch.Tensor] = field(default_factory=dict)
     attention: str = "pattern"
 
 
@@ -259,6 +262,8 @@ def forward(
     stop_after: Site | None = None,
     record_prefix: bool = False,
     grad: bool = False,
+    grad_at: Sequence[Site] = (),
+    grad_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
     attention: str = "auto",
     rows: RowRequest | None = None,
 ) -> ForwardOutput:
@@ -278,6 +283,13 @@ def forward(
         stop_after: end the forward right after this site's hook (readout must be None).
         record_prefix: record every block's inputs (full forwards only).
         grad: run with gradients enabled (default: ``torch.no_grad``).
+        grad_at: sites whose gradient to return (:attr:`ForwardOutput.gradients`): of the
+            sum of ``grad_of(readout)`` with respect to the activation as the ``hooks``
+            left it, which the rest of the forward reads (so the full downstream
+            derivative); their activations are captured too. The model's parameters get
+            no ``.grad``; the readout and captures come back detached.
+        grad_of: readout -> the values to differentiate (e.g. each prompt's metric: rows
+            are independent, so the gradient of the sum holds every prompt's own).
         attention: one of :data:`~interv.engine.rows.ATTENTION_MODES`: ``"auto"`` (default)
             computes attention without the pattern from
             :data:`~interv.engine.rows.LONG_CONTEXT` positions on, when no hook or capture
@@ -301,11 +313,13 @@ def forward(
         )
     if (readout == "position_logits") != (positions is not None):
         raise IntervError("positions are needed by, and only by, readout='position_logits'")
+    if bool(grad_at) != (grad_of is not None) or (grad_at and readout is None):
+        raise IntervError("grad_at needs grad_of and a readout, and grad_of needs grad_at")
     if record_prefix and isinstance(inputs, Suffix):
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
     if isinstance(inputs, Prompts):
         inputs.check_fits(model.cfg)
-    sites = [site for site, _ in hooks] + list(capture)
+    sites = [site for site, _ in hooks] + list(capture) + list(grad_at)
     mode = choose_attention(model, inputs, attention, rows=rows, sites=sites)
     real = _attention_mask(inputs)
     device = model_device(model)
@@ -315,8 +329,12 @@ def forward(
     fwd_hooks = _with_mid_rebuilds(
         fwd_hooks, {s.layer for s, _ in hooks if s.component == "resid_mid"}
     )
+    grad = grad or bool(grad_at)
     fwd_hooks += [
         (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
+    ]
+    fwd_hooks += [
+        (hook_name(site), _differentiable(site.without_positions(), captured)) for site in grad_at
     ]
     last_block = block_output_hook(model.cfg.n_layers - 1)
     stop_name = None if stop_after is None else hook_name(stop_after)
@@ -365,6 +383,13 @@ def forward(
             rows = torch.arange(normed.shape[0], device=normed.device)
             at = normed[rows, positions.to(normed.device)].unsqueeze(1)
             out = model.unembed(at).squeeze(1)
+        gradients: dict[Site, torch.Tensor] = {}
+        if grad_at:
+            sites = list(dict.fromkeys(site.without_positions() for site in grad_at))
+            found = torch.autograd.grad(grad_of(out).sum(), [captured[s] for s in sites])
+            gradients = dict(zip(sites, found, strict=True))
+            captured = {site: value.detach() for site, value in captured.items()}
+            out = out.detach()
     if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
         out = out.float()
     residuals, block_kwargs = recorded
@@ -376,7 +401,9 @@ def forward(
             len(residuals[0]),
             inputs.mask if isinstance(inputs, Prompts) else None,
         )
-    return ForwardOutput(readout=out, captured=captured, prefix=prefix, attention=mode)
+    return ForwardOutput(
+        readout=out, captured=captured, prefix=prefix, gradients=gradients, attention=mode
+    )
 
 
 def _attention_mask(inputs: Prompts | Suffix) -> torch.Tensor | None:
@@ -540,6 +567,17 @@ def _scale_edits_expected() -> Iterator[None]:
 def _keeper(key: Any, store: dict, grad: bool) -> HookFn:
     def keep(activation: torch.Tensor, hook: Any) -> None:
         store[key] = activation if grad else activation.detach()
+
+    return keep
+
+
+def _differentiable(site: Site, store: dict[Site, torch.Tensor]) -> HookFn:
+    """A hook that makes its copy of the activation the one the rest of the forward reads,
+    so that the gradient with respect to the copy is the full downstream derivative."""
+
+    def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        store[site] = activation.clone()
+        return store[site]
 
     return keep
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._checks import as_finite, as_positions
+from interv._fields import convert, converted
 from interv.engine.protocol import (
     DIRECTIONS,
     RUNS,
@@ -178,6 +179,7 @@ class _HeadIntervention(Intervention):
     head: int
 
     def __post_init__(self) -> None:
+        convert(self)  # the fields made with converted(), in every subclass
         Site("z", self.layer, self.head)  # validates layer and head
 
 
@@ -190,10 +192,6 @@ class _HeadAblation(_HeadIntervention):
     """
 
     family = "ablation"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
 
     def edits(self) -> tuple[Site, ...]:
         return (Site("z", self.layer, self.head, self.positions),)
@@ -209,7 +207,7 @@ class ZeroAblation(_HeadAblation):
         positions: query positions to ablate; None = all positions.
     """
 
-    positions: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         activation[:, position_index(self.positions)] = 0
@@ -241,7 +239,7 @@ class MeanAblation(_HeadAblation):
 
     reference: Source = "clean"
     pooled: bool = False
-    positions: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -289,7 +287,7 @@ class ResampleAblation(_HeadAblation):
 
     source: Source = "corrupted"
     seed: int = 0
-    positions: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -423,11 +421,12 @@ class ActivationPatch(Patching, Intervention):
     layer: int
     head: int | None = None
     direction: str = "denoise"
-    positions: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
     family = "patch"
     reports_recovery = True
 
     def __post_init__(self) -> None:
+        convert(self)
         _check_choice(self.component, PATCH_COMPONENTS, "component")
         patch_runs(self.direction)
         if (self.component in HEAD_COMPONENTS) != (self.head is not None):
@@ -440,7 +439,6 @@ class ActivationPatch(Patching, Intervention):
                     f"{HEAD_COMPONENTS}; other components: {RESIDUAL_COMPONENTS}"
                 )
             )
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
         Site(self.component, self.layer, self.head)  # validates layer and head
 
     def edits(self) -> tuple[Site, ...]:
@@ -506,12 +504,7 @@ class _ZLevelEdit(_HeadIntervention):
 class _KeyEdit(_ZLevelEdit):
     """A z-level edit at chosen key positions (default ``(0,)``: the first token, the sink)."""
 
-    key_positions: tuple[int, ...] = (0,)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positions = as_positions(self.key_positions, "key_positions")
-        object.__setattr__(self, "key_positions", positions)
+    key_positions: tuple[int, ...] = converted(as_positions, default=(0,))
 
     def check(self, cfg: Any, n_positions: int) -> None:
         super().check(cfg, n_positions)
@@ -537,12 +530,8 @@ class ValueScale(_KeyEdit):
         factor: the multiplier (dimensionless, finite).
     """
 
-    factor: float = 0.0
+    factor: float = converted(as_finite, default=0.0)
     family = "value"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "factor", as_finite(self.factor, "factor"))
 
     def edit_pattern_values(
         self, pattern: torch.Tensor, values: torch.Tensor, context: EditContext
@@ -708,11 +697,12 @@ class Combined(Intervention):
     :class:`PatternPatch` then :class:`ValuePatch` gives ``A_source V_source``).
     """
 
-    parts: tuple[Intervention, ...]
+    parts: tuple[Intervention, ...] = converted(lambda parts, what: tuple(parts))
     family = "combined"
 
     def __post_init__(self) -> None:
-        parts = tuple(self.parts)
+        convert(self)
+        parts = self.parts
         if not parts:
             raise IntervError("Combined needs at least one part; got none")
         for part in parts:
@@ -725,7 +715,6 @@ class Combined(Intervention):
             raise IntervError(
                 f"Combined parts must modify the same base run; got parts on runs {runs}"
             )
-        object.__setattr__(self, "parts", parts)
 
     @property
     def base_run(self) -> str:

@@ -18,11 +18,11 @@ run by ``a'`` (zero, a mean, a resampled or a patched activation), and the targe
 the first-order Taylor expansion around the base run. ``a'`` is the intervention's own
 :meth:`~interv.engine.protocol.Intervention.edit` applied to the base run's activation, so
 the estimate and the exact value share one semantics; for patching it is attribution
-patching (:func:`interv.engine.attribution.approximate_head_patching_scores`). Gradients come
-from one forward and one backward per base run (the clean run for ablations and noising,
-the corrupted run for denoising), every site at once. The estimate is wrong where the
-metric or an attention pattern saturates or effects cancel: it ranks, the exact
-interventions decide. A value that was not intervened on is marked
+patching (:func:`interv.engine.attribution_patching.approximate_head_patching_scores`).
+Gradients come from one forward and one backward per base run (the clean run for
+ablations and noising, the corrupted run for denoising), every site at once. The estimate
+is wrong where the metric or an attention pattern saturates or effects cancel: it ranks,
+the exact interventions decide. A value that was not intervened on is marked
 :data:`~interv.audit.ESTIMATED` and carries :data:`~interv.audit.ESTIMATE_SENTENCE`.
 
 Screenable kinds (:data:`SCREENABLE_KINDS`): the head ablations (zero, mean, resample) and
@@ -167,35 +167,17 @@ def _gradients(
     of the sum over prompts holds every prompt's own gradient)."""
     device = model_device(model)
     tokens = task.clean_tokens if run == "clean" else task.corrupted_tokens
-    kept: dict[Site, torch.Tensor] = {}
-
-    def keeper(site: Site) -> Any:
-        def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            # the returned copy is what the rest of the forward reads: the gradient with
-            # respect to it is the full downstream derivative
-            kept[site] = activation.clone()
-            return kept[site]
-
-        return keep
-
-    with torch.enable_grad():
-        out = forward(
-            model,
-            Prompts.of(tokens, task.attention_mask),
-            hooks=[(site, keeper(site)) for site in sites],
-            readout="position_logits",
-            positions=task.answer_positions,
-            grad=True,
-        )
-        values = metric(
-            out.readout,
-            task.target_ids.to(device),
-            None if task.foil_ids is None else task.foil_ids.to(device),
-            clean_logits.to(device),
-        )
-        grads = torch.autograd.grad(values.sum(), [kept[site] for site in sites])
-    activations = {site: kept[site].detach() for site in sites}
-    return activations, dict(zip(sites, grads, strict=True))
+    target = task.target_ids.to(device)
+    foil = None if task.foil_ids is None else task.foil_ids.to(device)
+    out = forward(
+        model,
+        Prompts.of(tokens, task.attention_mask),
+        readout="position_logits",
+        positions=task.answer_positions,
+        grad_at=sites,
+        grad_of=lambda logits: metric(logits, target, foil, clean_logits.to(device)),
+    )
+    return {site: out.captured[site] for site in sites}, out.gradients
 
 
 def first_order_estimates(

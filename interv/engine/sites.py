@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interv._checks import as_int, as_positions, check_index
+from interv._fields import convert, converted
 from interv.errors import IntervError
 
 __all__ = [
@@ -123,6 +124,15 @@ def check_component(component: str) -> None:
         raise IntervError(f"unknown component {component!r}; choose one of {COMPONENTS}")
 
 
+def _known_component(component: str, what: str) -> str:
+    check_component(component)
+    return component
+
+
+def _index_or_none(value: Any, what: str) -> int | None:
+    return None if value is None else as_int(value, what, minimum=0)
+
+
 def at_positions(positions: Iterable[int] | None) -> str:
     """Positions in words: "at all positions", "at position 3", "at positions [3, 5]"."""
     if positions is None:
@@ -151,31 +161,26 @@ class Site:
             engine (an intervention writes where it chooses); reports group by it.
     """
 
-    component: str
-    layer: int | None = None
-    head: int | None = None
-    positions: tuple[int, ...] | None = None
+    component: str = converted(_known_component)
+    layer: int | None = converted(_index_or_none, default=None)
+    head: int | None = converted(_index_or_none, default=None)
+    positions: tuple[int, ...] | None = converted(as_positions, default=None)
 
     def __post_init__(self) -> None:
-        check_component(self.component)
-        if self.component in FINAL_COMPONENTS:
-            if self.layer is not None:
-                raise IntervError(
-                    f"component {self.component!r} comes after the last block and has no "
-                    f"layer; got layer={self.layer!r}"
-                )
-        else:
-            if self.layer is None:
-                raise IntervError(f"component {self.component!r} needs a layer (block index)")
-            object.__setattr__(self, "layer", as_int(self.layer, "layer", minimum=0))
-        if self.head is not None:
-            if self.component not in HEAD_COMPONENTS:
-                raise IntervError(
-                    f"component {self.component!r} has no head axis; got head={self.head}. "
-                    f"Heads apply only to {HEAD_COMPONENTS}"
-                )
-            object.__setattr__(self, "head", as_int(self.head, "head", minimum=0))
-        object.__setattr__(self, "positions", as_positions(self.positions, "positions"))
+        convert(self)
+        final = self.component in FINAL_COMPONENTS
+        if final and self.layer is not None:
+            raise IntervError(
+                f"component {self.component!r} comes after the last block and has no "
+                f"layer; got layer={self.layer!r}"
+            )
+        if not final and self.layer is None:
+            raise IntervError(f"component {self.component!r} needs a layer (block index)")
+        if self.head is not None and self.component not in HEAD_COMPONENTS:
+            raise IntervError(
+                f"component {self.component!r} has no head axis; got head={self.head}. "
+                f"Heads apply only to {HEAD_COMPONENTS}"
+            )
 
     @property
     def label(self) -> str:

@@ -6,6 +6,7 @@
   runner consumes.
 - :func:`load_task` and :func:`available_tasks` (:mod:`interv.tasks.builtin`): the
   built-in tasks (``"ioi"``, ``"capitals"``, ``"induction"``).
+- :func:`from_mib` (:mod:`interv.tasks.mib`): a local MIB task file as prompt pairs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from interv._lazy import lazy_exports
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {
     "available_tasks": "interv.tasks.builtin",
+    "from_mib": "interv.tasks.mib",
     "load_task": "interv.tasks.builtin",
     "PromptPairs": "interv.tasks.pairs",
     "TokenizedPairs": "interv.tasks.tokenized",
@@ -29,5 +31,6 @@ __getattr__, __dir__ = lazy_exports("interv.tasks", _EXPORTS, globals())
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.tasks.builtin import available_tasks, load_task
+    from interv.tasks.mib import from_mib
     from interv.tasks.pairs import PromptPairs
     from interv.tasks.tokenized import TokenizedPairs

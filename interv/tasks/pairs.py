@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from interv._checks import as_path, read_text
+from interv._fields import convert, converted
 from interv._outputs import claim_file
 from interv.errors import IntervError
 from interv.tasks.tokenized import PADDING_SIDES, TokenizedPairs
@@ -50,6 +51,19 @@ __all__ = ["PromptPairs"]
 
 _REQUIRED_KEYS = ("clean", "corrupted", "target")
 _OPTIONAL_KEYS = ("foil", "answer_position")
+
+
+def _as_tuple(value: Any, field: str) -> tuple[Any, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise IntervError(
+            f"{field} must be a list or tuple (one entry per pair); got {type(value).__name__} "
+            f"{value!r:.80}"
+        )
+    return tuple(value)
+
+
+def _as_tuple_or_none(value: Any, field: str) -> tuple[Any, ...] | None:
+    return None if value is None else _as_tuple(value, field)
 
 
 @dataclass(frozen=True)
@@ -74,20 +88,16 @@ class PromptPairs:
         description: one sentence saying what the task tests.
     """
 
-    clean: tuple[str, ...]
-    corrupted: tuple[str, ...]
-    targets: tuple[str, ...]
-    foils: tuple[str, ...] | None = None
-    answer_positions: tuple[int, ...] | None = None
+    clean: tuple[str, ...] = converted(_as_tuple)
+    corrupted: tuple[str, ...] = converted(_as_tuple)
+    targets: tuple[str, ...] = converted(_as_tuple)
+    foils: tuple[str, ...] | None = converted(_as_tuple_or_none, default=None)
+    answer_positions: tuple[int, ...] | None = converted(_as_tuple_or_none, default=None)
     name: str = "custom"
     description: str = ""
 
     def __post_init__(self) -> None:
-        for field in ("clean", "corrupted", "targets", "foils", "answer_positions"):
-            value = getattr(self, field)
-            if value is None and field in ("foils", "answer_positions"):
-                continue
-            object.__setattr__(self, field, _as_tuple(field, value))
+        convert(self)
         n_pairs = len(self.clean)
         if n_pairs == 0:
             raise IntervError("PromptPairs needs at least one pair; got an empty set")
@@ -310,15 +320,6 @@ def _model_vocabulary(model_or_tokenizer: Any) -> int | None:
         return None
     d_vocab = getattr(model_or_tokenizer.cfg, "d_vocab", None)
     return int(d_vocab) if isinstance(d_vocab, int) and d_vocab > 0 else None
-
-
-def _as_tuple(field: str, value: Any) -> tuple[Any, ...]:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise IntervError(
-            f"{field} must be a list or tuple (one entry per pair); got {type(value).__name__} "
-            f"{value!r:.80}"
-        )
-    return tuple(value)
 
 
 def _parse_jsonl_line(path: Path, line_number: int, line: str) -> dict[str, Any]:

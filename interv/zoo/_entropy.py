@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from interv.analysis._patterns import attention_rows
-from interv.analysis.attribution import EntropyAttribution, entropy_change_attribution
+from interv.analysis.entropy_change import EntropyAttribution, entropy_change_attribution
 from interv.zoo._load import load
 from interv.zoo._registry import (
     FINAL_WEIGHTS_FILE,

@@ -10,7 +10,7 @@ import torch
 from interv.analysis._patterns import attention_rows
 from interv.analysis.concentration import concentration
 from interv.analysis.pruning.evaluations import Evaluation, Head, TaskEvaluation
-from interv.engine.attribution import approximate_head_patching_scores
+from interv.engine.attribution_patching import approximate_head_patching_scores
 from interv.engine.sites import check_head
 from interv.errors import IntervError
 from interv.metrics.sink import sink_split
@@ -158,7 +158,7 @@ def rank_heads(
     :func:`_per_head_concentration` for bidirectional encoders).
     ``"exact_effect"`` mean-ablates each head alone under ``evaluation`` (one
     evaluation per head). ``"attribution"`` uses
-    :func:`interv.engine.attribution.approximate_head_patching_scores` on
+    :func:`interv.engine.attribution_patching.approximate_head_patching_scores` on
     ``attribution_task`` (default: the evaluation's task), an approximation.
 
     Args:

@@ -1,5 +1,8 @@
 """Attribution patching: a first-order *approximation* of head-output patching.
 
+>>> scores = approximate_head_patching_scores(model, task)   # doctest: +SKIP
+>>> scores.shape                                             # [n_layers, n_heads]
+
 Exact denoising of head ``(L, h)`` at all positions runs the corrupted prompts with
 that head's output ``z`` replaced by the clean one and measures the target metric
 ``m``. Attribution patching replaces that forward by a first-order Taylor expansion
@@ -65,36 +68,21 @@ def approximate_head_patching_scores(
         readout="position_logits",
         positions=task.answer_positions,
     )
-    corrupted_z: dict[Site, torch.Tensor] = {}
-
-    def keeper(site: Site) -> Any:
-        def keep(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            # The returned copy is what the rest of the forward reads, so the gradient
-            # with respect to it is the full downstream derivative.
-            corrupted_z[site] = activation.clone()
-            return corrupted_z[site]
-
-        return keep
-
-    with torch.enable_grad():
-        corrupted = forward(
-            model,
-            Prompts.of(task.corrupted_tokens, task.attention_mask),
-            hooks=[(site, keeper(site)) for site in sites],
-            readout="position_logits",
-            positions=task.answer_positions,
-            grad=True,
-        )
-        values = target_metric(
-            corrupted.readout,
-            task.target_ids.to(device),
-            None if task.foil_ids is None else task.foil_ids.to(device),
-            clean.readout,
-        )
-        grads = torch.autograd.grad(values.mean(), [corrupted_z[site] for site in sites])
+    target = task.target_ids.to(device)
+    foil = None if task.foil_ids is None else task.foil_ids.to(device)
+    corrupted = forward(
+        model,
+        Prompts.of(task.corrupted_tokens, task.attention_mask),
+        readout="position_logits",
+        positions=task.answer_positions,
+        grad_at=sites,
+        grad_of=lambda logits: target_metric(logits, target, foil, clean.readout) / task.n_pairs,
+    )
     return torch.stack(
         [
-            (grad * (clean.captured[site] - corrupted_z[site].detach())).sum((0, 1, 3))
-            for site, grad in zip(sites, grads, strict=True)
+            (corrupted.gradients[site] * (clean.captured[site] - corrupted.captured[site])).sum(
+                (0, 1, 3)
+            )
+            for site in sites
         ]
     ).cpu()

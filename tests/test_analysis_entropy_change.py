@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interv.analysis._patterns import rows_from_pattern
-from interv.analysis.attribution import PAIRED, UNPAIRED, entropy_change_attribution
+from interv.analysis.entropy_change import PAIRED, UNPAIRED, entropy_change_attribution
 from interv.cli.analysis import register
 from interv.errors import IntervError
 from interv.metrics import entropy

@@ -12,7 +12,7 @@ import torch
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
-from interv.engine.attribution import approximate_head_patching_scores
+from interv.engine.attribution_patching import approximate_head_patching_scores
 from interv.engine.interventions import ActivationPatch
 from interv.engine.runner import run
 from interv.engine.sites import hook_name
