@@ -289,3 +289,24 @@ def test_request_values_are_checked():
         RowRequest(keys=torch.zeros(3))
     with pytest.raises(IntervError, match="attention must be one of"):
         forward(family("llama").bridge, Prompts.of(family("llama").tokens), attention="flash")
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])  # the fused path, the chunked path
+def test_gradients_through_attention_without_the_pattern_equal_the_pattern_path(name):
+    fam = family(name)
+    prompts = Prompts(fam.tokens, fam.real)
+    sites = [Site("z", 0), Site("resid_pre", 1)]
+
+    def last_logit(logits):
+        return logits[:, 8, 5]
+
+    found = {
+        attention: forward(
+            fam.bridge, prompts, grad_at=sites, grad_of=last_logit, attention=attention
+        ).gradients
+        for attention in ("rows", "pattern")
+    }
+    for site in sites:
+        torch.testing.assert_close(
+            found["rows"][site], found["pattern"][site], atol=1e-5, rtol=1e-4
+        )
