@@ -310,3 +310,32 @@ def test_gradients_through_attention_without_the_pattern_equal_the_pattern_path(
         torch.testing.assert_close(
             found["rows"][site], found["pattern"][site], atol=1e-5, rtol=1e-4
         )
+
+
+def test_a_head_sweep_at_long_context_runs_without_the_pattern(monkeypatch):
+    import interv
+
+    fam = family("mistral")  # grouped-query attention and a window
+    task = interv.load_task("induction", n_pairs=4, seed=0).tokenize(fam.bridge)
+    interventions = [
+        interv.ZeroAblation(1, 0),
+        interv.MeanAblation(3, 2, reference="clean"),
+        interv.ActivationPatch("z", 2, 1, direction="denoise"),
+    ]
+    own = interv.run(fam.bridge, task, interventions)
+    seen = []
+    original = forward_module.forward
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(out.attention)
+        return out
+
+    monkeypatch.setattr(forward_module, "LONG_CONTEXT", 8)
+    monkeypatch.setattr(forward_module, "forward", spy)
+    import interv.engine.stacking as stacking
+
+    monkeypatch.setattr(stacking, "forward", spy)
+    long = interv.run(fam.bridge, task, interventions)
+    assert seen and set(seen) == {"rows"}
+    torch.testing.assert_close(long.effect, own.effect, atol=1e-5, rtol=0)
