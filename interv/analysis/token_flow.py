@@ -139,6 +139,20 @@ class TokenAttention:
         )
 
 
+def _transformed_values(
+    model: TransformerBridge, layer: int, heads: list[int], store: dict[int, torch.Tensor]
+) -> Any:
+    """Hook on ``layer``'s values storing ``f^h(x_j) = v^h_j W_O^h`` ``[batch, head, key,
+    d_model]`` per query head (query head ``h`` reads key/value head ``heads[h]``)."""
+
+    def hook(values: torch.Tensor, hook: Any) -> None:
+        w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
+        per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
+        store[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
+
+    return hook
+
+
 def token_attention(
     model: TransformerBridge,
     prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
@@ -169,14 +183,6 @@ def token_attention(
     norms: list[torch.Tensor] = []
     transformed: dict[int, torch.Tensor] = {}
 
-    def value_hook(layer: int) -> Any:
-        def hook(values: torch.Tensor, hook: Any) -> None:
-            w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
-            per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
-            transformed[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
-
-        return hook
-
     def pattern_hook(layer: int) -> Any:
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             pattern = pattern.detach()  # [batch, head, query, key]
@@ -195,7 +201,7 @@ def token_attention(
     hooks = []
     for layer in range(cfg.n_layers):
         hooks += [
-            (Site("v", layer), value_hook(layer)),
+            (Site("v", layer), _transformed_values(model, layer, heads, transformed)),
             (Site("pattern", layer), pattern_hook(layer)),
         ]
     forward(
@@ -315,14 +321,6 @@ def _key_shares_without_pattern(
     sums = torch.zeros(2, n_batch, cfg.n_layers, dtype=f64)
     counts = torch.zeros(n_batch, cfg.n_layers, dtype=f64)
 
-    def value_hook(layer: int) -> Any:
-        def hook(values: torch.Tensor, hook: Any) -> None:
-            w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
-            per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
-            transformed[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
-
-        return hook
-
     def reduce(chunk: RowChunk) -> None:
         (start, stop), (low, high) = chunk.queries, chunk.keys
         weights = chunk.weights  # [batch, head, query, key]
@@ -344,7 +342,10 @@ def _key_shares_without_pattern(
     forward(
         model,
         prompts,
-        hooks=[(Site("v", layer), value_hook(layer)) for layer in range(cfg.n_layers)],
+        hooks=[
+            (Site("v", layer), _transformed_values(model, layer, heads, transformed))
+            for layer in range(cfg.n_layers)
+        ],
         readout=None,
         stop_after=Site("z", cfg.n_layers - 1),
         attention="rows",
