@@ -325,16 +325,18 @@ def forward(
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
-    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks]
-    fwd_hooks = _with_mid_rebuilds(
-        fwd_hooks, {s.layer for s, _ in hooks if s.component == "resid_mid"}
-    )
     grad = grad or bool(grad_at)
+    # a gradient site returns its own copy of the activation, which replaces it: at resid_mid
+    # that copy must become the residual stream too, as an edit's does
+    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks] + [
+        (hook_name(site), _differentiable(site.without_positions(), captured)) for site in grad_at
+    ]
+    fwd_hooks = _with_mid_rebuilds(
+        fwd_hooks,
+        {s.layer for s in (*(site for site, _ in hooks), *grad_at) if s.component == "resid_mid"},
+    )
     fwd_hooks += [
         (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
-    ]
-    fwd_hooks += [
-        (hook_name(site), _differentiable(site.without_positions(), captured)) for site in grad_at
     ]
     last_block = block_output_hook(model.cfg.n_layers - 1)
     stop_name = None if stop_after is None else hook_name(stop_after)
