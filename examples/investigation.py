@@ -14,10 +14,10 @@ or in a notebook:
    only on its path into the logits) and its paths into every later head's value input;
 5. the report (``report.html`` and friends) in ``--out``.
 
-Everything uses interv's defaults: OpenMP threads wait passively (``import interv`` sets
-``OMP_WAIT_POLICY=PASSIVE`` before torch loads) and each run picks its batch size from the
-model and memory. ``--threads`` and ``--batch-size`` override them, for comparison (README
-"Performance" has both timings). ``--smoke`` runs the same steps on the zoo's 2-layer
+Everything uses interv's defaults: OpenMP threads wait passively (``interv.set_threads()``
+first, before torch loads) and each run picks its batch size from the model and memory.
+``--threads`` and ``--batch-size`` override them, for comparison (docs/performance.md has
+both timings). ``--smoke`` runs the same steps on the zoo's 2-layer
 model and its induction task, in seconds (the tests run that).
 
 Run: ``python examples/investigation.py [--out DIR] [--threads N] [--batch-size ROWS]
@@ -48,12 +48,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--n-bootstrap", type=int, default=1000)
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    if args.threads is not None:
-        # imported after interv on purpose: `import interv` sets OMP_WAIT_POLICY=PASSIVE,
-        # which OpenMP reads once, when torch loads (an import above would load it first)
-        import torch
-
-        torch.set_num_threads(args.threads)
+    # passive OpenMP waiting, before anything loads torch (OpenMP reads it once, then)
+    interv.set_threads(args.threads)
 
     if args.smoke:
         model = interv.load_model("induction-2l")

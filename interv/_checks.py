@@ -7,16 +7,13 @@ Internal to interv; no stability promise.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import operator
 import os
-import types
-import typing
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from interv.errors import IntervError
 
@@ -26,12 +23,9 @@ __all__ = [
     "as_path",
     "as_positions",
     "check_index",
-    "from_json",
     "read_json",
     "read_text",
 ]
-
-T = TypeVar("T")
 
 
 def as_int(value: Any, what: str, *, minimum: int | None = None) -> int:
@@ -164,85 +158,3 @@ def read_json(path: str | Path, what: str) -> Any:
             f"{what} {str(Path(path))!r} is not valid JSON ({error.msg}: line {error.lineno}, "
             f"column {error.colno}); it may be cut short (an interrupted write) or edited"
         ) from None
-
-
-def from_json(cls: type[T], data: Any, what: str) -> T:
-    """An instance of the dataclass ``cls`` from its JSON form (``dataclasses.asdict``
-    output read back), each field checked against its annotation ("parse, don't validate").
-
-    Annotations understood: ``int`` (not bool), ``float`` (an int or a float; JSON null is
-    NaN, the way interv writes NaN), ``str``, ``bool``, ``X | None`` (null stays None),
-    ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``dict[str, X]``, nested dataclasses
-    and ``Any``. A missing field without a default, an unknown field or a value of another
-    type raises :class:`IntervError` naming the field's path (``header.n_prompts``).
-    """
-    if not isinstance(data, dict):
-        raise IntervError(f"{what} must be a JSON object; got {type(data).__name__}")
-    fields = {spec.name: spec for spec in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise IntervError(f"{what} has unknown fields {unknown}; expected {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for name, spec in fields.items():
-        if name not in data:
-            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                raise IntervError(f"{what}: missing field {name!r}")
-            continue
-        values[name] = _json_value(data[name], hints[name], f"{what}.{name}")
-    try:
-        return cls(**values)
-    except (TypeError, ValueError) as error:  # IntervError (a ValueError) included
-        raise IntervError(f"{what}: {error}") from None
-
-
-def _json_value(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if origin in (types.UnionType, typing.Union):
-        options = [a for a in args if a is not type(None)]
-        if value is None and len(options) < len(args):
-            return None
-        if len(options) != 1:
-            return value
-        return _json_value(value, options[0], where)
-    if dataclasses.is_dataclass(hint):
-        return from_json(hint, value, where)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise IntervError(f"{where} must be true or false; got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise IntervError(f"{where} must be an integer; got {value!r}")
-        return value
-    if hint is float:
-        if value is None:
-            return math.nan
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise IntervError(f"{where} must be a number; got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise IntervError(f"{where} must be a string; got {value!r}")
-        return value
-    if origin in (tuple, list):
-        if not isinstance(value, list | tuple):
-            raise IntervError(f"{where} must be a list; got {value!r}")
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(value) != len(args):
-                raise IntervError(f"{where} must hold {len(args)} values; got {value!r}")
-            return tuple(
-                _json_value(v, a, f"{where}[{i}]")
-                for i, (v, a) in enumerate(zip(value, args, strict=True))
-            )
-        item = args[0] if args else Any
-        items = [_json_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise IntervError(f"{where} must be a JSON object; got {value!r}")
-        item = args[1] if len(args) == 2 else Any
-        return {str(k): _json_value(v, item, f"{where}.{k}") for k, v in value.items()}
-    return value

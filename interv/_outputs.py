@@ -34,6 +34,18 @@ claims its output through this module *before* the expensive work:
 - :func:`fresh_dir` picks the first claimable directory of ``base``, ``base-2``,
   ``base-3``, ... (for default output directories: say where, never overwrite).
 
+The same module owns the other ways interv changes a file: :func:`append_line` (one
+complete line appended to a log, without following links, ``fsync``-ed), :func:`lock_file`
+(an advisory lock held on a file that is never followed), :func:`publish_dir` (a directory
+built in scratch and renamed into place) and :func:`truncate_torn_tail`. Each write passes
+named *boundaries* (:func:`boundary`): a kill at any of them leaves the disk as it is at that
+instant, and every reader and rerun copes with each such state; tests inject the kill there
+(:func:`fault_injection`), not by timing.
+
+A marker entry is written *before* the file it proves (its hash as ``pending``, beside the
+hash of the content still there), and confirmed after: whatever instant a kill lands, the
+file on disk is one the marker proves, so a rerun never refuses the file its own run wrote.
+
 Names starting with ``.interv-tmp-`` are interv's scratch (temporary files, staging
 folders). A run killed while writing leaves one behind; the next claim of the directory
 removes it once its lock is free (a live writer holds it), and it never counts as
@@ -55,7 +67,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +78,21 @@ __all__ = [
     "MARKER",
     "SCRATCH_PREFIX",
     "OutputDir",
+    "append_line",
+    "boundary",
     "claim_dir",
     "claim_file",
     "claim_files",
+    "complete_lines",
     "failure",
+    "fault_injection",
     "fresh_dir",
     "is_scratch",
+    "lock_file",
+    "publish_dir",
+    "regular_file",
+    "remove_stale_scratch",
+    "truncate_torn_tail",
     "write_file",
 ]
 
@@ -105,6 +126,31 @@ def failure(error: OSError, path: Path | str, verb: str = "write") -> IntervErro
     return IntervError(f"cannot {verb} {str(path)!r}: {reason}; {advice}")
 
 
+# ---- write boundaries (fault injection) ----
+
+_hook: Callable[[str, Path], None] | None = None
+
+
+def boundary(event: str, path: Path) -> None:
+    """A write boundary: ``event`` (e.g. ``"write_file:published"``) just happened to
+    ``path``. A kill here leaves the disk exactly as it is now. Calls the hook installed by
+    :func:`fault_injection` (none outside tests)."""
+    if _hook is not None:
+        _hook(event, path)
+
+
+@contextlib.contextmanager
+def fault_injection(hook: Callable[[str, Path], None]) -> Iterator[None]:
+    """Call ``hook(event, path)`` at every write boundary while the block runs (tests copy
+    the directory there, or raise, to stand for a kill at that instant)."""
+    global _hook
+    previous, _hook = _hook, hook
+    try:
+        yield
+    finally:
+        _hook = previous
+
+
 # ---- the primitive ----
 
 
@@ -136,6 +182,7 @@ def _publish(source: Path, path: Path, *, replace: bool) -> None:
         return
     try:
         os.link(source, path, follow_symlinks=False)
+        boundary("publish:linked", path)
     except FileExistsError:
         raise IntervError(
             f"{str(path)!r} appeared while interv was writing it; interv does not replace it"
@@ -193,12 +240,15 @@ def write_file(
         raise failure(error, path) from None
     try:
         try:
+            boundary("write_file:created", temporary)
             _write_all(fd, data)
             if durable:
                 os.fsync(fd)
+            boundary("write_file:written", temporary)
             _publish(temporary, path, replace=replace)
             if durable:
                 _fsync_dir(folder)
+            boundary("write_file:published", path)
         finally:
             os.close(fd)
     except BaseException as error:
@@ -208,6 +258,142 @@ def write_file(
             raise failure(error, path) from None
         raise
     return path
+
+
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def regular_file(path: Path, what: str) -> bool:
+    """Whether ``path`` exists as a regular file; a link or another kind of entry there is
+    refused (the files of interv's directories are its own, and interv never creates a
+    link), naming ``what``."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(info.st_mode):
+        return True
+    kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+    raise IntervError(
+        f"{what} {str(path)!r} is {kind}; interv reads and writes its directories' files "
+        "only as the regular files it wrote (it never follows a link there)"
+    )
+
+
+def _only_name(fd: int, path: Path) -> None:
+    """A log is changed in place, so it must have no other name: a hard link planted there
+    (to a file elsewhere) would be written through as a symbolic link would."""
+    if os.fstat(fd).st_nlink > 1:
+        raise IntervError(
+            f"{str(path)!r} has other hard links; interv changes it in place and writes only "
+            "a file that is nowhere else (copy the directory without hard links)"
+        )
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append ``line`` (one complete line, ending in a newline) to the log ``path`` in one
+    write, never through a link, and ``fsync`` it. A kill leaves the whole line or a torn
+    last line, which :func:`truncate_torn_tail` cuts off (and :func:`complete_lines` skips)."""
+    if not line.endswith(b"\n") or b"\n" in line[:-1]:
+        raise IntervError("a log record must be exactly one line ending in a newline")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
+        try:
+            _only_name(fd, path)
+            _write_all(fd, line)
+            boundary("append_line:written", path)
+            os.fsync(fd)
+            boundary("append_line:synced", path)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise failure(error, path) from None
+
+
+def complete_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Numbered newline-terminated, non-blank lines of ``data`` (a torn last line is left
+    out)."""
+    complete = data[: data.rfind(b"\n") + 1]
+    for number, line in enumerate(complete.splitlines(), start=1):
+        if line.strip():
+            yield number, line
+
+
+def truncate_torn_tail(path: Path) -> None:
+    """Cut a torn last line (no trailing newline) off the log ``path``, so appends start on
+    a line of their own."""
+    try:
+        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise failure(error, path) from None
+    with os.fdopen(fd, "rb+") as handle:
+        _only_name(handle.fileno(), path)
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        if keep != len(data):
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+            boundary("truncate:cut", path)
+
+
+@contextlib.contextmanager
+def lock_file(path: Path, *, what: str, wait: bool = False) -> Iterator[bool]:
+    """Hold an exclusive advisory lock on ``path`` (created if missing, never through a link)
+    while the block runs; the kernel releases it when the process dies. ``wait=False``: a
+    lock another process holds is refused (naming ``what``); ``wait=True``: wait for it.
+    Yields whether the lock file was created here."""
+    created = not os.path.lexists(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
+    except OSError as error:
+        raise IntervError(
+            f"cannot open the lock {str(path)!r} of {what}: {error.strerror or error} (a "
+            "symbolic link there is refused)"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                raise IntervError(
+                    f"{what} {str(path.parent)!r} is being written by another process; wait "
+                    "for it or choose another --out"
+                ) from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        boundary("lock:held", path)
+        yield created
+    finally:
+        os.close(fd)
+
+
+def publish_dir(target: Path, build: Callable[[Path], None], *, mode: int = 0o755) -> bool:
+    """Build the directory ``target`` in a private scratch folder beside it (``build(folder)``
+    fills it) and rename it into place: a reader sees the whole directory or none. Returns
+    False when another process published ``target`` first (its copy is kept, this one
+    dropped). A kill leaves at most a scratch folder, which the next claim of the parent
+    removes once no live process holds it."""
+    with _scratch_folder(target.parent) as folder:
+        boundary("publish_dir:created", folder)
+        build(folder)
+        boundary("publish_dir:built", folder)
+        folder.chmod(mode)
+        try:
+            os.rename(folder, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            return False
+        boundary("publish_dir:renamed", target)
+        return True
+
+
+def remove_stale_scratch(directory: Path) -> None:
+    """Remove interv's scratch entries in ``directory`` that no live process holds (a kill
+    left them)."""
+    _remove_stale_scratch(directory)
 
 
 @contextlib.contextmanager
@@ -323,10 +509,14 @@ def _read_marker(directory: Path) -> dict[str, dict[str, Any]] | None:
     return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, dict)}
 
 
-def _proven(record: dict[str, Any] | None) -> str | None:
-    """The SHA-256 a marker entry proves, or None (no entry, or no well-formed hash)."""
-    digest = None if record is None else record.get("sha256")
-    return digest if isinstance(digest, str) and _HEX64.match(digest) else None
+def _proofs(record: dict[str, Any] | None) -> set[str]:
+    """The SHA-256 digests a marker entry proves: the content interv wrote (``sha256``) and
+    the content it was about to write when the entry was made (``pending``); empty for no
+    entry or no well-formed hash."""
+    if record is None:
+        return set()
+    found = (record.get("sha256"), record.get("pending"))
+    return {d for d in found if isinstance(d, str) and _HEX64.match(d)}
 
 
 def _write_marker(directory: Path, files: dict[str, dict[str, Any]]) -> None:
@@ -357,11 +547,11 @@ def _foreign_entries(directory: Path, listed: dict[str, dict[str, Any]]) -> list
             foreign.append(name)
         elif not entry.is_file(follow_symlinks=False):
             foreign.append(f"{name} (not a file)")
-        elif _proven(listed[name]) is None:
+        elif not _proofs(listed[name]):
             foreign.append(
                 f"{name} (listed without a hash of its content: no proof interv wrote it)"
             )
-        elif _sha256(Path(entry.path)) != listed[name]["sha256"]:
+        elif _sha256(Path(entry.path)) not in _proofs(listed[name]):
             foreign.append(f"{name} (changed since interv wrote it)")
     return foreign
 
@@ -470,10 +660,11 @@ class OutputDir:
         self._written: set[str] = set()
         self._done = False
 
-    def target(self, name: str) -> Path:
+    def target(self, name: str, *, own: bool = False) -> Path:
         """The path of output ``name`` here; refused if something of someone else's is
         there: a link, a directory, or a file that is neither this run's, nor proven
-        interv's and unchanged by the marker (unless :attr:`overwrite`)."""
+        interv's and unchanged by the marker (unless :attr:`overwrite`, or ``own``: a
+        resumable store's own file, which it reads and checks itself)."""
         _check_name(name)
         path = self.path / name
         if name in self._written:
@@ -489,10 +680,9 @@ class OutputDir:
             )
         if not stat.S_ISREG(info.st_mode):
             raise IntervError(f"{str(path)!r} exists and is not a file; not replacing it")
-        if self.overwrite:
+        if self.overwrite or own:
             return path
-        digest = _proven(self._listed.get(name))
-        if digest is None or _sha256(path) != digest:
+        if _sha256(path) not in _proofs(self._listed.get(name)):
             raise IntervError(
                 f"{str(path)!r} exists and interv did not write it (or it changed since); "
                 "interv does not overwrite it"
@@ -503,11 +693,17 @@ class OutputDir:
         """Write ``text`` (UTF-8) to ``name`` atomically and record it as interv's."""
         return self.write_bytes(name, text.encode("utf-8"))
 
-    def write_bytes(self, name: str, data: bytes, *, durable: bool = False) -> Path:
-        """Write ``data`` to ``name`` with :func:`write_file` and record it as interv's."""
-        path = self.target(name)
+    def write_bytes(
+        self, name: str, data: bytes, *, durable: bool = False, own: bool = False
+    ) -> Path:
+        """Write ``data`` to ``name`` with :func:`write_file` and record it as interv's: the
+        marker names the new content (pending) before it is published, and confirms it
+        after (module docstring). ``own``: see :meth:`target`."""
+        path = self.target(name, own=own)
+        digest = hashlib.sha256(data).hexdigest()
+        self._intend(name, digest)
         write_file(path, data, replace=os.path.lexists(path), durable=durable)
-        self._note(name, hashlib.sha256(data).hexdigest())
+        self._note(name, digest)
         return path
 
     @contextlib.contextmanager
@@ -526,6 +722,7 @@ class OutputDir:
             for entry in entries:
                 digest = _sha256(Path(entry.path))
                 target = self.path / entry.name
+                self._intend(entry.name, digest)
                 try:
                     _publish(Path(entry.path), target, replace=os.path.lexists(target))
                 except OSError as error:
@@ -544,6 +741,16 @@ class OutputDir:
             else:
                 self._written.add(name)
                 self._listed[name] = {"sha256": digest, "by": self.by}
+        _write_marker(self.path, self._listed)
+
+    def _intend(self, name: str, digest: str | None) -> None:
+        """List ``digest`` as the pending content of ``name`` (beside the proven content
+        still there) before ``name`` is published."""
+        entry = {"by": self.by, "pending": digest}
+        present = _sha256(self.path / name)
+        if present is not None and present in _proofs(self._listed.get(name)):
+            entry["sha256"] = present
+        self._listed[name] = entry
         _write_marker(self.path, self._listed)
 
     def _note(self, name: str, digest: str | None) -> None:

@@ -44,20 +44,20 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 
 from interv._checks import as_finite, as_int
+from interv._schema import AtLeast, Finite, parse
 from interv.errors import IntervError
-from interv.stats import percentile_interval, spearman
+from interv.stats import bootstrap_indices, percentile_interval, spearman
 
 __all__ = [
     "ESTIMATED",
     "ESTIMATE_SENTENCE",
     "EXACT_AUDIT",
     "EXACT_VERIFIED",
-    "MIN_RANK_ITEMS",
     "STOPPED_BY",
     "Audit",
     "Screen",
@@ -72,7 +72,6 @@ STOPPED_BY = ("bound", "budget", "all checked", "one look")
 ESTIMATE_SENTENCE = "estimated by attribution (first-order), not intervened"
 
 # Fewer checked candidates than this: no rank correlation (n/a), as for prompts.
-MIN_RANK_ITEMS = 5
 
 
 def clopper_pearson_upper(successes: int, trials: int, level: float = 0.95) -> float:
@@ -210,7 +209,7 @@ class Audit:
         looks: how many times the bound was computed.
         stopped_by: ``"bound"``, ``"budget"``, ``"all checked"`` or ``"one look"``.
         rank_agreement: Spearman's rho of estimate and exact over every checked
-            candidate (NaN below :data:`MIN_RANK_ITEMS`).
+            candidate (NaN below :data:`interv.stats.MIN_ITEMS`).
         rank_interval: its percentile bootstrap interval over checked candidates.
         method: the screen's name, in words (e.g. "attribution patching").
     """
@@ -331,27 +330,25 @@ class Audit:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Audit:
-        """The audit :meth:`to_dict` wrote."""
-
-        def number(value: float | None) -> float:
-            return float("nan") if value is None else float(value)
-
+        """The audit :meth:`to_dict` wrote, read through its schema (:class:`StoredAudit`:
+        a damaged field is named)."""
+        stored = parse(StoredAudit, data, "audit")
         return cls(
-            screen=Screen(**data["screen"]),
-            estimates=torch.tensor(data["estimates"], dtype=torch.float64),
-            exact=torch.tensor([number(v) for v in data["exact"]], dtype=torch.float64),
-            status=tuple(data["status"]),
-            order=torch.tensor(data["order"], dtype=torch.long),
-            n_verified=int(data["n_verified"]),
-            audited=torch.tensor(data["audited"], dtype=torch.long),
-            threshold=float(data["threshold"]),
-            misses=int(data["misses"]),
-            miss_bound=float(data["miss_bound"]),
-            looks=int(data["looks"]),
-            stopped_by=str(data["stopped_by"]),
-            rank_agreement=number(data["rank_agreement"]),
-            rank_interval=(number(data["rank_interval"][0]), number(data["rank_interval"][1])),
-            method=str(data["method"]),
+            screen=stored.screen,
+            estimates=torch.tensor(stored.estimates, dtype=torch.float64),
+            exact=torch.tensor(stored.exact, dtype=torch.float64),
+            status=tuple(stored.status),
+            order=torch.tensor(stored.order, dtype=torch.long),
+            n_verified=stored.n_verified,
+            audited=torch.tensor(stored.audited, dtype=torch.long),
+            threshold=stored.threshold,
+            misses=stored.misses,
+            miss_bound=stored.miss_bound,
+            looks=stored.looks,
+            stopped_by=stored.stopped_by,
+            rank_agreement=stored.rank_agreement,
+            rank_interval=stored.rank_interval,
+            method=stored.method,
         )
 
     def describe(self) -> str:
@@ -375,9 +372,49 @@ def _rank_interval(
     estimates: torch.Tensor, exact: torch.Tensor, level: float, seed: int, n_bootstrap: int
 ) -> tuple[float, float]:
     n = estimates.numel()
-    generator = torch.Generator().manual_seed(seed)
-    draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
+    draws = bootstrap_indices(n, n_bootstrap, seed)
     return percentile_interval(spearman(estimates[draws], exact[draws]), level, n_items=n)
+
+
+Count = Annotated[int, AtLeast(0)]
+
+
+@dataclass(frozen=True)
+class StoredAudit:
+    """The schema of an audit as :meth:`Audit.to_dict` writes it (JSON null = NaN)."""
+
+    screen: Screen
+    estimates: Annotated[list[float], Finite()]
+    exact: list[float]
+    status: list[Literal["exact (verified)", "exact (audit)", "estimated"]]
+    order: list[Count]
+    n_verified: Count
+    audited: list[Count]
+    threshold: float
+    misses: Count
+    miss_bound: float
+    looks: Count
+    stopped_by: Literal["bound", "budget", "all checked", "one look"]
+    rank_agreement: float
+    rank_interval: tuple[float, float]
+    method: str
+
+    def __post_init__(self) -> None:
+        n = len(self.estimates)
+        for name in ("exact", "status", "order"):
+            if len(getattr(self, name)) != n:
+                raise IntervError(
+                    f"'{name}' holds {len(getattr(self, name))} entries for {n} candidates"
+                )
+        outside = [i for i in (*self.order, *self.audited) if i >= n]
+        if outside:
+            raise IntervError(f"candidate index {outside[0]} is outside the {n} candidates")
+        for i, (state, value) in enumerate(zip(self.status, self.exact, strict=True)):
+            if (state == ESTIMATED) != math.isnan(value):
+                raise IntervError(
+                    f"candidate {i} has status {state!r} and exact value {value!r}: an exact "
+                    "status needs a value and an estimate has none"
+                )
 
 
 def verify_screen(
@@ -477,12 +514,9 @@ def verify_screen(
     names = (ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED)
     codes = in_verified.long() * 2 + in_audit.long()
     status = tuple(names[code] for code in codes.tolist())
-    if int(checked.sum()) >= MIN_RANK_ITEMS:
-        x, y = estimates[checked], exact[checked]
-        rho = float(spearman(x, y))
-        interval = _rank_interval(x, y, screen.level, screen.seed, n_bootstrap)
-    else:
-        rho, interval = float("nan"), (float("nan"), float("nan"))
+    x, y = estimates[checked], exact[checked]
+    rho = float(spearman(x, y))  # n/a below the statistics' own minimum
+    interval = _rank_interval(x, y, screen.level, screen.seed, n_bootstrap)
     return Audit(
         screen=screen,
         estimates=estimates,

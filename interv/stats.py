@@ -7,10 +7,19 @@ with ``seed``, the statistic is recomputed on each resample, and the interval is
 correlation is Spearman's rho: the Pearson correlation of average ranks (ties share
 the mean of the ranks they span).
 
-Minimums (:data:`MIN_ITEMS`): no interval from fewer than 3 prompts (a bootstrap of one
-prompt repeats it, ``[x, x]``; of two, it has three possible means) and no rank
-correlation of fewer than 3 items (two items give rho = +-1 whatever they are): the value
-is NaN, shown as n/a, and :data:`TOO_FEW` says why.
+Minimums (:data:`MIN_ITEMS`) are the functions' own, never the caller's: no interval from
+fewer than 3 prompts (a bootstrap of one prompt repeats it, ``[x, x]``; of two, it has three
+possible means) and no rank correlation of fewer than 3 items (two items give rho = +-1
+whatever they are): :func:`percentile_interval` needs the number of prompts resampled
+(``n_items``, a required argument) and :func:`spearman` counts its items; below the minimum
+the value is NaN, shown as n/a, and :data:`TOO_FEW` (or :func:`too_few`) says why. Repeated
+prompts are not independent samples: every prompt set interv measures refuses a repeated
+prompt (:func:`interv.tasks.tokenized.check_distinct`), so a prompt is counted once.
+
+>>> percentile_interval(torch.tensor([0.9, 0.9, 0.9]), 0.95, n_items=1)
+(nan, nan)
+>>> too_few(1)
+'n/a: 1 prompt, fewer than 3 (no interval)'
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ __all__ = [
     "bootstrap_mean_ci",
     "percentile_interval",
     "spearman",
+    "too_few",
 ]
 
 MIN_ITEMS = 3
@@ -38,25 +48,38 @@ TOO_FEW = (
 """Why an interval or a rank correlation is NaN (n/a) for too few prompts or items."""
 
 
+def too_few(n_items: int, what: str = "prompt", statistic: str = "interval") -> str:
+    """Why a ``statistic`` over ``n_items`` ``what``s is n/a ("" when there are enough)."""
+    if n_items >= MIN_ITEMS:
+        return ""
+    plural = "" if n_items == 1 else "s"
+    return f"n/a: {n_items} {what}{plural}, fewer than {MIN_ITEMS} (no {statistic})"
+
+
 def bootstrap_indices(n_prompts: int, n_bootstrap: int, seed: int) -> torch.Tensor:
     """``[n_bootstrap, n_prompts]`` int64 prompt indices drawn with replacement, seeded."""
     if n_bootstrap < 1:
         raise IntervError(f"n_bootstrap must be >= 1; got {n_bootstrap}")
+    if n_prompts == 0:
+        return torch.zeros(n_bootstrap, 0, dtype=torch.int64)
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, n_prompts, (n_bootstrap, n_prompts), generator=generator)
 
 
 def percentile_interval(
-    samples: torch.Tensor, level: float, *, n_items: int | None = None
+    samples: torch.Tensor, level: float, *, n_items: int
 ) -> tuple[float, float]:
     """The central ``level`` percentile interval of 1-D ``samples`` (NaN samples ignored).
 
-    ``n_items``: how many prompts (or items) the samples were resampled from; fewer than
-    :data:`MIN_ITEMS` gives ``(nan, nan)`` (:data:`TOO_FEW`).
+    ``n_items``: how many prompts (or items) the samples were resampled from (required:
+    the minimum is this function's); fewer than :data:`MIN_ITEMS` gives ``(nan, nan)``
+    (:func:`too_few` says why).
     """
     if not 0 < level < 1:
         raise IntervError(f"confidence level must lie in (0, 1); got {level}")
-    if n_items is not None and n_items < MIN_ITEMS:
+    if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 0:
+        raise IntervError(f"n_items must be a count of resampled items; got {n_items!r}")
+    if n_items < MIN_ITEMS:
         return (float("nan"), float("nan"))
     finite = samples[~samples.isnan()].to(torch.float64)
     if finite.numel() == 0:

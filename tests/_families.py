@@ -460,10 +460,12 @@ def reference_concentration(
 # ----------------------------------------------------------------------------- the table
 
 _COLUMNS: dict[str, Callable[[Family], None]] = {}
+_WHAT: dict[str, str] = {}
 
 
-def column(name: str) -> Callable[[Callable[[Family], None]], Callable[[Family], None]]:
-    """Register ``fn(fam)`` as the check behind column ``name`` of the architecture table.
+def column(name: str, what: str) -> Callable[[Callable[[Family], None]], Callable[[Family], None]]:
+    """Register ``fn(fam)`` as the check behind column ``name`` of the architecture table;
+    ``what`` says in one line what it compares (printed under the table).
 
     ``fn`` returns when interv's numbers equal the reference (cell "exact"), raises
     :class:`~interv.IntervError` when interv refuses the family (cell "refused", with the
@@ -472,6 +474,7 @@ def column(name: str) -> Callable[[Callable[[Family], None]], Callable[[Family],
 
     def register(fn: Callable[[Family], None]) -> Callable[[Family], None]:
         _COLUMNS[name] = fn
+        _WHAT[name] = what
         return fn
 
     return register
@@ -501,11 +504,17 @@ def record(family_name: str, name: str) -> str:
     table: fails when the outcome differs from docs/architectures.md (with
     ``INTERV_WRITE_ARCHITECTURES=1`` the table is rewritten with the outcome instead)."""
     found = outcome(family(family_name), name)
-    table = read_table()
+    table, what = read_table()
     if REWRITE:
         table.setdefault(name, {})[family_name] = found
-        write_table(table)
+        what[name] = _WHAT[name]
+        write_table(table, what)
         return found
+    if what.get(name) != _WHAT[name]:
+        raise AssertionError(
+            f"docs/architectures.md describes column {name!r} as {what.get(name)!r}, the check "
+            f"as {_WHAT[name]!r}; rerun with INTERV_WRITE_ARCHITECTURES=1"
+        )
     committed = table.get(name, {}).get(family_name)
     if committed != found:
         raise AssertionError(
@@ -528,14 +537,19 @@ below.
 """
 
 
-def read_table() -> dict[str, dict[str, str]]:
+def read_table() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """The committed table as ``{column: {family: outcome}}`` (the grid's "exact" cells and
-    the listed refusals)."""
-    if not TABLE.exists():
-        return {}
+    the listed refusals) and ``{column: what it compares}``."""
     table: dict[str, dict[str, str]] = {}
+    what: dict[str, str] = {}
+    if not TABLE.exists():
+        return table, what
     names: list[str] = []
     for line in TABLE.read_text().splitlines():
+        described = re.match(r"^- \*\*([^*]+)\*\*: (.*)$", line)
+        if described:
+            what[described.group(1)] = described.group(2)
+            continue
         refusal = re.match(r"^- `([^`]+)` x `([^`]+)`: (refused: .*)$", line)
         if refusal:
             fam, name, found = refusal.groups()
@@ -550,11 +564,12 @@ def read_table() -> dict[str, dict[str, str]]:
             for name, cell in zip(names, cells_[1:], strict=True):
                 if cell == "exact":
                     table[name][cells_[0]] = "exact"
-    return table
+    return table, what
 
 
-def write_table(table: dict[str, dict[str, str]]) -> None:
-    """Render ``table`` to docs/architectures.md: the grid, then every refusal's one line."""
+def write_table(table: dict[str, dict[str, str]], what: dict[str, str]) -> None:
+    """Render ``table`` to docs/architectures.md: the grid, what each column compares, then
+    every refusal's one line."""
     names = list(table)
     families = [fam for fam in FAMILIES if any(fam in table[name] for name in names)]
     lines = [_HEADER, "| family | " + " | ".join(names) + " |"]
@@ -565,6 +580,8 @@ def write_table(table: dict[str, dict[str, str]]) -> None:
             found = table[name].get(fam, "")
             row.append("exact" if found == "exact" else "refused" if found else "")
         lines.append(f"| {fam} | " + " | ".join(row) + " |")
+    lines += ["", "## What each column compares", ""]
+    lines += [f"- **{name}**: {what.get(name, '')}" for name in names]
     lines += ["", "## Refusals", ""]
     for name in names:
         for fam in families:

@@ -10,6 +10,7 @@ import torch
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.engine.results import InterventionResult, MetricInfo, Scope
 from interv.engine.sites import Site
+from interv.provenance import Provenance
 
 MODEL = "test-model"
 
@@ -43,6 +44,7 @@ def make_result(
         params=[{"kind": kind} for kind in kinds],
         metric=MetricInfo("logit_diff", "logits", "target minus foil logit"),
         scope=Scope(MODEL, "toy", n, 5, tuple([4] * n), "right"),
+        provenance=Provenance(MODEL, dtype="float32", prompts="toy-prompts", n_prompts=n),
         recovery_atol=1e-6,
     )
 
@@ -66,5 +68,6 @@ def make_concentration(per_prompt: dict[str, torch.Tensor]) -> HeadConcentration
         query_index=torch.full((n, 1), 4),
         sink_positions=(0,),
         model_name=MODEL,
+        provenance=Provenance(MODEL, dtype="float32", prompts="toy-prompts", n_prompts=n),
         prompt_lengths=tuple([5] * n),
     )

@@ -14,6 +14,7 @@ import torch
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.demo import demo_interventions
 from interv.engine.results import InterventionResult, MetricInfo, Scope, intervention_fields
+from interv.provenance import Provenance
 from interv.report.table import Report, build_report
 
 MODEL = "synthetic-model"
@@ -49,6 +50,7 @@ def synthetic_report(
         scope=Scope(
             MODEL, "toy", n_prompts, n_positions, tuple([n_positions - 1] * n_prompts), "right"
         ),
+        provenance=Provenance(MODEL, dtype="float32", prompts="toy-prompts", n_prompts=n_prompts),
         recovery_atol=1e-6,
     )
     shape = (n_prompts, n_layers, n_heads, 1)
@@ -62,6 +64,7 @@ def synthetic_report(
         query_index=torch.full((n_prompts, 1), n_positions - 1),
         sink_positions=(0,),
         model_name=MODEL,
+        provenance=Provenance(MODEL, dtype="float32", prompts="toy-prompts", n_prompts=n_prompts),
         prompt_lengths=tuple([n_positions] * n_prompts),
     )
     return build_report(

@@ -33,13 +33,38 @@ settings.load_profile("interv")
 
 def pytest_collection_finish(session):
     """Start the single-threaded zoo training at once when its test is selected, so that
-    it runs on the core the other tests leave free (tests/_background.py)."""
+    it runs on the core the other tests leave free (tests/_background.py). Not under
+    pytest-xdist: there every worker collects every test, and the other worker keeps the
+    second core busy; the test starts the training itself when it runs."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if any(item.nodeid.endswith(_background.TRAINING_TEST) for item in session.items):
         _background.start_training("induction-2l")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist with ``--dist loadgroup`` (the README's test command), the tests of
+    one file run on one worker (their module fixtures are built once), and every test that
+    loads a real pretrained model runs on one worker (one SmolLM2 in memory, and its
+    first-use conversion into interv's cache is never done by two processes at once)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        real = item.get_closest_marker("real_model") is not None
+        item.add_marker(pytest.mark.xdist_group("real_model" if real else item.path.name))
+
+
 def pytest_sessionfinish(session, exitstatus):
     _background.stop_all()
+
+
+@pytest.fixture(scope="session")
+def induction_zoo():
+    """The zoo's ``induction-2l``, loaded once per session, for tests that leave it as they
+    found it (interv's own calls do: hooks never outlive a call)."""
+    from interv import load_model
+
+    return load_model("induction-2l")
 
 
 # Real pretrained models shipped in PyPI packages, loaded once per test session. The

@@ -138,7 +138,9 @@ def test_clustering_agreement_interval_reclusters_each_resample_of_prompts():
         for k in draws:
             draws[k].append(adjusted_rand_index(cut_tree(keep, k), cut_tree(drop, k)))
     for agreement in agreements:
-        low, high = percentile_interval(torch.tensor(draws[agreement.k], dtype=torch.float64), 0.95)
+        low, high = percentile_interval(
+            torch.tensor(draws[agreement.k], dtype=torch.float64), 0.95, n_items=3
+        )
         assert (agreement.ci_low, agreement.ci_high) == (low, high)
         assert agreement.n_resamples == 30 and agreement.seed == 4
 

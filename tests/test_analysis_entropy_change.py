@@ -107,8 +107,8 @@ def test_different_prompt_lengths_use_condition_means_and_still_sum_exactly():
     # total: change of the mean entropy over all included rows of each head
     short_rows = short.pattern[:, :, :, 2:]
     long_rows = long.pattern[:, :, :, 2:]
-    mean_short = entropy(short_rows, key_mask=short.key_mask[0, 2:]).mean(dim=(0, 3))
-    mean_long = entropy(long_rows, key_mask=long.key_mask[0, 2:]).mean(dim=(0, 3))
+    mean_short = entropy(short_rows, key_mask=short.key_mask[0, 0, 2:]).mean(dim=(0, 3))
+    mean_long = entropy(long_rows, key_mask=long.key_mask[0, 0, 2:]).mean(dim=(0, 3))
     assert torch.allclose(result.total, mean_long - mean_short, atol=1e-12)
     assert "from 5 tokens" in result.scope and "condition means" in result.scope
 
@@ -125,7 +125,7 @@ def test_overall_share_interval_recomputes_the_share_on_resampled_prompts():
         total = result.per_prompt_total[index].mean()
         sink = result.per_prompt_sink_part[index].mean()
         shares.append(float(sink / total) if abs(float(total)) >= 1e-3 else math.nan)
-    expected = percentile_interval(torch.tensor(shares, dtype=torch.float64), 0.95)
+    expected = percentile_interval(torch.tensor(shares, dtype=torch.float64), 0.95, n_items=3)
     assert (low, high) == pytest.approx(expected)
     short = rows_from_pattern(_causal_pattern(5, shape=(3, 2, 3), n_keys=5))
     long = rows_from_pattern(_causal_pattern(6, shape=(2, 2, 3), n_keys=9))

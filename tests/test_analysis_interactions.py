@@ -9,6 +9,7 @@ import interv
 from interv.analysis.pairwise import head_interactions, interactions, pair_design
 from interv.engine.results import InterventionResult, MetricInfo, Scope, intervention_fields
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 N = 6
 HEADS = [(0, 1), (1, 0), (1, 2)]
@@ -36,6 +37,7 @@ def synthetic(single: dict, pair: dict, clean: float = 10.0, corrupted: float = 
         **intervention_fields(design, None),
         metric=MetricInfo("logit_diff", "logits", "target minus foil"),
         scope=Scope("toy", "toy", N, 5, (4,) * N, "right"),
+        provenance=Provenance("toy", n_prompts=N),
         recovery_atol=1e-6,
     )
 
@@ -86,6 +88,7 @@ def test_results_without_the_whole_design_are_refused():
         **intervention_fields(partial, None),
         metric=MetricInfo("logit_diff", "logits", "d"),
         scope=Scope("toy", "toy", N, 5, (4,) * N, "right"),
+        provenance=Provenance("toy", n_prompts=N),
         recovery_atol=1e-6,
     )
     with pytest.raises(IntervError, match=r"but not its single ablation 'L0H1 output \(z\) set"):
@@ -99,6 +102,7 @@ def test_results_without_the_whole_design_are_refused():
                 **intervention_fields(partial[:1], None),
                 metric=MetricInfo("logit_diff", "logits", "d"),
                 scope=Scope("toy", "toy", N, 5, (4,) * N, "right"),
+                provenance=Provenance("toy", n_prompts=N),
                 recovery_atol=1e-6,
             )
         )

@@ -312,8 +312,10 @@ def test_minilm_embedding_pruning_curves_run_end_to_end(minilm_bridge):
         assert float(values[0]) == pytest.approx(1.0, abs=1e-5)
         assert bool(values.isfinite().all()) and bool((values.abs() <= 1 + 1e-6).all())
         assert float(values[-1]) < 1 - 1e-4  # ablating six heads moves the embedding
-    with pytest.raises(interv.IntervError, match="causal models only"):
-        rank_heads(minilm_bridge, evaluation, rankings=["contribution"])
+    # interv.concentration covers encoders (every real key admitted): the value-aware
+    # ranking too
+    order = rank_heads(minilm_bridge, evaluation, rankings=["contribution"], heads=heads)
+    assert sorted(order["contribution"]) == heads
 
 
 def test_cli_prints_each_curve_with_its_unit_and_semantics_and_saves_the_plot(capsys, tmp_path):

@@ -274,7 +274,7 @@ def test_smollm2_similarity_and_flip_rates_end_to_end(smollm2_bridge):
 @pytest.mark.real_model
 def test_minilm_similarity_uses_no_causal_mask_end_to_end(minilm_bridge):
     rows = attention_rows(minilm_bridge, list(PROMPTS), layers=(0, 2, 5))
-    assert not rows.causal and bool(rows.key_mask[0, 1].sum() == rows.prompt_lengths[0])
+    assert not rows.causal and bool(rows.key_mask[0, 0, 1].sum() == rows.prompt_lengths[0])
     result = head_similarity(rows, n_resamples=50)
     for flip in result.flips:
         print(f"MiniLM (layers 0, 2, 5; 4 prompts): {flip.describe()}")

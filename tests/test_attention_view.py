@@ -32,7 +32,7 @@ from interv.analysis.attention_view import ROW_METRICS, attention_view, parse_he
 from interv.engine.sites import Site, hook_name
 from interv.errors import IntervError
 from interv.report.table import build_report
-from interv.report.viewer import AttentionViewer, JoinKey, _script_json
+from interv.report.viewer import AttentionViewer, _script_json
 from interv.report.viewer_export import (
     MASKED_RGB,
     PADDING_RGB,
@@ -98,7 +98,7 @@ def test_row_numbers_equal_a_hand_computation_from_the_pattern(view, task):
     assert view.pattern.shape[:2] == (task.n_pairs, 8)
     for p, k, t in [(0, 4, 10), (1, 2, 5), (3, 7, 20), (2, 0, 1), (5, 5, 0)]:
         hand = _hand_row(view.pattern[p, k, t], t + 1)
-        assert int(view.n_available[p, t]) == t + 1
+        assert int(view.n_available[p, k, t]) == t + 1
         for name, value in hand.items():
             got = float(view.metric(name)[p, k, t])
             if math.isnan(value):
@@ -131,9 +131,9 @@ def test_padding_is_visible_excluded_from_every_number_and_changes_nothing(gqa):
     batch = attention_view(gqa, tokens, heads=0, attention_mask=mask)
     alone = attention_view(gqa, tokens[0, 3:], heads=0)
     assert batch.real[0].tolist() == [False] * 3 + [True] * 6
-    assert batch.n_available[0, :3].tolist() == [0, 0, 0]
-    assert batch.n_available[0, 3:].tolist() == list(range(1, 7))
-    assert not bool(batch.key_mask[0, :, :3].any())  # a padding key is no candidate
+    assert batch.n_available[0, 0, :3].tolist() == [0, 0, 0]
+    assert batch.n_available[0, 0, 3:].tolist() == list(range(1, 7))
+    assert not bool(batch.key_mask[0, :, :, :3].any())  # a padding key is no candidate
     assert bool(batch.sink_mask[0, 3]) and int(batch.sink_mask[0].sum()) == 1  # BOS moves
     for name in ROW_METRICS:
         values = batch.metric(name)[0]
@@ -196,22 +196,17 @@ def test_prompts_out_of_range_or_too_long_are_refused_before_the_forward(zoo, ta
 def test_a_result_from_another_model_or_task_is_refused_naming_both(zoo, task, result, monkeypatch):
     monkeypatch.setattr(attention_module, "forward", _no_forward)
     other_model = dataclasses.replace(
-        result, scope=dataclasses.replace(result.scope, model_name="SmolLM2-135M-Instruct")
+        result, provenance=result.provenance.replace(model="SmolLM2-135M-Instruct")
     )
-    with pytest.raises(IntervError, match="from model 'SmolLM2-135M-Instruct', but the viewer"):
+    with pytest.raises(IntervError, match=r"different models .*'SmolLM2-135M-Instruct'"):
         interv.view_attention(zoo, task, heads=[(1, 0)], result=other_model)
     other_task = interv.load_task("induction", n_pairs=4, seed=1).tokenize(zoo)
-    with pytest.raises(IntervError, match=r"prompt pairs 6 .* prompt pairs 4"):
+    with pytest.raises(IntervError, match=r"different numbers of prompts \(4 and 6\)"):
         interv.view_attention(zoo, other_task, heads=[(1, 0)], result=result)
-    shifted = dataclasses.replace(
-        result,
-        scope=dataclasses.replace(
-            result.scope, answer_positions=tuple(p - 1 for p in result.scope.answer_positions)
-        ),
-    )
-    with pytest.raises(IntervError, match="answer positions"):
+    shifted = dataclasses.replace(result, provenance=result.provenance.replace(pairs="0" * 16))
+    with pytest.raises(IntervError, match="different prompt pairs"):
         interv.view_attention(zoo, task, heads=[(1, 0)], result=shifted)
-    with pytest.raises(IntervError, match="pass as prompts the TokenizedPairs of task 'induction'"):
+    with pytest.raises(IntervError, match="pass as prompts the TokenizedPairs the effects"):
         interv.view_attention(zoo, ["A B"], heads=[(1, 0)], result=result)
     with pytest.raises(IntervError, match="result must be an InterventionResult"):
         interv.view_attention(zoo, task, heads=[(1, 0)], result={"effect": 1})
@@ -244,7 +239,7 @@ def test_effects_beside_each_head_are_the_reports_rows(zoo, task, result):
     strings = attention_view(zoo, ["A B C"], heads=[(1, 0)])
     with pytest.raises(IntervError, match="build the view from the task's TokenizedPairs"):
         AttentionViewer(strings, report)
-    assert JoinKey.of_effects(report).task == "induction"
+    assert report.provenance.n_prompts == task.n_pairs
 
 
 def _decode(cell: dict, n: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +262,7 @@ def test_page_data_holds_exact_row_numbers_and_codes_within_one_step(view):
         codes, metrics = _decode(data["cells"][p][k], n, view.causal)
         for m, name in enumerate(data["metrics"]):
             assert np.array_equal(metrics[m], view.metric(name)[p, k].numpy(), equal_nan=True)
-        weights = torch.where(view.key_mask[p], view.pattern[p, k], 0.0).numpy()
+        weights = torch.where(view.key_mask[p, k], view.pattern[p, k], 0.0).numpy()
         decoded = np.where(codes > 0, 10.0 ** ((codes.astype(float) - 1) * 5 / 254 - 5), 0.0)
         kept = weights >= WEIGHT_FLOOR
         assert np.all(codes[~kept] == 0)
@@ -277,7 +272,15 @@ def test_page_data_holds_exact_row_numbers_and_codes_within_one_step(view):
         top_i = np.frombuffer(base64.b64decode(data["cells"][p][k]["topIndex"]), "<i4")
         t = int(view.prompt_lengths[p]) - 1
         assert top_w[t * 3] == weights[t].max() and top_i[t * 3] == weights[t].argmax()
-    assert data["heads"][4] == {"label": "L1H0", "layer": 1, "head": 0, "kv": 0}
+    assert data["heads"][4] == {
+        "label": "L1H0",
+        "layer": 1,
+        "head": 0,
+        "kv": 0,
+        "rule": "causal AND padding",
+        "window": None,
+        "chunk": None,
+    }
     edges = torch.tensor([0.0, 9e-6, 1e-5, 1.0], dtype=torch.float64)
     assert quantize(edges).tolist() == [0, 0, 1, 255]
 
@@ -314,7 +317,7 @@ def test_svg_is_valid_xml_with_the_exact_colours(view, tmp_path):
     root = ElementTree.parse(path).getroot()
     texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
     assert "L1H0 · own key/value head" in texts and "normalized entropy" in texts
-    weights = torch.where(view.key_mask[1], view.pattern[1, 4], 0.0).numpy()
+    weights = torch.where(view.key_mask[1, 4], view.pattern[1, 4], 0.0).numpy()
     colour = "#{:02x}{:02x}{:02x}".format(*ramp_rgb(weights[10, 0]))
     assert colour in path.read_text(encoding="utf-8")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import math
@@ -221,7 +222,11 @@ CLI_CASES = [
     (["report", "truncated"], r"report\.json' is not valid JSON .* cut short", True),
     (["report", "latin1"], r"report\.json' is not UTF-8 text: byte 0xe9", True),
     (["report", "notareport"], r"not a saved interv report: expected a JSON object", True),
-    (["report", "incomplete"], r"manifest\.json' is incomplete: it lacks \['config'", True),
+    (
+        ["report", "incomplete"],
+        r"manifest\.json' is damaged: sweep manifest: missing field 'config'",
+        True,
+    ),
     (["report", "cut"], r"manifest\.json' is not valid JSON", True),
     (["report", "saved", "--out", "mine"], r"holds files interv did not write", True),
     (["report", "saved"], r"'saved' holds files interv did not write .* pass --out DIR", True),
@@ -606,6 +611,16 @@ HAND_SWEEP = {
 }
 
 
+@functools.cache
+def _zoo_provenance() -> dict[str, Any]:
+    """What a sweep of HAND_SWEEP on the zoo model stores as its provenance."""
+    from interv.provenance import Provenance
+
+    model = interv.load_model("induction-2l")
+    task = interv.load_task("induction", n_pairs=1).tokenize(model)
+    return Provenance.of(model, task, metric="logit_diff").to_dict()
+
+
 def _hand_sweep(directory: Path, kind: str | None = None) -> None:
     """A complete sweep directory written through the store, without a model: one unit,
     one prompt (``kind`` replaces the stored kind: a manifest received from someone)."""
@@ -632,6 +647,7 @@ def _hand_sweep(directory: Path, kind: str | None = None) -> None:
             "answer_positions": [28],
             "padding_side": "right",
         },
+        "provenance": _zoo_provenance(),
     }
     record = {
         "unit": "u00000",
@@ -777,21 +793,57 @@ TRUST_CLI_CASES = [
     (["report", "row-site"], r"report\.rows\[0\]\.site: unknown component 'nope'", True),
     (["report", "row-flags"], r"report\.rows\[0\]\.flags must be a list; got 7", True),
     # damaged sweep files (rendered elsewhere, so the damage is what stops it)
-    (["report", "sw-nunits", "--out", "r"], _DAMAGED + r"'n_units' is '1', expected int", True),
-    (["report", "sw-status", "--out", "r"], _DAMAGED + r"status 'done' is not one of", True),
-    (["report", "sw-shard", "--out", "r"], _DAMAGED + r"shard must be written i/n", True),
-    (["report", "sw-dtype", "--out", "r"], _DAMAGED + r"dtype 'float99' is not one of", True),
-    (["report", "sw-clean", "--out", "r"], _DAMAGED + r"'clean' is not a non-empty list", True),
-    (["report", "sw-scope", "--out", "r"], r"is damaged: scope: missing field 'n_prompts'", True),
-    (["report", "sw-metric", "--out", "r"], _DAMAGED + r"'metric' is not a JSON object", True),
     (
-        ["report", "sw-values", "--out", "r"],
-        r"line 1 \(unit u00000\) is damaged: its 'values'",
+        ["report", "sw-nunits", "--out", "r"],
+        _DAMAGED + r"sweep manifest\.n_units must be an integer; got '1'",
         True,
     ),
-    (["report", "sw-kinds", "--out", "r"], r"its 'kinds' are not a list of 1 entries", True),
+    (
+        ["report", "sw-status", "--out", "r"],
+        _DAMAGED + r"sweep manifest\.status must be one of .*; got 'done'",
+        True,
+    ),
+    (
+        ["report", "sw-shard", "--out", "r"],
+        _DAMAGED + r"sweep manifest: shard must be written i/n",
+        True,
+    ),
+    (
+        ["report", "sw-dtype", "--out", "r"],
+        _DAMAGED + r"sweep baselines\.dtype must be one of .*; got 'float99'",
+        True,
+    ),
+    (
+        ["report", "sw-clean", "--out", "r"],
+        _DAMAGED + r"sweep baselines\.clean must be a list; got 'abc'",
+        True,
+    ),
+    (
+        ["report", "sw-scope", "--out", "r"],
+        r"is damaged: sweep baselines\.scope: missing field 'n_prompts'",
+        True,
+    ),
+    (
+        ["report", "sw-metric", "--out", "r"],
+        _DAMAGED + r"sweep baselines\.metric must be a JSON object",
+        True,
+    ),
+    (
+        ["report", "sw-values", "--out", "r"],
+        r"line 1 is damaged: unit u00000\.values\[0\]\[0\] must be a number; got 'a'",
+        True,
+    ),
+    (
+        ["report", "sw-kinds", "--out", "r"],
+        r"unit u00000: 'kinds' holds 2 entries for 1 rows of values",
+        True,
+    ),
     (["report", "sw-rowlen", "--out", "r"], r"values for another number of prompts", True),
-    (["report", "sw-site", "--out", "r"], r"unit u00000 site: unknown component 'nope'", True),
+    (
+        ["report", "sw-site", "--out", "r"],
+        r"unit u00000\.sites\[0\]: unknown component 'nope'",
+        True,
+    ),
     (["report", "sw-garbage", "--out", "r"], r"line 1 is not a JSON record .* delete that", True),
     (["report", "sw-link", "--out", "r"], r"units\.jsonl' is a symbolic link", True),
     # a complete sweep missing a unit line or its baselines: a command that works
@@ -1218,7 +1270,7 @@ VALUE_CASES = {
         False,
     ),
     "concentration of a token tensor longer than the context": (
-        lambda m: interv.concentration(m, torch.full((2, 50), 3)),
+        lambda m: interv.concentration(m, torch.arange(3, 5)[:, None].repeat(1, 50)),
         r"prompt 0 has 50 tokens, longer than the model's context of n_ctx=48",
         False,
     ),
@@ -1301,12 +1353,12 @@ VALUE_CASES = {
     ),
     "build_report given concentration of other prompts": (
         _report_of_other_prompts,
-        r"concentration comes from other prompts than the effects \(prompt fingerprints",
+        r"the effects and the concentration come from different prompts \(fingerprint",
         False,
     ),
     "a report joining results of other prompts": (
         _results_of_other_prompts,
-        r"every InterventionResult of one report must share scope and metric",
+        r"result 0 and result 1 come from different prompts",
         False,
     ),
     "capitals with more pairs than countries": (

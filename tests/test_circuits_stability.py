@@ -45,7 +45,7 @@ def test_each_resample_is_a_discovery_rerun_on_the_resampled_prompts(zoo):
     stability = circuit_stability(model, task, result, n_resamples=4, sizes=SIZES, seed=3)
     draws = bootstrap_indices(task.n_pairs, 4, 3)
     for b in range(4):
-        rerun = discover(model, task.select(draws[b]), screen=SCREEN)
+        rerun = discover(model, task.resample(draws[b]), screen=SCREEN)
         for row, size in enumerate(SIZES):
             expected = _jaccard(rerun.circuit(size), result.circuit(size))
             assert stability.jaccard[row, b].item() == pytest.approx(expected)
@@ -99,7 +99,7 @@ def test_bad_stability_input_gets_clear_errors(zoo):
     no_prompts = replace(result, scores=replace(result.scores, per_prompt=None))
     with pytest.raises(IntervError, match="per-prompt estimates"):
         circuit_stability(model, task, no_prompts)
-    with pytest.raises(IntervError, match="not the one the circuit was discovered on"):
+    with pytest.raises(IntervError, match="the model and prompts and the circuit come from"):
         circuit_stability(model, task.select(slice(0, 4)), result)
     with pytest.raises(IntervError, match="exceeds the graph"):
         circuit_stability(model, task, result, sizes=[10_000])

@@ -184,8 +184,8 @@ def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
     assert "stability (Jaccard with the full-sample circuit): top-20 " in text
     assert "20 bootstrap resamples (seed 0) of the 4 prompt pairs" in text
     circuit = json.loads((out / "circuit.json").read_text())
-    assert circuit["n_prompts"] == 4
-    assert circuit["unit"] == "logits"
+    assert circuit["edge_scores"]["provenance"]["n_prompts"] == 4
+    assert circuit["edge_scores"]["unit"] == "logits"
     curve = json.loads((out / "faithfulness.json").read_text())
     assert curve["greedy"] is True and "greedy circuits" in curve["sentence"]
     assert curve["convention"] == "mib" and curve["n_edges_kept"][:2] == [0, 0]  # int(p 81)

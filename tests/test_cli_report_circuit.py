@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 
+import interv.circuits.store as circuit_store
 import interv.cli.report_circuit as report_circuit
-import interv.sweeps.circuit as circuit_store
+from interv.circuits import CircuitResult, FaithfulnessCurve
+from interv.circuits.discovery import FORMAT as CIRCUIT_FORMAT
+from interv.circuits.mission import MissionLink, mission_link
 from interv.cli import main
-from interv.report.circuit import CIRCUIT_FORMAT, circuit_markdown, mission_link
+from interv.report.circuit import circuit_markdown
 from interv.report.circuit_page import circuit_page
-from tests._circuit_fixtures import make_circuit, make_curve, make_table
+from tests._circuit_fixtures import make_circuit, make_concentration, make_curve
 
 OUTPUTS = ("circuit.json", "faithfulness.json", "mission.json", "circuit.md", "circuit.html")
 
@@ -34,12 +37,13 @@ def _circuit_dir(path: Path, *, stale: bool = True) -> Path:
     """A circuit directory as interv circuit leaves it (its store, its five outputs), built
     from the hand-made fixtures through the command's own store; ``stale``: the Markdown and
     page written are placeholders (an older renderer's), so a re-render changes them."""
-    circuit, curve = make_circuit(), make_curve()
-    link = mission_link(circuit, make_table())
+    circuit = make_circuit()
+    curve = make_curve(circuit)
+    link = mission_link(circuit, make_concentration())
     with circuit_store.CircuitStore.open(path, {"model": "toy-2l", "task": "toy"}) as store:
         store.write_scores({"format": "placeholder"})
-        store.write_output("circuit.json", json.dumps(circuit) + "\n")
-        store.write_output("faithfulness.json", json.dumps(curve, indent=1) + "\n")
+        store.write_output("circuit.json", json.dumps(circuit.to_dict()) + "\n")
+        store.write_output("faithfulness.json", json.dumps(curve.to_dict(), indent=1) + "\n")
         store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
         md = "# stale\n" if stale else circuit_markdown(circuit, curve, link)
         page = "<html>stale</html>\n" if stale else circuit_page(circuit, curve, link)
@@ -61,9 +65,9 @@ def test_a_circuit_directory_is_re_rendered_in_place_from_its_json(tmp_path, cap
     out = capsys.readouterr().out
     assert f"circuit re-rendered to {run}/ (circuit.md, circuit.html)" in out
     assert "toy-2l on toy-task, 81 edges" in out and "semantics: EAP scores" in out
-    circuit = json.loads((run / "circuit.json").read_text())
-    curve = json.loads((run / "faithfulness.json").read_text())
-    link = mission_link(circuit, make_table())
+    circuit = CircuitResult.from_dict(json.loads((run / "circuit.json").read_text()))
+    curve = FaithfulnessCurve.from_dict(json.loads((run / "faithfulness.json").read_text()))
+    link = MissionLink.from_dict(json.loads((run / "mission.json").read_text()))
     assert (run / "circuit.md").read_text() == circuit_markdown(circuit, curve, link)
     assert (run / "circuit.html").read_text() == circuit_page(circuit, curve, link)
     after = _snapshot(run)
@@ -115,14 +119,18 @@ DAMAGE = [
     (
         "circuit.json",
         lambda d: d["status"].__setitem__(0, "guessed"),
-        r"circuit\.json' is damaged: edge 'embed->L0H0\.q' has status 'guessed'",
+        r"circuit\.json' is damaged: circuit\.status\[0\] must be one of .*; got 'guessed'",
     ),
     ("faithfulness.json", lambda d: d.pop("mean"), r"faithfulness\.json' is damaged: .*'mean'"),
-    ("mission.json", lambda d: d.pop("heads"), r"mission\.json': missing field 'heads'"),
+    (
+        "mission.json",
+        lambda d: d.pop("heads"),
+        r"mission\.json' is damaged: .*missing field 'heads'",
+    ),
     (
         "mission.json",
         lambda d: d["heads"][0].update(strength="big"),
-        r"mission\.json'\.heads\[0\]\.strength must be a number; got 'big'",
+        r"mission\.json' is damaged: .*heads\[0\]\.strength must be a number; got 'big'",
     ),
 ]
 
@@ -214,3 +222,28 @@ def test_a_broken_sweep_manifest_is_left_to_the_sweep_path(tmp_path, capsys):
     assert main(["report", str(tmp_path / "sweep")]) == 2
     err = capsys.readouterr().err
     assert "manifest.json" in err and "circuit" not in err
+
+
+def test_a_mission_or_curve_of_another_run_is_refused_naming_the_field(tmp_path, capsys):
+    """A mission.json of another model (heads of a 3-layer model) or a faithfulness.json of
+    another run's prompts copied into the directory: the page is not rendered with them."""
+    run = _circuit_dir(tmp_path / "run")
+    other = make_circuit(provenance=make_circuit().provenance.replace(model="toy-3l"))
+    concentration = make_concentration(provenance=other.provenance.replace(metric=None))
+    foreign = {
+        "mission.json": (mission_link(other, concentration).to_dict(), "different models"),
+        "faithfulness.json": (
+            make_curve(
+                make_circuit(provenance=other.provenance.replace(model="toy-2l", prompts="x"))
+            ).to_dict(),
+            "different prompts",
+        ),
+    }
+    for name, (data, words) in foreign.items():
+        kept = (run / name).read_text()
+        (run / name).write_text(json.dumps(data))
+        before = _snapshot(run)
+        assert main(["report", str(run)]) == 2
+        assert words in capsys.readouterr().err
+        assert _snapshot(run) == before
+        (run / name).write_text(kept)

@@ -141,6 +141,7 @@ def test_the_readme_demo_lines_write_to_different_default_directories():
     assert len({DEFAULT_OUT[model] for model in models}) == 2
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_a_default_directory_with_a_users_file_is_left_alone(demo, tmp_path, monkeypatch, capsys):
     import interv.demo
 

@@ -26,7 +26,7 @@ from interv.tasks.tokenized import TokenizedPairs
 
 
 def toy_task(n: int = 16, name: str = "ioi") -> TokenizedPairs:
-    tokens = torch.zeros(n, 5, dtype=torch.long)
+    tokens = torch.arange(n)[:, None].repeat(1, 5)  # n distinct prompts
     return TokenizedPairs(
         tokens,
         tokens,

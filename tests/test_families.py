@@ -25,7 +25,11 @@ from _families import (
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import MambaConfig, MambaForCausalLM
 
+from interv.analysis._patterns import attention_rows
+from interv.analysis.attention_view import attention_view
 from interv.analysis.concentration import concentration
+from interv.analysis.sinks import sink_profile
+from interv.analysis.token_flow import token_attention
 from interv.engine.architecture import (
     Architecture,
     KeyRule,
@@ -38,7 +42,12 @@ from interv.errors import IntervError
 # ----------------------------------------------------------------------------- columns
 
 
-@column("keys")
+@column(
+    "keys",
+    "each layer's KeyRule (architecture_of) equals the mask the model's own attention modules "
+    "apply (their attention_mask argument, and GPT-Neo's local-attention buffer), right- and "
+    "left-padded, and the zeros of the model's rows",
+)
 def keys_equal_the_models_own_masks(fam: Family) -> None:
     arch = architecture_of(fam.bridge)
     for tokens, real in ((fam.tokens, fam.real), fam.left_padded()):
@@ -93,17 +102,120 @@ def _concentration_check(fam: Family, off_row_sink: str | None) -> None:
     assert heads.mask_rule.startswith(architecture_of(fam.bridge).mask_rule)
 
 
-@column("concentration")
+@column(
+    "concentration",
+    "interv.concentration: entropy, normalized entropy, sink mass, content entropy, content "
+    "normalized entropy (every head, every query) and n_available_keys against Hugging Face's "
+    "eager rows and masks (value-aware numbers not compared here)",
+)
 def concentration_equals_the_reference(fam: Family) -> None:
     _concentration_check(fam, None)
 
 
-@column("concentration as_key")
+@column(
+    "concentration as_key",
+    "the same with off_row_sink='as_key' (the reference appends each row's deficit 1 - sum(a) "
+    "as a sink key where the module has a learned sink)",
+)
 def concentration_with_the_off_row_sink_as_a_key_equals_the_reference(fam: Family) -> None:
     _concentration_check(fam, "as_key")
 
 
-@pytest.mark.parametrize(("name", "col"), cells("keys", "concentration", "concentration as_key"))
+def _on_prompts(fam: Family, analysis):
+    """``analysis`` of ``fam``'s padded batch, with the off-row sink as a key where the family
+    has one."""
+    off_row = "as_key" if architecture_of(fam.bridge).off_row_sink else None
+    return analysis(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink=off_row)
+
+
+@column(
+    "attention_rows",
+    "attention_rows: per-layer key masks and rows equal the model's (the deficit column where "
+    "the family has an off-row sink), and the included query rows",
+)
+def attention_rows_hold_the_models_rows_and_masks(fam: Family) -> None:
+    rows = _on_prompts(fam, attention_rows)
+    off_row = rows.off_row_sink
+    attentions, masks = reference_rows(fam)
+    real_queries = fam.real[:, :, None]
+    for index, layer in enumerate(rows.layers):
+        own = masks[layer] & real_queries
+        n_keys = own.shape[-1]
+        assert torch.equal(rows.key_mask[:, index, :, :n_keys], own)
+        torch.testing.assert_close(
+            rows.pattern[:, index, ..., :n_keys] * own[:, None], attentions[layer] * own[:, None]
+        )
+        if off_row:  # the deficit is the last key, in the sink set
+            deficit = 1 - (attentions[layer] * own[:, None]).sum(-1)
+            at_real = real_queries[:, None, :, 0]
+            torch.testing.assert_close(
+                rows.pattern[:, index, ..., -1] * at_real, deficit.clamp(min=0) * at_real
+            )
+    n_content = torch.stack([(masks[i] & real_queries)[..., 1:].sum(-1) for i in rows.layers])
+    assert torch.equal(rows.included, fam.real & (n_content >= 2).all(dim=0))
+
+
+@column(
+    "sink_profile",
+    "sink_profile: the sink score of key 0 is the mean weight on it over the queries whose "
+    "layer admits it",
+)
+def sink_scores_average_over_the_queries_whose_layer_admits_the_key(fam: Family) -> None:
+    profile = _on_prompts(fam, sink_profile)
+    attentions, masks = reference_rows(fam)
+    for layer, (a, own) in enumerate(zip(attentions, masks, strict=True)):
+        sees = own[:, :, 0] & fam.real  # [batch, query]: queries whose layer admits key 0
+        expected = (a[..., 0] * sees[:, None]).sum(-1) / sees.sum(-1)[:, None]
+        torch.testing.assert_close(profile.scores[:, layer].float(), expected)
+    assert profile.mask_rule == architecture_of(fam.bridge).mask_rule
+
+
+@column(
+    "viewer rows",
+    "attention_view (what view_attention draws): every row's numbers and n of every head equal "
+    "the reference",
+)
+def viewer_row_numbers_equal_the_reference(fam: Family) -> None:
+    arch = architecture_of(fam.bridge)
+    view = _on_prompts(fam, attention_view)
+    attentions, masks = reference_rows(fam)
+    sinks = off_row_sink_layers(fam) if view.off_row_sink else set()
+    expected = reference_concentration(attentions, masks, fam.real, deficit_as_key=sinks)
+    n_layers, n_heads = arch.n_layers, fam.bridge.cfg.n_heads
+    found = {name: view.metric(name).reshape(2, n_layers, n_heads, -1) for name in ROW_NUMBERS}
+    found["n_available_keys"] = view.n_available.reshape(2, n_layers, n_heads, -1)[:, :, 0]
+    _assert_numbers(found, expected)
+    assert view.mask_rule.startswith(arch.mask_rule)
+
+
+@column(
+    "token_attention",
+    "token_attention: per-layer key masks and head-averaged weights equal the model's (norms "
+    "not compared here)",
+)
+def token_attention_weights_and_masks_equal_the_reference(fam: Family) -> None:
+    flow = _on_prompts(fam, token_attention)
+    attentions, masks = reference_rows(fam)
+    real_queries = fam.real[:, :, None]
+    for layer, (a, own) in enumerate(zip(attentions, masks, strict=True)):
+        own = own & real_queries
+        assert torch.equal(flow.key_mask[:, layer], own)
+        expected = (a.double().mean(dim=1)) * own
+        torch.testing.assert_close(flow.weights[:, layer], expected, atol=1e-6, rtol=0)
+
+
+MATRIX = (
+    "keys",
+    "concentration",
+    "concentration as_key",
+    "attention_rows",
+    "sink_profile",
+    "viewer rows",
+    "token_attention",
+)
+
+
+@pytest.mark.parametrize(("name", "col"), cells(*MATRIX))
 def test_family_matrix(name, col):
     record(name, col)
 
@@ -383,3 +495,23 @@ def test_layer_attention_is_a_frozen_value():
     layer = LayerAttention(keys=KeyRule(), positional="rotary", scale=0.125)
     with pytest.raises(AttributeError):
         layer.scale = 1.0  # type: ignore[misc]
+
+
+def test_gpt_oss_off_row_sink_as_a_key_keeps_the_grouping_identity():
+    fam = family("gpt_oss")
+    heads = concentration(fam.bridge, fam.tokens, attention_mask=fam.real, off_row_sink="as_key")
+    attentions, masks = reference_rows(fam)
+    a = torch.stack(attentions, dim=1).double()  # [b, layer, head, q, k]
+    own = torch.stack(masks, dim=1)[:, :, None]
+    a = torch.where(own, a, 0.0)
+    deficit = 1 - a.sum(-1)
+    assert float(deficit[fam.real[:, None, None, :].expand_as(deficit)].min()) > 0.01
+    s = heads.sink_mass
+    in_sink = torch.stack([a[..., 0] * own[..., 0], deficit], dim=-1)  # key 0 and the sink
+    p = in_sink / s[..., None]
+    inside = -torch.where(p > 0, p * p.log(), 0.0).sum(-1)
+    binary = -(torch.special.xlogy(s, s) + torch.special.xlogy(1 - s, 1 - s))
+    content = torch.where(heads.content_entropy.isnan(), 0.0, (1 - s) * heads.content_entropy)
+    rebuilt = binary + s * inside + content
+    real = fam.real[:, None, None, :].expand_as(s)
+    torch.testing.assert_close(heads.entropy[real], rebuilt[real], atol=1e-6, rtol=0)

@@ -28,7 +28,11 @@ def _layouts(fam: Family) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     return ((fam.tokens, fam.real), fam.left_padded())
 
 
-@column("rows forward")
+@column(
+    "rows forward",
+    "a forward whose attention never materializes a pattern (attention='rows'): its logits "
+    "against Hugging Face's own at every real position, right- and left-padded",
+)
 def forward_without_the_pattern_equals_the_model(fam: Family) -> None:
     for tokens, real in _layouts(fam):
         out = forward(fam.bridge, Prompts(tokens, real), attention="rows")
@@ -43,7 +47,12 @@ def forward_without_the_pattern_equals_the_model(fam: Family) -> None:
         torch.testing.assert_close(out.readout[real], own[real], atol=1e-5, rtol=0)
 
 
-@column("rows concentration")
+@column(
+    "rows concentration",
+    "interv.concentration(attention='rows'), rows recomputed from the queries and keys without "
+    "the pattern: every metric and count against attention='pattern' within 1e-6, right- and "
+    "left-padded",
+)
 def concentration_without_the_pattern_equals_the_pattern_path(fam: Family) -> None:
     off_row_sink = "as_key" if off_row_sink_layers(fam) else None
     for tokens, real in _layouts(fam):

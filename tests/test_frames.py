@@ -20,6 +20,7 @@ from interv.analysis.similarity import DISTANCE_UNITS, FlipRate, HeadSimilarity
 from interv.cli import main
 from interv.engine.interventions import ActivationPatch, MeanAblation, ZeroAblation
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.report.render import to_json
 from interv.report.table import build_report
 
@@ -145,6 +146,7 @@ def test_pruning_and_similarity_frames_carry_units_and_scope():
         n_zeros_replaced={"keep_sink": 0, "drop_sink": 0},
         sink_positions=(0,),
         mask_rule="causal",
+        provenance=Provenance("m", n_prompts=2),
     )
     frame = similarity.to_pandas()
     assert len(frame) == 2 * 3  # two conventions x three head pairs

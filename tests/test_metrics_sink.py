@@ -161,3 +161,34 @@ def test_sink_split_carries_the_same_normalized_entropy_as_the_function():
     )
     assert bool(split.normalized_entropy[1].isnan())  # one available key: undefined
     assert float(split.normalized_entropy[2]) == pytest.approx(1.0)
+
+
+@PROPERTY_SETTINGS
+@given(
+    row_batches(),
+    st.floats(0.0, 0.95),
+    st.sets(st.integers(0, 7), max_size=3),
+    st.sampled_from(["nats", "bits"]),
+)
+def test_an_off_row_sink_as_a_key_keeps_the_grouping_identity_exact(
+    batch, deficit, extra_sinks, unit
+):
+    """Rows scaled to 1 - deficit (a learned sink logit took the rest): with the deficit as
+    one more sink key, H(a) = h(s) + s H(a_S / s) + (1 - s) H(q) still holds exactly, the sink
+    mass includes the deficit and the entropy is the plain -sum a log a over the extended row."""
+    mask, (rows,) = batch
+    rows = rows * (1 - deficit)
+    positions = torch.arange(rows.shape[-1])
+    sink = ((positions == 0) | torch.isin(positions, torch.tensor(sorted(extra_sinks)))) & mask
+    split = metrics.sink_split(rows, sink=sink, key_mask=mask, unit=unit, allow_deficit=True)
+    reconstructed = split.sink_term + split.sink_internal_term + split.content_term
+    torch.testing.assert_close(split.entropy, reconstructed, rtol=0, atol=1e-9)
+    real = torch.where(mask, rows.double(), 0.0)
+    gap = (1 - real.sum(-1)).clamp(min=0) * mask.any(-1)
+    extended = torch.cat([real, gap[..., None]], dim=-1)
+    divisor = 1.0 if unit == "nats" else math.log(2)
+    by_hand = -torch.special.xlogy(extended, extended).sum(-1) / divisor
+    has_keys = mask.any(-1)
+    torch.testing.assert_close(split.entropy[has_keys], by_hand[has_keys], rtol=0, atol=1e-9)
+    sink_mass = torch.where(sink, real, 0.0).sum(-1) + gap
+    torch.testing.assert_close(split.sink_mass[has_keys], sink_mass[has_keys], rtol=0, atol=1e-9)

@@ -63,11 +63,17 @@ def shows_a_widget(notebook) -> bool:
     )
 
 
+# zoo-only notebooks among the quick loop's slowest tests (issue 32): in the full suite only
+SLOW_NOTEBOOKS = ("03_intervention_semantics.ipynb",)
+
+
 def _executed(path: Path) -> pytest.param:
-    """A notebook that loads a real pretrained model is marked ``real_model`` (out of the
-    quick loop, still in the README's test command)."""
+    """A notebook that loads a real pretrained model is marked ``real_model``, a slow one
+    ``slow`` (out of the quick loop, still in the README's test command)."""
     text = path.read_text(encoding="utf-8")
     marks = [pytest.mark.real_model] if any(spec in text for spec in REAL_MODELS) else []
+    if path.name in SLOW_NOTEBOOKS:
+        marks.append(pytest.mark.slow)
     return pytest.param(path, marks=marks, id=path.name)
 
 

@@ -37,11 +37,18 @@ from markdown_it import MarkdownIt
 import interv
 import interv._outputs as outputs
 import interv.report.render as render
-from interv._outputs import MARKER, SCRATCH_PREFIX, claim_dir, claim_file, fresh_dir, write_file
+from interv._outputs import (
+    MARKER,
+    SCRATCH_PREFIX,
+    claim_dir,
+    claim_file,
+    fresh_dir,
+    lock_file,
+    write_file,
+)
 from interv.analysis.concentration import METRICS
 from interv.engine.interventions import ZeroAblation
 from interv.errors import IntervError
-from interv.models._cache import _exclusive
 from interv.report.render import save_report, write_report
 from interv.report.table import build_report
 from interv.sweeps.config import parse_config
@@ -377,7 +384,7 @@ def _plot(directory: Path) -> None:
 
 
 def _cache_lock(directory: Path) -> None:
-    with _exclusive(directory / ".smollm2-135m.lock", waiting_for="smollm2-135m"):
+    with lock_file(directory / ".smollm2-135m.lock", what="the cache entry", wait=True):
         pass
 
 

@@ -283,6 +283,7 @@ def test_screenshot_of_the_zoo_report(page, tmp_path):
         page.set_window_size(1300, 1000)
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_full_smollm2_sized_report_opens_in_under_two_seconds(browser, tmp_path):
     report = synthetic_report(n_layers=30, n_heads=9, n_bootstrap=10)
     path = tmp_path / "report.html"

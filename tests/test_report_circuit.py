@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import math
 import re
 from html.parser import HTMLParser
 
 import pytest
-from _circuit_fixtures import make_circuit, make_curve, make_table
+from _circuit_fixtures import make_circuit, make_concentration, make_curve
 
+from interv.circuits import Graph
+from interv.circuits.mission import MissionLink, mission_link
 from interv.errors import IntervError
-from interv.report.circuit import (
-    MissionLink,
-    circuit_edges,
-    circuit_markdown,
-    edge_heads,
-    mission_link,
-)
+from interv.report.circuit import circuit_markdown, edge_rows
 from interv.report.circuit_page import circuit_fragment, circuit_page, curve_svg, graph_svg
 
 
 @pytest.fixture(scope="module")
 def link():
-    return mission_link(make_circuit(), make_table(), n_bootstrap=200)
+    return mission_link(make_circuit(), make_concentration(), n_bootstrap=200)
 
 
 def test_every_circuit_head_carries_its_concentration_beside_its_edges(link):
@@ -58,10 +54,18 @@ def test_rank_agreements_have_intervals_or_say_why_not(link):
     assert membership.n_heads == 8 and membership.rho < 0  # concentrated heads are members
     assert membership.low <= membership.rho <= membership.high
     strength = by["normalized_entropy", "strength"]
-    assert math.isnan(strength.rho) and "fewer than 5" in strength.reason
-    few = mission_link({**make_circuit(), "n_prompts": 3}, make_table(n_prompts=3), n_bootstrap=50)
+    assert strength.n_heads == 3 and not math.isnan(strength.rho)  # the minimum is 3 items
+    one_edge = mission_link(make_circuit(), make_concentration(), n=1, n_bootstrap=50)
+    alone = {(a.metric, a.against): a for a in one_edge.agreements}["sink_mass", "strength"]
+    assert math.isnan(alone.rho) and "fewer than 3 (no rank correlation)" in alone.reason
+    circuit = make_circuit(provenance=make_circuit().provenance.replace(n_prompts=2))
+    few = mission_link(circuit, make_concentration(n_prompts=2), n_bootstrap=50)
     row = {(a.metric, a.against): a for a in few.agreements}["sink_mass", "membership"]
-    assert not math.isnan(row.rho) and math.isnan(row.low) and "3 prompts" in row.reason
+    assert (
+        not math.isnan(row.rho)
+        and math.isnan(row.low)
+        and "2 prompts, fewer than 3 (no interval)" in row.reason
+    )
 
 
 def test_every_number_has_its_semantics_sentence(link):
@@ -69,31 +73,30 @@ def test_every_number_has_its_semantics_sentence(link):
     assert "clean run" in link.sentences["concentration"]
     assert "query positions [-1]" in link.sentences["concentration"]
     assert "bootstrap over prompts" in link.sentences["agreement"]
-    markdown = link.to_markdown()
+    markdown = circuit_markdown(make_circuit(), link=link)
     for key in ("agreement", "parked"):
         assert link.sentences[key].split(";")[0][:40].replace("|", "\\|")[:30] in markdown
 
 
 def test_a_key_value_edge_counts_for_every_query_head_of_its_group():
     circuit = make_circuit(n_kv=2, strong={"L0H1->L1KV1.k": 2.0, "L1H3->logits": 1.0})
-    link = mission_link(circuit, make_table(), n=2, n_bootstrap=50)
+    link = mission_link(circuit, make_concentration(), n=2, n_bootstrap=50)
     assert {h.label for h in link.circuit_heads} == {"L0H1", "L1H2", "L1H3"}
-    assert edge_heads("L0H3->L1KV2.k") == ((0, 3, "H"), (1, 2, "KV"))
 
 
 def test_the_link_survives_json(link):
     again = MissionLink.from_dict(json.loads(json.dumps(link.to_dict())))
     assert again.parked_outside == link.parked_outside
     assert [h.label for h in again.heads] == [h.label for h in link.heads]
-    assert again.to_markdown() == link.to_markdown()
+    assert again == link
 
 
 def test_the_circuit_ranks_exact_values_first():
     circuit = make_circuit()
-    order = circuit_edges(circuit, 12)
-    exact = [circuit["exact"][i] is not None for i in order]
+    order = edge_rows(circuit, 12)
+    exact = [not math.isnan(float(circuit.exact[i])) for i in order]
     assert exact == sorted(exact, reverse=True)  # every exact edge before any estimate
-    assert circuit["edges"][order[0]] == "L1H2->logits"
+    assert circuit.graph.edges[order[0]].label == "L1H2->logits"
 
 
 def test_the_markdown_section_has_the_audit_the_curve_and_the_link(link):
@@ -161,88 +164,48 @@ def test_the_curve_has_its_band_points_and_cpr_cmd(link):
 
 
 def test_text_from_the_data_is_escaped():
-    circuit = make_circuit()
-    circuit["model"] = "<script>alert(1)</script>"
-    circuit["sentence"] = "[link](http://x) <img src=x>"
+    circuit = make_circuit(
+        model_name="<script>alert(1)</script>", sentence="[link](http://x) <img src=x>"
+    )
     page = circuit_page(circuit)
     assert "<script>alert" not in page and "<img src=x>" not in page
     text = circuit_markdown(circuit)
     assert "<script>" not in text and "[link](http" not in text
 
 
-def _broken(change):
-    circuit = copy.deepcopy(make_circuit())
-    change(circuit)
-    return circuit
-
-
-BAD_CIRCUITS = {
-    "not a mapping": (lambda: [1, 2], r"must be a CircuitResult or its to_dict\(\) mapping"),
-    "other format": (
-        lambda: _broken(lambda c: c.update(format="x")),
-        r"'format' must be 'interv.circuit/1'",
-    ),
-    "scores too short": (
-        lambda: _broken(lambda c: c["scores"].pop()),
-        r"'scores' must be a list of 81 entries",
-    ),
-    "a NaN score": (
-        lambda: _broken(lambda c: c["scores"].__setitem__(0, float("nan"))),
-        r"'scores' must be finite numbers",
-    ),
-    "unknown status": (
-        lambda: _broken(lambda c: c["status"].__setitem__(0, "guessed")),
-        r"has status 'guessed'; expected one of",
-    ),
-    "an estimate with an exact value": (
-        lambda: _broken(lambda c: c["exact"].__setitem__(c["status"].index("estimated"), 1.0)),
-        r"an exact status needs a value and an estimate has none",
-    ),
-    "a malformed edge label": (
-        lambda: _broken(lambda c: c["edges"].__setitem__(0, "L0H0=>L1H1")),
-        r"edge label 'L0H0=>L1H1' is not written like",
-    ),
-}
-
-
-@pytest.mark.parametrize("name", list(BAD_CIRCUITS))
-def test_a_malformed_circuit_is_refused_naming_the_field(name):
-    make, pattern = BAD_CIRCUITS[name]
-    for render in (circuit_markdown, circuit_page, lambda c: mission_link(c, make_table())):
-        with pytest.raises(IntervError, match=pattern):
-            render(make())
+def test_a_curve_or_link_of_another_circuit_is_refused_naming_the_field(link):
+    circuit = make_circuit()
+    other = make_circuit(provenance=circuit.provenance.replace(prompts="other-prompts"))
+    for render in (circuit_markdown, circuit_page, circuit_fragment):
+        with pytest.raises(
+            IntervError, match="faithfulness curve's ranking come from different prompts"
+        ):
+            render(circuit, make_curve(other))
+        with pytest.raises(IntervError, match="the mission link come from different prompts"):
+            render(other, None, link)
+    given_order = dataclasses.replace(make_curve(circuit), ranking=None)
+    with pytest.raises(IntervError, match="made from a given edge order"):
+        circuit_markdown(circuit, given_order)
 
 
 @pytest.mark.parametrize(
     ("call", "pattern"),
     [
-        (lambda: circuit_edges(make_circuit(), 0), r"circuit size n must be >= 1; got 0"),
-        (lambda: circuit_edges(make_circuit(), 82), r"at most the graph's 81 edges; got 82"),
+        (lambda: edge_rows(make_circuit(), 0), r"n must be >= 1; got 0"),
         (lambda: graph_svg(make_circuit(), n_draw=0), r"n_draw must be >= 1"),
         (
-            lambda: mission_link(make_circuit(), {**make_table(), "model": "other"}),
-            r"concentration is of model 'other' but the circuit of 'toy-2l'",
+            lambda: mission_link(make_circuit(), make_concentration(n_prompts=6)),
+            r"different numbers of prompts \(8 and 6\)",
         ),
         (
-            lambda: mission_link(make_circuit(), make_table(n_prompts=6)),
-            r"found on 8 prompts but the concentration holds 6",
+            lambda: mission_link(
+                make_circuit(),
+                make_concentration(provenance=make_circuit().provenance.replace(model="other")),
+            ),
+            r"circuit and the concentration come from different models \('toy-2l' and 'other'\)",
         ),
-        (
-            lambda: mission_link(make_circuit(), {**make_table(), "per_prompt": {}}),
-            r"needs 'per_prompt' values of",
-        ),
-        (
-            lambda: circuit_markdown(make_circuit(), {**make_curve(), "format": "x"}),
-            r"format 'interv.faithfulness/1'",
-        ),
-        (
-            lambda: circuit_page(make_circuit(), {**make_curve(), "fractions": [0.5, 2.0] * 5}),
-            r"fractions must lie in \(0, 1\]",
-        ),
-        (
-            lambda: circuit_page(make_circuit(), {**make_curve(), "mean": [0.1]}),
-            r"'mean' must be a list of 10 numbers",
-        ),
+        (lambda: mission_link(make_circuit().to_dict(), make_concentration()), "CircuitResult"),
+        (lambda: circuit_markdown(make_circuit(), make_curve().to_dict()), "FaithfulnessCurve"),
         (lambda: circuit_fragment(make_circuit(), link={"x": 1}), r"link must be a MissionLink"),
     ],
 )
@@ -252,13 +215,13 @@ def test_bad_values_for_the_section_fail_with_a_clear_message(call, pattern):
 
 
 def test_only_the_columns_that_hold_a_drawn_node_take_room():
-    circuit = {
-        **make_circuit(),
-        "edges": ["embed->L0H0.q", "L0H0->L29KV1.k", "L29H4->MLP29", "MLP29->logits"],
-        "scores": [0.1, -2.0, 0.5, 1.0],
-        "exact": [None, -2.5, 0.4, None],
-        "status": ["estimated", "exact (verified)", "exact (audit)", "estimated"],
-    }
+    strong = {"embed->L0H0.q": 0.1, "L0H0->L29KV1.k": -2.0, "L29H4->MLP29": 0.5}
+    circuit = make_circuit(
+        graph=Graph(30, 6, 2, model_name="toy-30l"),
+        strong={**strong, "MLP29->logits": 1.0},
+        top_k=1,
+        audit=0,
+    )
     svg = graph_svg(circuit, n_draw=4, circuit_size=1)
     width = int(re.search(r"<svg class='ivc-graph'[^>]* width='(\d+)'", svg)[1])
     assert width <= 40 + 5 * 150  # embed, layer 0, layer 29, MLP 29, logits: not 62 columns

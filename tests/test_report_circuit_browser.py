@@ -10,13 +10,13 @@ import tempfile
 
 import _browser
 import pytest
-from _circuit_fixtures import make_circuit, make_curve, make_table
+from _circuit_fixtures import make_circuit, make_concentration, make_curve
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
-from interv.report.circuit import mission_link
+from interv.circuits.mission import mission_link
 from interv.report.circuit_page import circuit_page
 
 pytestmark = _browser.needs_chromium
@@ -33,7 +33,7 @@ def page(tmp_path_factory):
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(_browser.CHROMEDRIVER), options=options)
     circuit = make_circuit()
-    link = mission_link(circuit, make_table(), n_bootstrap=100)
+    link = mission_link(circuit, make_concentration(), n_bootstrap=100)
     path = tmp_path_factory.mktemp("circuit") / "circuit.html"
     path.write_text(circuit_page(circuit, make_curve(), link), encoding="utf-8")
     driver.get(path.as_uri())

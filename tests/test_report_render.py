@@ -190,6 +190,7 @@ def test_heatmap_cells_cover_only_the_swept_layers(three_layers):
     assert "<th>L0</th>" not in grids and "<th>L18</th>" not in grids
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_full_smollm2_sized_page_stays_under_three_megabytes(all_layers):
     size = len(to_html(all_layers).encode("utf-8"))
     assert size < 3_000_000, f"{size / 1e6:.2f} MB"

@@ -177,7 +177,7 @@ def test_header_names_the_answer_position_as_the_query():
 def test_concentration_of_other_prompts_is_refused_with_both_counts():
     interventions, result, _, _ = _toy()
     other = make_concentration({"entropy": torch.rand(N_PROMPTS + 1, 2, 2)})
-    with pytest.raises(IntervError, match=r"7 prompts.*6 prompts"):
+    with pytest.raises(IntervError, match=r"different numbers of prompts \(6 and 7\)"):
         build_report(result, other, interventions=interventions)
 
 

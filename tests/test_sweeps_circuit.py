@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from interv._journal import MANIFEST
 from interv.audit import Screen, verify_screen
+from interv.circuits.store import EXACT, SCORES, CircuitStore, discover_resumable
 from interv.errors import IntervError
-from interv.sweeps.circuit import EXACT, MANIFEST, SCORES, CircuitStore, discover_resumable
 
 N_EDGES = 40
 TRUE = torch.linspace(-2, 2, N_EDGES) ** 3
@@ -115,14 +116,18 @@ def test_a_torn_last_line_is_dropped_and_its_edges_recomputed(tmp_path):
     assert all(json.loads(line) for line in lines)
 
 
-def test_another_discovery_into_the_same_directory_is_refused_naming_the_keys(tmp_path):
+def test_another_discovery_into_the_same_directory_is_refused_in_one_line_naming_the_keys(
+    tmp_path,
+):
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         _run(out, Discovery(stop_after=1))
     with pytest.raises(
-        IntervError, match=r"(?s)holds another discovery.*method: 'eap' -> 'eap-ig'"
-    ):
-        CircuitStore.open(out, {**IDENTITY, "method": "eap-ig"})
+        IntervError, match=r"holds another discovery.*method: 'eap' -> 'eap-ig'"
+    ) as error:
+        CircuitStore.open(out, {**IDENTITY, "method": "eap-ig", "steps": 5})
+    assert "\n" not in str(error.value)
+    assert "steps: 1 -> 5" in str(error.value)
 
 
 def test_a_damaged_log_line_is_named(tmp_path):
@@ -131,7 +136,9 @@ def test_a_damaged_log_line_is_named(tmp_path):
         _run(out, Discovery(stop_after=1))
     with open(out / EXACT, "ab") as log:
         log.write(b'{"indices": [1], "values": ["x"]}\n')
-    with pytest.raises(IntervError, match=r"line 2 is not a record of exact edge effects"):
+    with pytest.raises(
+        IntervError, match=r"line 2 is damaged: exact effects.values\[0\] must be a number"
+    ):
         _run(out, Discovery())
 
 
@@ -159,7 +166,7 @@ def test_a_run_that_fails_before_storing_anything_leaves_no_directory(tmp_path):
 def test_the_python_form_resumes_a_zoo_discovery_without_recomputing(tmp_path, monkeypatch):
     import interv
     import interv.circuits.discovery as discovery
-    from interv.sweeps.circuit import discover_in
+    from interv.circuits.store import discover_in
 
     model = interv.load_model("induction-2l")
     task = interv.load_task("induction", n_pairs=4, seed=0).tokenize(model)

@@ -151,6 +151,7 @@ def test_card_names_each_role_and_its_measurement(card):
         assert f"seed {card.recipe.eval_seed}" in recorded.measurement
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_prediction_follows_the_token_after_the_earlier_occurrence(model, fresh_batch):
     """Causal check of induction: overwrite the token after the earlier occurrence with a
     symbol absent from the sequence; the prediction at the repeat must follow it. Only the
@@ -188,6 +189,7 @@ def test_checkpoints_load_and_compute_different_functions(card, fresh_batch):
         assert not torch.allclose(earlier, later, atol=1e-3)
 
 
+@pytest.mark.slow  # zoo-sized but among the quick loop's slowest (issue 32)
 def test_checkpoint_sink_scores_are_re_measured_and_a_sink_forms(card, fresh_batch):
     measured = []
     for step, recorded in card.checkpoint_sink_mass:

@@ -16,7 +16,7 @@ import torch
 
 from interv.errors import IntervError
 from interv.tasks.pairs import check_tokenizable
-from interv.tasks.tokenized import TokenizedPairs
+from interv.tasks.tokenized import TokenizedPairs, check_distinct
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -129,6 +129,7 @@ def _validated(tokens: torch.Tensor, mask: torch.Tensor | None) -> PromptBatch:
             f"prompt {i} has padding between real tokens (mask {mask[i].int().tolist()}); "
             "padding must be on the left or the right only"
         )
+    check_distinct(tokens, mask, "prompt")
     return PromptBatch(
         tokens=tokens.to(torch.int64), real=mask, first_real=first_real, lengths=lengths
     )

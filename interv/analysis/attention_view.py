@@ -11,11 +11,17 @@ the row metrics of :func:`interv.metrics.sink_split`: sink mass, entropy, normal
 entropy, content entropy and content normalized entropy. Nothing is re-derived here.
 
 Masks, with positions counted in the padded batch and the same rule as
-:func:`interv.analysis.attention_rows`: key ``j`` is available for query ``t`` iff both
-are real tokens and, for a causal model, ``j <= t``; the sink set ``S`` holds the given
-positions counted from each prompt's first real token, and a query uses only the sink
-keys it can see. Padding queries have no available key: every metric is NaN there.
+:func:`interv.analysis.attention_rows`: key ``j`` is available for query ``t`` at a head iff
+``t`` is real and the head's layer admits ``j`` (its own mask:
+:func:`interv.engine.architecture.architecture_of`: causal or bidirectional, AND padding, AND
+the family's sliding window or chunk); every row is checked against it. The sink set ``S``
+holds the given positions counted from each prompt's first real token, and a query uses only
+the sink keys it can see. Padding queries have no available key: every metric is NaN there.
 Padding keys are not candidates: they are not counted in ``n`` and carry no entropy.
+
+Off-row sinks (gpt-oss: rows over real keys sum to less than 1) are refused before the forward
+unless ``off_row_sink="as_key"``: the deficit is then one more sink key of each row in the
+numbers (its mass in the sink mass and the entropy, one more in ``n``).
 
 Memory: ``[prompt, head, query, key]`` float32, quadratic in the prompt length; a
 1024-token prompt holds 4 MiB per head. :data:`MAX_CELLS` bounds a view.
@@ -32,6 +38,13 @@ import torch
 
 from interv._checks import as_positions, check_index
 from interv.analysis._inputs import PromptBatch, prompt_batch
+from interv.engine.architecture import (
+    KeyRule,
+    architecture_of,
+    check_admitted,
+    check_off_row_sink,
+    rules_text,
+)
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import (
     Site,
@@ -43,7 +56,8 @@ from interv.engine.sites import (
 )
 from interv.errors import IntervError
 from interv.metrics import sink_split
-from interv.tasks.tokenized import TokenizedPairs
+from interv.provenance import Provenance
+from interv.tasks.tokenized import TokenizedPairs, prompts_fingerprint
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -73,8 +87,6 @@ head-prompts of 1024 tokens (256 MiB of float32)."""
 MAX_HEADS_BY_DEFAULT = 16
 """``heads=None`` shows every head only for models with at most this many heads."""
 
-MASK_RULE = "causal AND padding (key j available for query t iff both are real and j <= t)"
-MASK_RULE_BIDIRECTIONAL = "padding only, bidirectional (key j available iff both are real)"
 _HEAD_TEXT = re.compile(r"^L(\d+)H(\d+)$")
 
 
@@ -88,13 +100,14 @@ class AttentionView:
     Attributes:
         pattern: ``[P, K, N, N]`` float32 attention weights (query, key) as the model
             produced them; rows of padding queries are whatever the model computed there.
-        key_mask: ``[P, N, N]`` bool, True = key ``j`` is available to query ``t``.
+        key_mask: ``[P, K, N, N]`` bool, True = key ``j`` is available to query ``t`` at
+            the head's layer.
         real: ``[P, N]`` bool, True at real tokens (False = padding).
         sink_mask: ``[P, N]`` bool, True at the sink keys of each prompt.
         token_ids: ``[P, N]`` int64.
         tokens: per prompt, the text of every position (padding included).
-        n_available: ``[P, N]`` int64 number of available keys ``n`` of each query row
-            (0 for a padding query).
+        n_available: ``[P, K, N]`` int64 number of available keys ``n`` of each query row
+            (0 for a padding query; the off-row sink key counted with ``"as_key"``).
         sink_mass, entropy, normalized_entropy, content_entropy,
             content_normalized_entropy: ``[P, K, N]`` float64 row metrics in the units
             of :data:`ROW_METRICS` (entropies in nats), NaN where undefined (padding
@@ -113,7 +126,14 @@ class AttentionView:
         task_name, n_task_prompts, task_positions, answer_positions, padding_side: the
             task (:class:`~interv.TokenizedPairs`) the prompts are the clean prompts
             of, for joining effects; None when the prompts were strings or tokens.
+        provenance: the model (name, weights, dtype) and the whole batch's prompts (a
+            task's pairs too) the shown prompts come from
+            (:class:`~interv.provenance.Provenance`): what effects shown beside it must share.
         unit: the entropy unit, ``"nats"``.
+        key_rules: the :class:`~interv.engine.architecture.KeyRule` of each shown head's
+            layer.
+        off_row_sink: None, or ``"as_key"`` when an off-row sink's deficit is counted as a
+            sink key in the numbers.
     """
 
     pattern: torch.Tensor
@@ -139,12 +159,15 @@ class AttentionView:
     n_ctx: int
     causal: bool
     sink_positions: tuple[int, ...]
+    provenance: Provenance
     task_name: str | None = None
     n_task_prompts: int | None = None
     task_positions: int | None = None
     answer_positions: tuple[int, ...] | None = None
     padding_side: str | None = None
     unit: str = "nats"
+    key_rules: tuple[KeyRule, ...] = ()
+    off_row_sink: str | None = None
 
     @property
     def n_prompts(self) -> int:
@@ -185,8 +208,13 @@ class AttentionView:
 
     @property
     def mask_rule(self) -> str:
-        """The key mask in words."""
-        return MASK_RULE if self.causal else MASK_RULE_BIDIRECTIONAL
+        """The key mask in words (per group of shown heads' layers sharing a rule)."""
+        layers = sorted({layer for layer, _ in self.heads})
+        rule_of = dict(zip((layer for layer, _ in self.heads), self.key_rules, strict=True))
+        words = rules_text(layers, [rule_of[layer] for layer in layers])
+        if self.off_row_sink == "as_key":
+            words += "; off-row sink counted as an extra sink key"
+        return words
 
     @property
     def source(self) -> str:
@@ -294,14 +322,13 @@ def _trimmed(batch: PromptBatch, chosen: tuple[int, ...]) -> tuple[torch.Tensor,
 
 
 def _masks(
-    real: torch.Tensor, causal: bool, sink_positions: tuple[int, ...]
+    real: torch.Tensor, rules: Sequence[KeyRule], sink_positions: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``key_mask [P, N, N]`` and ``sink_mask [P, N]``: the rule of the module docstring
-    (that of :func:`interv.analysis._patterns.rows_from_pattern`)."""
+    """``key_mask [P, K, N, N]`` (one rule per shown head) and ``sink_mask [P, N]``: the
+    rule of the module docstring (that of :func:`interv.analysis._patterns.rows_from_pattern`)."""
     n = real.shape[1]
-    key_mask = real[:, None, :] & real[:, :, None]
-    if causal:
-        key_mask = key_mask & torch.ones(n, n, dtype=torch.bool).tril()
+    masks = {rule: rule.admitted(real) & real[:, :, None] for rule in set(rules)}
+    key_mask = torch.stack([masks[rule] for rule in rules], dim=1)
     first_real = real.to(torch.int64).argmax(dim=1)
     relative = torch.arange(n)[None, :] - first_real[:, None]
     sink_mask = torch.zeros_like(real)
@@ -318,6 +345,7 @@ def attention_view(
     attention_mask: torch.Tensor | None = None,
     prompt_indices: Sequence[int] | None = None,
     sink: int | Sequence[int] = 0,
+    off_row_sink: str | None = None,
 ) -> AttentionView:
     """Run ``model`` once and keep the chosen heads' patterns with every row's numbers.
 
@@ -330,6 +358,9 @@ def attention_view(
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
         prompt_indices: the prompts of the batch to show (default: all).
         sink: sink position(s), counted from each prompt's first real token.
+        off_row_sink: None (default) refuses a model whose rows sum to less than 1 (an
+            off-row learned sink, gpt-oss); ``"as_key"`` counts the deficit as one more
+            sink key in the numbers.
 
     Returns:
         An :class:`AttentionView`.
@@ -340,7 +371,11 @@ def attention_view(
     """
     cfg = model.cfg
     name = str(getattr(cfg, "model_name", "unknown"))
+    arch = architecture_of(model)
+    check_off_row_sink(arch, off_row_sink)
     chosen_heads = parse_heads(heads, cfg)
+    for layer, _ in chosen_heads:
+        arch.layer(layer)  # a layer without attention rows is refused in one line
     sink_positions = as_positions(
         sink, "sink", allow_empty=False, meaning="counted from each prompt's first real token"
     )
@@ -358,10 +393,16 @@ def attention_view(
             f"{cells:,} pattern cells; a view holds at most {MAX_CELLS:,}: choose fewer heads "
             "or prompts (prompt_indices=...)"
         )
-    causal = getattr(cfg, "attention_dir", "causal") != "bidirectional"
+    rules = tuple(arch.key_rule(layer) for layer, _ in chosen_heads)
     pattern = _patterns(model, tokens, real, chosen_heads)
-    key_mask, sink_mask = _masks(real, causal, sink_positions)
-    metrics = _row_metrics(pattern, key_mask, sink_mask)
+    key_mask, sink_mask = _masks(real, rules, sink_positions)
+    at_real = real[:, None, :, None]
+    for k, (layer, _) in enumerate(chosen_heads):
+        check_admitted(torch.where(at_real, pattern[:, k : k + 1], 0), key_mask[:, k], layer=layer)
+    deficit = tuple(
+        off_row_sink == "as_key" and arch.layer(layer).off_row_sink for layer, _ in chosen_heads
+    )
+    metrics = _row_metrics(pattern, key_mask, sink_mask, deficit)
     task = prompts_or_tokens if isinstance(prompts_or_tokens, TokenizedPairs) else None
     return AttentionView(
         pattern=pattern,
@@ -370,7 +411,7 @@ def attention_view(
         sink_mask=sink_mask,
         token_ids=tokens,
         tokens=tuple(_token_texts(model, row) for row in tokens),
-        n_available=key_mask.sum(dim=-1),
+        n_available=key_mask.sum(dim=-1) + torch.tensor(deficit)[None, :, None] * real[:, None],
         **metrics,
         heads=chosen_heads,
         kv_heads=tuple(kv_head_of(cfg, head) for _, head in chosen_heads),
@@ -381,8 +422,15 @@ def attention_view(
         prompt_lengths=tuple(int(batch.lengths[i]) for i in chosen),
         model_name=name,
         n_ctx=n_ctx,
-        causal=causal,
+        causal=not arch.encoder,
         sink_positions=sink_positions,
+        provenance=Provenance.of(model, task)
+        if task is not None
+        else Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
         task_name=None if task is None else task.name,
         n_task_prompts=None if task is None else task.n_pairs,
         task_positions=None if task is None else task.n_positions,
@@ -390,6 +438,8 @@ def attention_view(
         if task is None
         else tuple(int(p) for p in task.answer_positions.tolist()),
         padding_side=None if task is None else task.padding_side,
+        key_rules=rules,
+        off_row_sink=off_row_sink if any(deficit) else None,
     )
 
 
@@ -421,21 +471,24 @@ def _patterns(
 
 
 def _row_metrics(
-    pattern: torch.Tensor, key_mask: torch.Tensor, sink_mask: torch.Tensor
+    pattern: torch.Tensor,
+    key_mask: torch.Tensor,
+    sink_mask: torch.Tensor,
+    deficit: tuple[bool, ...],
 ) -> dict[str, torch.Tensor]:
     """The :data:`ROW_METRICS` of every row, one (prompt, head) at a time (float64 memory
-    stays a few copies of one ``[N, N]`` pattern)."""
+    stays a few copies of one ``[N, N]`` pattern); ``deficit[k]``: head ``k``'s rows may sum
+    to less than 1, the rest counted as one more sink key."""
     n_prompts, n_heads, n_positions, _ = pattern.shape
     out = {
         name: torch.full((n_prompts, n_heads, n_positions), torch.nan, dtype=torch.float64)
         for name in ROW_METRICS
     }
     for p in range(n_prompts):
-        mask = key_mask[p]
-        # a query uses only the sink keys it can see
-        sink = sink_mask[p][None, :] & mask
         for k in range(n_heads):
-            split = sink_split(pattern[p, k], sink=sink, key_mask=mask)
+            mask = key_mask[p, k]
+            sink = sink_mask[p][None, :] & mask  # a query uses only the sink keys it can see
+            split = sink_split(pattern[p, k], sink=sink, key_mask=mask, allow_deficit=deficit[k])
             for name in ROW_METRICS:
                 out[name][p, k] = getattr(split, name)
     return out

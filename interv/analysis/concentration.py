@@ -37,6 +37,11 @@ real keys summing to less than 1. Refused by default; ``off_row_sink="as_key"`` 
 deficit ``1 - sum(a)`` as one extra sink key with its own mass (in ``n``, the entropy and the
 sink mass; no value vector, so no contribution).
 
+Gated heads (Qwen3-Next, Qwen3.5): the head's output is ``sigmoid(g_t) * (a . V)`` before
+``W_O``, so key ``i``'s contribution is ``a_i ||(sigmoid(g_t) * v_i) W_O^h||`` and both
+value-aware numbers use it (:mod:`interv.analysis._gates`; the gate is read at site ``gate``,
+after the pattern, so such a layer's rows are reduced there); the scope says so.
+
 >>> heads = concentration(model, ["The cat sat on the mat"])
 >>> heads.per_head("normalized_entropy")          # [layer, head_index]
 >>> heads.mask_rule                               # the rule each layer applied, in words
@@ -56,6 +61,7 @@ from interv._checks import as_positions
 from interv._display import Display, number
 from interv._pandas import require_pandas
 from interv._progress import Progress, check_progress, counting
+from interv.analysis._gates import gate_factors, gated_value_norms
 from interv.analysis._inputs import PromptBatch, prompt_batch
 from interv.engine.architecture import (
     Architecture,
@@ -63,12 +69,14 @@ from interv.engine.architecture import (
     architecture_of,
     check_admitted,
     check_off_row_sink,
+    layer_list,
 )
 from interv.engine.forward import Prompts, choose_attention, forward, model_device
 from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
 from interv.metrics._rows import sum_tolerance
+from interv.provenance import Provenance
 from interv.tasks.tokenized import prompts_fingerprint
 
 if TYPE_CHECKING:
@@ -138,11 +146,13 @@ class HeadConcentration:
         model_name: name of the model (scope).
         prompt_lengths: number of real tokens of each prompt (scope).
         unit: entropy unit, ``"nats"``.
-        prompts_fingerprint: the fingerprint of the prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known.
+        provenance: the model (name, weights, dtype) and the prompts' fingerprint
+            (:class:`~interv.provenance.Provenance`); joins with other results compare it.
         mask_rule: the key rule of every layer in words (which keys each layer admits).
         off_row_sink: None, or ``"as_key"`` when an off-row sink's deficit was counted as
             an extra sink key.
+        gated_layers: layers whose heads gate their output: there the contributions are
+            ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``, the gate included.
         attention: how the rows were obtained, in words (:data:`ATTENTION_PATHS`).
     """
 
@@ -159,11 +169,12 @@ class HeadConcentration:
     sink_positions: tuple[int, ...]
     model_name: str
     prompt_lengths: tuple[int, ...]
+    provenance: Provenance
     unit: str = "nats"
     sink_convention: str = SINK_CONVENTION
     mask_rule: str = MASK_RULE
-    prompts_fingerprint: str = ""
     off_row_sink: str | None = None
+    gated_layers: tuple[int, ...] = ()
     attention: str = "pattern"
 
     @property
@@ -232,7 +243,7 @@ class HeadConcentration:
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; {len(self.query_positions)} query positions; sink positions "
             f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
-            f"rows: {self.attention}; entropy unit {self.unit}"
+            f"rows: {self.attention}; entropy unit {self.unit}{_gated_text(self.gated_layers)}"
         )
 
     def display(self, max_rows: int = 12) -> Display:
@@ -417,13 +428,16 @@ def concentration(
             for layer in range(n_layers):
                 hooks.append((Site("v", layer), reducer.value_hook(layer)))
                 hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+                if layer in reducer.gated_layers:  # the rows are reduced once the gate is known
+                    hooks.append((Site("gate", layer), reducer.gate_hook(layer)))
             # the rest of the forward (last block's output, unembedding) is not needed
+            last = "gate" if n_layers - 1 in reducer.gated_layers else "pattern"
             forward(
                 model,
                 prompts,
                 hooks=hooks,
                 readout=None,
-                stop_after=Site("pattern", n_layers - 1),
+                stop_after=Site(last, n_layers - 1),
                 attention="pattern",
             )
     return HeadConcentration(
@@ -434,11 +448,26 @@ def concentration(
         sink_positions=sink_positions,
         model_name=str(getattr(model.cfg, "model_name", "unknown")),
         prompt_lengths=tuple(int(n) for n in batch.lengths),
-        prompts_fingerprint=prompts_fingerprint(batch.tokens, batch.real),
+        provenance=Provenance.of(
+            model,
+            prompts=prompts_fingerprint(batch.tokens, batch.real),
+            n_prompts=int(batch.tokens.shape[0]),
+        ),
         mask_rule=arch.mask_rule
         + ("; off-row sink counted as an extra sink key" if reducer.as_key_layers else ""),
         off_row_sink=off_row_sink,
         attention=ATTENTION_PATHS[mode],
+        gated_layers=tuple(sorted(reducer.gated_layers)),
+    )
+
+
+def _gated_text(layers: tuple[int, ...]) -> str:
+    """What the scope says of gated heads ("" without any)."""
+    if not layers:
+        return ""
+    return (
+        f"; gated heads (layers {layer_list(layers)}): contributions a_i ||(sigmoid(g_t) * v_i) "
+        "W_O|| include each head's output gate"
     )
 
 
@@ -520,6 +549,12 @@ class _Reducer:
             n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64, device=device
         )
         self._value_norms: torch.Tensor | None = None
+        self.gated_layers = frozenset(
+            layer for layer in arch.attention_layers if arch.layer(layer).output_gate
+        )
+        self._gated_values: tuple[torch.Tensor, torch.Tensor] | None = None  # values, Gram
+        self._gates: torch.Tensor | None = None  # [batch, pos, head, d_head] factors
+        self._pending: torch.Tensor | None = None  # a gated layer's pattern, until its gate
         self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
         # the last key a causal chunk can see, read once here rather than per chunk
         self._chunk_last = [
@@ -546,6 +581,8 @@ class _Reducer:
         gram = w_out @ w_out.transpose(-1, -2)  # [head_index, d_head, d_head]
         per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
         squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
+        if layer in self.gated_layers:
+            self._gated_values = (per_head_values, gram)
         return squared.clamp(min=0).sqrt()
 
     # -- rows recomputed without the pattern (attention="rows")
@@ -580,6 +617,9 @@ class _Reducer:
         rule = self._rules[layer]
         available = admits_keys(rule, self._real, self.sink_keys)  # [batch, pos, sink]
         n_sink = available.gather(1, query[..., None].expand(-1, -1, n_sinks)).sum(dim=-1)
+        sink_norms = self._value_norms.gather(
+            -1, self.sink_keys.clamp(min=0)[:, None, :].expand(-1, n_heads, -1)
+        )  # [batch, head, sink]: ||v W_O|| of the sink keys
         sums = (
             take(stats.entropy),
             take(stats.mass),
@@ -587,6 +627,7 @@ class _Reducer:
             take(stats.rest),
             take(stats.rest_entropy),
             take(stats.weighted[..., 0]),
+            (sink_rows * sink_norms.to(torch.float64)[:, :, None, :]).sum(dim=-1),
         )
         self._store(layer, 0, query.shape[1], sums, stats.n.gather(1, query), n_sink[:, None])
         self._value_norms = None
@@ -601,6 +642,9 @@ class _Reducer:
                     "model's attention order is not supported by interv.concentration"
                 )
             pattern = pattern.detach()
+            if layer in self.gated_layers and self._gates is None:
+                self._pending = pattern  # reduced by gate_hook, once the gate is known
+                return
             for start, stop, rows, admitted in self._chunks(layer, pattern):
                 self._reduce(layer, start, stop, rows, admitted, pattern.dtype)
             # one host read per layer: did any chunk fail its checks? then say where
@@ -609,6 +653,25 @@ class _Reducer:
                     self._check(layer, rows, admitted, start, pattern.dtype, explain=True)
             self._bad.clear()
             self._value_norms = None
+
+        return hook
+
+    def gate_hook(self, layer: int) -> Any:
+        """Hook on the gate logits of a gated ``layer``: reduces the layer's pattern with
+        the gated contributions ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``."""
+
+        def hook(gate: torch.Tensor, hook: Any) -> None:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                raise IntervError(
+                    f"the pattern of layer {layer} did not reach a hook before its gate; this "
+                    "model's attention order is not supported by interv.concentration"
+                )
+            self._gates = gate_factors(gate, self._model.cfg.n_heads)
+            try:
+                self.pattern_hook(layer)(pending, hook=hook)
+            finally:
+                self._gates = self._gated_values = None
 
         return hook
 
@@ -682,10 +745,21 @@ class _Reducer:
         content = (admitted & ~is_sink[:, None, :])[:, None].to(rows.dtype)
         content_mass = (rows * content).sum(dim=-1, dtype=f64)
         content_entropy = -(plogp * content).sum(dim=-1, dtype=f64)
-        norms = self._value_norms[:, :, :n_keys]  # [batch, head, key]
-        total = torch.einsum("bhqk,bhk->bhq", rows, norms.to(rows.dtype)).to(f64)
+        if self._gates is None:
+            norms = self._value_norms[:, :, :n_keys]  # [batch, head, key]
+            total = torch.einsum("bhqk,bhk->bhq", rows, norms.to(rows.dtype)).to(f64)
+            at_sinks = self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
+            from_sink = (sink_rows * at_sinks).sum(dim=-1)
+        else:  # gated heads: each key's norm depends on the query's gate too
+            values, gram = self._gated_values
+            query_abs = self._query_abs[:, start:stop]
+            batch_index = torch.arange(query_abs.shape[0], device=query_abs.device)[:, None]
+            gates = self._gates[batch_index, query_abs]
+            gated = gated_value_norms(gates, values[:, :n_keys], gram)  # [batch, head, q, key]
+            total = (rows.to(f64) * gated).sum(dim=-1)  # [batch, head, query]
+            from_sink = (sink_rows * gated.gather(-1, gather)).sum(dim=-1)
         n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
-        sums = (entropy, mass, sink_rows, content_mass, content_entropy, total)
+        sums = (entropy, mass, sink_rows, content_mass, content_entropy, total, from_sink)
         self._store(layer, start, stop, sums, n, n_sink)
 
     def _store(
@@ -701,14 +775,15 @@ class _Reducer:
         ``-sum a log a`` and mass ``sum a`` over the admitted keys (``[batch, head, query]``),
         the weights at the sink keys (``[batch, head, query, sink]``, 0 where not admitted),
         the content mass ``c = sum a`` and entropy part ``-sum a log a`` over the admitted
-        keys outside the sink set, the contribution ``sum a ||v W_O||``; ``n`` ``[batch,
+        keys outside the sink set, the contribution ``sum a ||v W_O||`` and its part from the
+        sink keys; ``n`` ``[batch,
         query]`` admitted keys and ``n_sink`` ``[batch, 1, query]`` admitted sink keys.
 
         The content numbers come from sums over the content keys, not differences of rows or
         of totals: ``H(q) = log c - (sum_content a log a) / c``.
         """
         f64 = torch.float64
-        entropy, mass, sink_rows, content_mass, content_part, total = sums
+        entropy, mass, sink_rows, content_mass, content_part, total, from_sink = sums
         real = self._real_query[:, start:stop]
         if layer not in self.as_key_layers:
             # re-closed in float64, as interv.metrics does: each weight divided by the row's
@@ -718,6 +793,7 @@ class _Reducer:
             entropy = entropy / safe + torch.log(safe)
             sink_rows = sink_rows / safe[..., None]
             total = total / safe
+            from_sink = from_sink / safe
         sink_mass = sink_rows.sum(dim=-1)
         if layer in self.as_key_layers:  # the deficit is one more sink key
             deficit = (1.0 - mass).clamp(min=0)
@@ -734,13 +810,6 @@ class _Reducer:
         n = torch.where(real, n, 0)
         log_n = n[:, None].to(f64).clamp(min=1).log()  # [batch, 1, query]
         n_content = (n[:, None] - n_sink).to(f64)
-        at_sinks = self._value_norms.gather(
-            -1,
-            self._sink_abs.clamp(max=self._value_norms.shape[-1] - 1)[:, None, :].expand(
-                -1, self._value_norms.shape[1], -1
-            ),
-        )  # [batch, head, sink]: ||v W_O|| of the sink keys
-        from_sink = (sink_rows * at_sinks.to(f64)[:, :, None, :]).sum(dim=-1)
         values = {
             "entropy": entropy,
             "normalized_entropy": torch.where(log_n > 0, entropy / log_n, torch.nan),

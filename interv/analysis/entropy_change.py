@@ -43,6 +43,7 @@ from interv.analysis._patterns import (
 from interv.errors import IntervError
 from interv.metrics._rows import check_unit
 from interv.metrics.sink import entropy_change, mean_entropy_change, sink_split
+from interv.provenance import compares, join
 from interv.stats import bootstrap_indices, percentile_interval
 
 __all__ = [
@@ -227,6 +228,11 @@ class EntropyAttribution:
         return records
 
 
+CONDITIONS = ("model", "revision", "prompts", "n_prompts")
+"""What two conditions of an entropy change may differ in (checkpoints, models, context
+lengths); their dtype must agree."""
+
+
 def _mean_sink_mass(
     heads: torch.Tensor, sink: torch.Tensor, key_mask: torch.Tensor, included: torch.Tensor | None
 ) -> torch.Tensor:
@@ -248,6 +254,7 @@ def _paired(before: AttentionRows, after: AttentionRows) -> bool:
     )
 
 
+@compares(*CONDITIONS)
 def entropy_change_attribution(
     before: AttentionRows,
     after: AttentionRows,
@@ -272,6 +279,12 @@ def entropy_change_attribution(
         An :class:`EntropyAttribution` with ``total == sink_part + content_part``.
     """
     check_unit(unit)
+    join(
+        before,
+        after,
+        what=(f"the {before_label} rows", f"the {after_label} rows"),
+        across=CONDITIONS,
+    )
     if before.pattern.shape[1:3] != after.pattern.shape[1:3]:
         raise IntervError(
             "both conditions need the same layers and heads to attribute per head; got "
@@ -289,8 +302,8 @@ def entropy_change_attribution(
     splits = []
     for rows in (before, after):
         heads = rows.flat_heads()[:, rows.included]  # [head, row, key]
-        sink = rows.sink_mask[:, None, :].expand_as(rows.key_mask)[rows.included]
-        key_mask = rows.key_mask[rows.included]
+        key_mask = rows.flat_key_mask()[:, rows.included]  # [head, row, key]: each layer's
+        sink = rows.sink_mask[:, None, :].expand_as(rows.any_key_mask)[rows.included]
         splits.append((heads, sink, key_mask))
     paired = _paired(before, after)
     if paired:
@@ -310,7 +323,7 @@ def entropy_change_attribution(
         totals, sinks, contents = [], [], []
         for head in range(n_layers * n_heads):
             head_splits = [
-                sink_split(heads[head], sink=sink, key_mask=key_mask, unit=unit)
+                sink_split(heads[head], sink=sink, key_mask=key_mask[head], unit=unit)
                 for heads, sink, key_mask in splits
             ]
             change = mean_entropy_change(*head_splits)

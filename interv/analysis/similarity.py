@@ -49,7 +49,8 @@ from interv.analysis._patterns import QUERY_RULE, AttentionRows, prompt_mean_wei
 from interv.errors import IntervError
 from interv.metrics.compare import CONVENTIONS, MEASURES, compare_rows
 from interv.metrics.compositional import aitchison_split
-from interv.stats import MIN_ITEMS, TOO_FEW
+from interv.provenance import Provenance
+from interv.stats import TOO_FEW, percentile_interval
 
 if TYPE_CHECKING:
     import pandas
@@ -142,6 +143,7 @@ class HeadSimilarity:
             over heads, per convention (``{"keep_sink": .., "drop_sink": ..}``).
         sink_positions: sink set, counted from each prompt's first real token.
         mask_rule: the key mask in words.
+        provenance: the rows' (:class:`~interv.provenance.Provenance`).
     """
 
     per_prompt: torch.Tensor
@@ -160,6 +162,7 @@ class HeadSimilarity:
     n_zeros_replaced: dict[str, int]
     sink_positions: tuple[int, ...]
     mask_rule: str
+    provenance: Provenance
     query_rule: str = QUERY_RULE
     aggregation: str = "mean over prompts of each prompt's mean over its included query rows"
 
@@ -326,20 +329,15 @@ def _flip_rate(
     n_flips, n_ties = (int(count) for count in _verdict_flips(keep, drop, tie_atol))
     decided = len(triples) - n_ties
     rate = n_flips / decided if decided else float("nan")
-    low = high = float("nan")
-    if n_prompts >= MIN_ITEMS:  # fewer: no interval (interv.stats.TOO_FEW)
-        draws = torch.randint(n_prompts, (n_resamples, n_prompts), generator=generator)
-        weights = torch.nn.functional.one_hot(draws, n_prompts).sum(dim=1) / n_prompts
-        rates = []
-        for chunk in weights.to(torch.float64).split(_RESAMPLES_PER_CHUNK):
-            keep, drop = torch.einsum("rp,cpt->crt", chunk, differences)
-            flips, ties = _verdict_flips(keep, drop, tie_atol)
-            rates.append(flips.double() / (len(triples) - ties))  # NaN: every triple tied
-        tail = (1 - confidence) / 2
-        quantiles = torch.cat(rates).nanquantile(
-            torch.tensor([tail, 1 - tail], dtype=torch.float64)
-        )
-        low, high = float(quantiles[0]), float(quantiles[1])
+    draws = torch.randint(n_prompts, (n_resamples, n_prompts), generator=generator)
+    weights = torch.nn.functional.one_hot(draws, n_prompts).sum(dim=1) / n_prompts
+    rates = []
+    for chunk in weights.to(torch.float64).split(_RESAMPLES_PER_CHUNK):
+        keep, drop = torch.einsum("rp,cpt->crt", chunk, differences)
+        flips, ties = _verdict_flips(keep, drop, tie_atol)
+        rates.append(flips.double() / (len(triples) - ties))  # NaN: every triple tied
+    # n/a below the statistics' own minimum of prompts (interv.stats.too_few)
+    low, high = percentile_interval(torch.cat(rates), confidence, n_items=n_prompts)
     return FlipRate(
         measure=measure,
         rate=rate,
@@ -430,8 +428,17 @@ def head_similarity(
     n_heads = heads.shape[0]
     if n_heads < 3:
         raise IntervError(f"head similarity needs at least 3 heads for triples; got {n_heads}")
-    sink = rows.sink_mask[:, None, :].expand_as(rows.key_mask)  # [batch, query, key]
-    content_keys = rows.key_mask & ~sink
+    # keys available at some held layer: every head's mass lies inside, so cosine and JS over
+    # them equal the distance over each pair's own keys (keys where both rows are 0 add 0)
+    key_mask = rows.any_key_mask  # [batch, query, key]
+    if "aitchison" in chosen and not rows.shared_rule:
+        raise IntervError(
+            f"measure 'aitchison' compares log-ratios over one set of keys, but the held layers "
+            f"admit different keys ({rows.mask_rule}); choose measures ('cosine', 'js') or "
+            "hold layers of one rule with attention_rows(..., layers=...)"
+        )
+    sink = rows.sink_mask[:, None, :].expand_as(key_mask)  # [batch, query, key]
+    content_keys = key_mask & ~sink
     content_mass = torch.where(content_keys, heads, 0.0).sum(dim=-1)  # [head, batch, query]
     has_content = (content_mass > 0).all(dim=0)
     used = rows.included & has_content  # [batch, query]
@@ -448,7 +455,7 @@ def head_similarity(
             f"{[rows.prompt_lengths[i] for i in empty_prompts]}); lengthen or drop them"
         )
     row_weights = prompt_mean_weights(used)  # [row, prompt]
-    x_rows, key_mask, sink_rows = heads[:, used], rows.key_mask[used], sink[used]
+    x_rows, key_mask, sink_rows = heads[:, used], key_mask[used], sink[used]
     zeros = (x_rows == 0) & key_mask
     n_zeros = {
         "keep_sink": int(zeros.sum()),
@@ -523,4 +530,5 @@ def head_similarity(
         n_zeros_replaced=n_zeros,
         sink_positions=rows.sink_positions,
         mask_rule=rows.mask_rule,
+        provenance=rows.provenance,
     )

@@ -26,8 +26,9 @@ import torch
 
 from interv._checks import as_int
 from interv.analysis._inputs import prompt_batch
+from interv.engine.architecture import architecture_of, check_off_row_sink
 from interv.engine.forward import Prompts, choose_attention, forward
-from interv.engine.rows import RowRequest, RowStats
+from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.metrics.sink_heads import GU_EPS, check_eps, sink_scores
@@ -61,6 +62,8 @@ class SinkProfile:
         inputs: what the prompts are (e.g. "32 random-token prompts"), for the scope.
         prompt_lengths: real tokens per prompt.
         causal: whether the causal mask applied (False for a bidirectional encoder).
+        mask_rule: the keys each layer admits, in words (the queries that "see" the key
+            are those whose layer admits it: a sliding window shortens the list).
     """
 
     scores: torch.Tensor
@@ -72,6 +75,7 @@ class SinkProfile:
     inputs: str
     prompt_lengths: tuple[int, ...]
     causal: bool = True
+    mask_rule: str = ""
 
     @property
     def n_prompts(self) -> int:
@@ -140,7 +144,9 @@ class SinkProfile:
     def scope(self) -> str:
         """Model, inputs, lengths, key, threshold, mask rule and unit."""
         lengths = sorted(self.prompt_lengths)
-        mask = "causal AND padding" if self.causal else "bidirectional: padding only"
+        mask = self.mask_rule or (
+            "causal AND padding" if self.causal else "bidirectional: padding only"
+        )
         return (
             f"model {self.model_name}; {self.inputs}: {self.n_prompts} prompts of "
             f"{lengths[0]}..{lengths[-1]} tokens; sink score of key position {self.key} "
@@ -158,13 +164,14 @@ def sink_profile(
     key: int = 0,
     eps: float = GU_EPS,
     inputs: str | None = None,
+    off_row_sink: str | None = None,
     attention: str = "auto",
 ) -> SinkProfile:
     """Sink scores of every head for one key position, and that key's key and value norms.
 
     Args:
-        model: a transformer-lens ``TransformerBridge``; ``model.cfg.attention_dir ==
-            "bidirectional"`` turns the causal mask off.
+        model: a transformer-lens ``TransformerBridge``; each layer's key mask is the one
+            the model applies (:func:`~interv.engine.architecture.architecture_of`).
         prompts_or_tokens: strings (BOS prepended, right-padded), a ``[batch, pos]`` int
             token tensor (e.g. :func:`random_tokens`) or a :class:`~interv.TokenizedPairs`.
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
@@ -172,17 +179,23 @@ def sink_profile(
             inside the shortest prompt, which needs another real token.
         eps: the threshold of the rate, in (0, 1) (default 0.3, Gu et al.'s).
         inputs: how the prompts are named in the scope (default: "N prompts").
+        off_row_sink: None (default) refuses rows that sum to less than 1 (gpt-oss's
+            off-row sink); ``"as_key"`` accepts them (a key's score is still the mean
+            weight on it; the deficit is a sink of its own, not key ``key``).
         attention: ``"pattern"`` reads each layer's pattern; ``"rows"`` computes the weights
             on the key from the queries and keys without any pattern (memory linear in the
             prompt length, :mod:`interv.engine.rows`); ``"auto"`` (default) the latter from
             :data:`~interv.engine.rows.LONG_CONTEXT` positions on where the family allows it.
-            Both count the queries that see the key the same way (below).
+            Both count the queries that see the key the same way (the layer's own mask).
 
     Returns:
         A :class:`SinkProfile`.
     """
     eps = check_eps(eps)
     key = as_int(key, "key", minimum=0)
+    arch = architecture_of(model)
+    arch.require("attention_rows", hint="sink_profile needs rows at every layer")
+    check_off_row_sink(arch, off_row_sink)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     shortest = int(batch.lengths.min())
     if key >= shortest - 1:
@@ -191,7 +204,7 @@ def sink_profile(
             f"real tokens, and a key's norm ratio needs another token (valid keys "
             f"0..{shortest - 2})"
         )
-    causal = getattr(model.cfg, "attention_dir", "causal") != "bidirectional"
+    causal = not arch.encoder
     n_layers = model.cfg.n_layers
     real = batch.real
     key_abs = batch.first_real + key  # [batch]
@@ -211,39 +224,28 @@ def sink_profile(
 
         return hook
 
-    def pattern_hook(activation: torch.Tensor, hook: Any) -> None:
-        pattern = activation.detach()  # [batch, head, query, key], on the model's device
-        key_mask = (real[:, None, None, :] & real[:, None, :, None]).to(pattern.device)
-        if bool((key_abs == key_abs[0]).all()):  # the same key in every prompt: one call
-            found = sink_scores(pattern, int(key_abs[0]), key_mask=key_mask, causal=causal)
-            scores.append(found.cpu())
-            return
-        per_prompt = [
-            sink_scores(
-                pattern[b : b + 1], int(key_abs[b]), key_mask=key_mask[b : b + 1], causal=causal
-            )[0]
-            for b in range(pattern.shape[0])
-        ]
-        scores.append(torch.stack(per_prompt).cpu())  # [batch, head]
-
-    def rows_hook(layer: int, stats: RowStats) -> None:
-        # the weight on the key, re-closed as sink_scores does, averaged over the queries
-        # that see it (causal: the real queries at or after it; else every real query)
-        device = stats.at_keys.device
-        weight = stats.at_keys[..., 0] / torch.where(stats.mass > 0, stats.mass, 1.0)
-        sees = real.to(device)
-        if causal:
-            positions = torch.arange(real.shape[1], device=device)
-            sees = sees & (positions[None, :] >= key_abs.to(device)[:, None])
-        count = sees.sum(dim=-1, keepdim=True).to(torch.float64)  # [batch, 1]
-        total = (weight * sees[:, None, :]).sum(dim=-1)
-        scores.append(torch.where(count > 0, total / count.clamp(min=1), torch.nan).cpu())
-
+    deficit = off_row_sink == "as_key"
+    prompts = Prompts(batch.tokens, real)
+    mode = choose_attention(model, prompts, attention)
     hooks = []
     for layer in range(n_layers):
         hooks += [(Site("k", layer), norm_hook("k")), (Site("v", layer), norm_hook("v"))]
-    prompts = Prompts(batch.tokens, real)
-    if choose_attention(model, prompts, attention) == "rows":
+    if mode == "rows":
+
+        def rows_hook(layer: int, stats: RowStats) -> None:
+            # the weight on the key (re-closed as sink_scores does, unless the row's deficit
+            # is a sink of its own), averaged over the real queries the layer lets see it
+            device = stats.at_keys.device
+            weight = stats.at_keys[..., 0]
+            if not deficit:
+                weight = weight / torch.where(stats.mass > 0, stats.mass, 1.0)
+            rule = arch.key_rule(layer)
+            sees = admits_keys(rule, real, key_abs[:, None])[..., 0] & real  # [batch, query]
+            sees = sees.to(device)
+            count = sees.sum(dim=-1, keepdim=True).to(torch.float64)  # [batch, 1]
+            total = (weight * sees[:, None, :]).sum(dim=-1)
+            scores.append(torch.where(count > 0, total / count.clamp(min=1), torch.nan).cpu())
+
         forward(
             model,
             prompts,
@@ -254,7 +256,33 @@ def sink_profile(
             rows=RowRequest(keys=key_abs[:, None], on_layer=rows_hook),
         )
     else:
-        hooks += [(Site("pattern", layer), pattern_hook) for layer in range(n_layers)]
+        admitted = {
+            rule: (rule.admitted(real) & real[:, :, None])[:, None]  # [batch, 1, query, key]
+            for rule in set(arch.key_rules)
+        }
+
+        def pattern_hook(layer: int) -> Any:
+            key_mask = admitted[arch.key_rule(layer)]
+            options = {"causal": causal, "allow_deficit": deficit}
+
+            def hook(activation: torch.Tensor, hook: Any) -> None:
+                pattern = activation.detach()  # [batch, head, query, key], on the device
+                mask = key_mask.to(pattern.device)
+                if bool((key_abs == key_abs[0]).all()):  # the same key everywhere: one call
+                    found = sink_scores(pattern, int(key_abs[0]), key_mask=mask, **options)
+                    scores.append(found.cpu())
+                    return
+                per_prompt = [
+                    sink_scores(
+                        pattern[b : b + 1], int(key_abs[b]), key_mask=mask[b : b + 1], **options
+                    )[0]
+                    for b in range(pattern.shape[0])
+                ]
+                scores.append(torch.stack(per_prompt).cpu())  # [batch, head]
+
+            return hook
+
+        hooks += [(Site("pattern", layer), pattern_hook(layer)) for layer in range(n_layers)]
         forward(
             model,
             prompts,
@@ -273,6 +301,7 @@ def sink_profile(
         inputs=inputs or f"{batch.tokens.shape[0]} prompts",
         prompt_lengths=tuple(int(n) for n in batch.lengths),
         causal=causal,
+        mask_rule=arch.mask_rule,
     )
 
 

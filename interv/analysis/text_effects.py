@@ -166,16 +166,17 @@ def text_loss(
             f"tokens predict next tokens at query positions 0..{chunk_len - 2}"
         )
     as_int(max_batch_size, "max_batch_size", minimum=1)
-    if isinstance(interventions, Intervention):
-        interventions = (interventions,)
-    checked = tuple(interventions)
-    for intervention in checked:
+    given = (interventions,) if isinstance(interventions, Intervention) else tuple(interventions)
+    for intervention in given:
         sentence = semantics(intervention)
         if intervention.base_run != "clean":
             raise IntervError(
                 f"a text has one run ('clean'); {sentence!r} modifies the "
                 f"{intervention.base_run!r} run"
             )
+    # each as it applies to this model (a mask edit composed with the model's own window)
+    checked = tuple(intervention.for_model(model) for intervention in given)
+    for intervention in checked:
         intervention.check(model.cfg, chunk_len)
     prompts = Prompts.of(tokens)
     targets = tokens[:, first_position + 1 :]

@@ -21,7 +21,14 @@ head's output projection; residual-stream units):
 All three are computed from the weights and the values of one forward; none is an
 intervention, so none measures what a token *does* for the output. Compare them with an
 exact effect, e.g. :class:`~interv.engine.masks.KeyKnockout` of the token in every layer.
-Positions are absolute (padded) positions; ``key_mask`` says which keys each query sees.
+Positions are absolute (padded) positions; ``key_mask`` says which keys each query sees at
+each layer: the mask the layer applies (:func:`interv.engine.architecture.architecture_of`:
+causal or bidirectional, AND padding, AND the family's sliding window or chunk), checked
+against every row. Rows of a model with an off-row learned sink (gpt-oss) sum to less than 1:
+refused unless ``off_row_sink="as_key"`` (the deficit, which writes no value, then stays out
+of the weights and norms: rows sum to less than 1). Gated heads (Qwen3-Next, Qwen3.5) write
+``(sigmoid(g^h_t) * a^h . V^h) W_O^h``: there ``f^h_t(x_j) = (sigmoid(g^h_t) * v^h_j) W_O^h``
+depends on the query's gate too (:mod:`interv.analysis._gates`), and the scope says so.
 """
 
 from __future__ import annotations
@@ -31,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv.analysis._gates import gate_factors
 from interv.analysis._inputs import prompt_batch
+from interv.engine.architecture import (
+    architecture_of,
+    check_admitted,
+    check_off_row_sink,
+    layer_list,
+)
 from interv.engine.forward import Prompts, choose_attention, forward
 from interv.engine.rows import RowChunk, RowRequest
 from interv.engine.sites import Site, kv_head_of
@@ -68,11 +82,16 @@ class TokenAttention:
             weights (fraction of the row).
         norms: ``[batch, layer, query_pos, key_pos]`` float64 ``||sum_h a^h f^h(x_j)||``
             (residual-stream units).
-        key_mask: ``[batch, query_pos, key_pos]`` bool, True = key available to the query
-            (causal AND padding, or padding only for a bidirectional encoder).
+        key_mask: ``[batch, layer, query_pos, key_pos]`` bool, True = key available to the
+            query at that layer (the layer's own mask, :attr:`mask_rule`).
         real: ``[batch, pos]`` bool, True at real tokens.
         model_name: name of the model (scope).
         causal: whether the causal mask applied.
+        mask_rule: the keys each layer admits, in words.
+        off_row_sink: None, or ``"as_key"`` when rows with an off-row sink's deficit were
+            accepted.
+        gated_layers: layers whose heads gate their output: there the norms are
+            ``||sum_h a^h_tj (sigmoid(g^h_t) * v^h_j) W_O^h||``, the gate included.
     """
 
     weights: torch.Tensor
@@ -81,6 +100,9 @@ class TokenAttention:
     real: torch.Tensor
     model_name: str
     causal: bool
+    mask_rule: str = ""
+    off_row_sink: str | None = None
+    gated_layers: tuple[int, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -96,7 +118,7 @@ class TokenAttention:
     def rollout(self, residual: float = 0.5) -> torch.Tensor:
         """``[batch, query, key]`` float64 attention rollout of :attr:`weights` over every
         layer (see :data:`ROLLOUT_CAVEAT`: not a causal effect)."""
-        return attention_rollout(self.weights, residual=residual, key_mask=self.key_mask[:, None])
+        return attention_rollout(self.weights, residual=residual, key_mask=self.key_mask)
 
     def shares_on(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each prompt's mean share, over its real query rows, of the row on ``keys``.
@@ -118,7 +140,7 @@ class TokenAttention:
         chosen = keys[:, None, None, :].to(torch.float64)
         weight = (self.weights * chosen).sum(dim=-1)  # [batch, layer, query]
         norm = (self.norm_shares() * chosen).sum(dim=-1)
-        queries = (self.real & self.key_mask.any(dim=-1)).to(torch.float64)[:, None, :]
+        queries = (self.real[:, None] & self.key_mask.any(dim=-1)).to(torch.float64)
         count = queries.sum(dim=-1)
         return (weight * queries).sum(dim=-1) / count, (norm * queries).sum(dim=-1) / count
 
@@ -131,11 +153,19 @@ class TokenAttention:
     def scope(self) -> str:
         """Model, prompts, mask rule and units."""
         lengths = sorted(int(n) for n in self.real.sum(dim=1))
-        mask = "causal AND padding" if self.causal else "bidirectional: padding only"
+        mask = self.mask_rule or (
+            "causal AND padding" if self.causal else "bidirectional: padding only"
+        )
         return (
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; per layer, weight = head-averaged attention weight (fraction of the "
             f"row), norm = ||sum_h a^h_tj v^h_j W_O^h|| (residual-stream units); mask: {mask}"
+            + (
+                f"; gated heads (layers {layer_list(self.gated_layers)}): norm = ||sum_h a^h_tj "
+                "(sigmoid(g^h_t) * v^h_j) W_O^h||, each head's output gate included"
+                if self.gated_layers
+                else ""
+            )
         )
 
 
@@ -158,6 +188,7 @@ def token_attention(
     prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
     *,
     attention_mask: torch.Tensor | None = None,
+    off_row_sink: str | None = None,
 ) -> TokenAttention:
     """Weight-based and norm-based attention of every layer, from one forward.
 
@@ -166,59 +197,109 @@ def token_attention(
         prompts_or_tokens: strings (BOS prepended, right-padded), a ``[batch, pos]`` int
             token tensor or a :class:`~interv.TokenizedPairs` (its clean prompts).
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+        off_row_sink: None (default) refuses a model whose rows sum to less than 1 (an
+            off-row learned sink, gpt-oss); ``"as_key"`` accepts them.
 
     Returns:
         A :class:`TokenAttention` (memory: two ``[batch, layer, pos, pos]`` float64 arrays).
     """
+    arch = architecture_of(model)
+    arch.require("attention_rows", hint="token_attention needs rows at every layer")
+    check_off_row_sink(arch, off_row_sink)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     cfg = model.cfg
-    causal = getattr(cfg, "attention_dir", "causal") != "bidirectional"
     real = batch.real
     n_pos = real.shape[1]
-    key_mask = real[:, None, :] & real[:, :, None]
-    if causal:
-        key_mask = key_mask & torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
+    masks = {rule: rule.admitted(real) & real[:, :, None] for rule in set(arch.key_rules)}
+    key_mask = torch.stack([masks[rule] for rule in arch.key_rules], dim=1)  # [b, l, q, k]
     heads = [kv_head_of(cfg, h) for h in range(cfg.n_heads)]
     weights: list[torch.Tensor] = []
     norms: list[torch.Tensor] = []
     transformed: dict[int, torch.Tensor] = {}
+    gated = tuple(layer for layer in arch.attention_layers if arch.layer(layer).output_gate)
+    gated_values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # values, W_O
+    gated_patterns: dict[int, torch.Tensor] = {}  # a gated layer's pattern, until its gate
+
+    def value_hook(layer: int) -> Any:
+        if layer not in gated:
+            return _transformed_values(model, layer, heads, transformed)
+
+        def hook(values: torch.Tensor, hook: Any) -> None:  # the pattern waits for the gate
+            w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
+            gated_values[layer] = (values.detach()[:, :, heads], w_out.to(values))
+
+        return hook
+
+    def append_norms(pattern: torch.Tensor, summed_of: Any) -> None:
+        """Append ``||summed_of(chunk, start)||`` ``[batch, query, key]`` over query chunks."""
+        width = pattern.shape[0] * n_pos * cfg.d_model
+        step = max(1, _CHUNK_ELEMENTS // max(1, width))
+        rows = []
+        for start in range(0, n_pos, step):
+            chunk = pattern[:, :, start : start + step]  # [batch, head, q, key]
+            rows.append(summed_of(chunk, start).norm(dim=-1).to(torch.float64).cpu())
+        norms.append(torch.cat(rows, dim=1))
 
     def pattern_hook(layer: int) -> Any:
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             pattern = pattern.detach()  # [batch, head, query, key]
-            f = transformed.pop(layer)  # [batch, head, key, d_model]
+            at_real = real.to(pattern.device)[:, None, :, None]
+            admitted = key_mask[:, layer].to(pattern.device)
+            check_admitted(torch.where(at_real, pattern, 0), admitted, layer=layer)
             weights.append(pattern.to(torch.float64).mean(dim=1).cpu())
-            step = max(1, _CHUNK_ELEMENTS // max(1, pattern.shape[0] * n_pos * f.shape[-1]))
-            rows = []
-            for start in range(0, n_pos, step):
-                chunk = pattern[:, :, start : start + step]  # [batch, head, q, key]
-                summed = torch.einsum("bhqk,bhkm->bqkm", chunk, f.to(chunk))
-                rows.append(summed.norm(dim=-1).to(torch.float64).cpu())
-            norms.append(torch.cat(rows, dim=1))
+            if layer in gated:
+                gated_patterns[layer] = pattern
+                return
+            f = transformed.pop(layer)  # [batch, head, key, d_model]
+            append_norms(
+                pattern, lambda chunk, start: torch.einsum("bhqk,bhkm->bqkm", chunk, f.to(chunk))
+            )
+
+        return hook
+
+    def gate_hook(layer: int) -> Any:
+        def hook(gate: torch.Tensor, hook: Any) -> None:
+            per_head, w_out = gated_values.pop(layer)
+            pattern = gated_patterns.pop(layer)
+            gates = gate_factors(gate, cfg.n_heads)  # [batch, pos, head, d_head]
+
+            def summed_of(chunk: torch.Tensor, start: int) -> torch.Tensor:
+                g = gates[:, start : start + chunk.shape[2]].to(chunk)
+                return torch.einsum(
+                    "bhqk,bqhd,bkhd,hdm->bqkm", chunk, g, per_head.to(chunk), w_out.to(chunk)
+                )
+
+            append_norms(pattern, summed_of)
 
         return hook
 
     hooks = []
     for layer in range(cfg.n_layers):
         hooks += [
-            (Site("v", layer), _transformed_values(model, layer, heads, transformed)),
+            (Site("v", layer), value_hook(layer)),
             (Site("pattern", layer), pattern_hook(layer)),
         ]
+        if layer in gated:
+            hooks.append((Site("gate", layer), gate_hook(layer)))
+    last = cfg.n_layers - 1
     forward(
         model,
         Prompts(batch.tokens, real),
         hooks=hooks,
         readout=None,
-        stop_after=Site("pattern", cfg.n_layers - 1),
+        stop_after=Site("gate" if last in gated else "pattern", last),
     )
-    mask = key_mask[:, None].to(torch.float64)
+    mask = key_mask.to(torch.float64)
     return TokenAttention(
         weights=torch.stack(weights, dim=1) * mask,
         norms=torch.stack(norms, dim=1) * mask,
         key_mask=key_mask,
         real=real,
         model_name=str(getattr(cfg, "model_name", "unknown")),
-        causal=causal,
+        causal=not arch.encoder,
+        mask_rule=arch.mask_rule,
+        off_row_sink=off_row_sink,
+        gated_layers=gated,
     )
 
 
@@ -270,6 +351,7 @@ def key_shares(
     keys: torch.Tensor,
     *,
     attention_mask: torch.Tensor | None = None,
+    off_row_sink: str | None = None,
     attention: str = "auto",
 ) -> KeyShares:
     """Each prompt's mean share of its rows on ``keys``, per layer, by weight and by norm.
@@ -287,11 +369,13 @@ def key_shares(
             :class:`~interv.TokenizedPairs`.
         keys: ``[batch, pos]`` bool, the keys of interest of each prompt (e.g. its BOS).
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+        off_row_sink: as in :func:`token_attention`.
         attention: ``"auto"``, ``"pattern"`` or ``"rows"`` (named in the result).
 
     Returns:
         A :class:`KeyShares`.
     """
+    check_off_row_sink(architecture_of(model), off_row_sink)
     batch = prompt_batch(model, prompts_or_tokens, attention_mask)
     real = batch.real
     if not isinstance(keys, torch.Tensor) or keys.dtype != torch.bool or keys.shape != real.shape:
@@ -304,7 +388,8 @@ def key_shares(
     mode = choose_attention(model, prompts, attention)
     name = str(getattr(model.cfg, "model_name", "unknown"))
     if mode == "pattern":
-        weight, norm = token_attention(model, batch.tokens, attention_mask=real).shares_on(keys)
+        flow = token_attention(model, batch.tokens, attention_mask=real, off_row_sink=off_row_sink)
+        weight, norm = flow.shares_on(keys)
         return KeyShares(weight, norm, keys, real, name, "pattern")
     weight, norm = _key_shares_without_pattern(model, prompts, keys)
     return KeyShares(weight, norm, keys, real, name, "recomputed from queries and keys, no pattern")

@@ -11,6 +11,9 @@
   MIB's faithfulness curve, exact, with bootstrap intervals.
 - :func:`greedy_order` (:mod:`interv.circuits.greedy`): greedy circuits, grown from the
   logits.
+- :func:`mission_link` (:mod:`interv.circuits.mission`): a circuit's heads beside their
+  concentration, and how the two rank.
+- :mod:`interv.circuits.store`: a discovery that resumes after a kill (``discover_in``).
 - :func:`circuit_stability` (:mod:`interv.circuits.stability`): the circuit found again on
   bootstrap resamples of the prompts (Jaccard, per-edge inclusion).
 """
@@ -37,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "cpr": "interv.circuits.curves",
     "cmd": "interv.circuits.curves",
     "greedy_order": "interv.circuits.greedy",
+    "MissionLink": "interv.circuits.mission",
+    "mission_link": "interv.circuits.mission",
     "circuit_stability": "interv.circuits.stability",
     "CircuitStability": "interv.circuits.stability",
 }
@@ -57,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.circuits.discovery import CircuitResult, discover
     from interv.circuits.graph import Edge, Graph, Node
     from interv.circuits.greedy import greedy_order
+    from interv.circuits.mission import MissionLink, mission_link
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores
     from interv.circuits.stability import CircuitStability, circuit_stability

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import require_pandas
+from interv._schema import parse
+from interv.circuits._stored import StoredCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
@@ -57,6 +59,7 @@ from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
+from interv.provenance import Provenance, compares, join
 from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
@@ -71,6 +74,10 @@ COMPLEMENTS: tuple[str, ...] = ("corrupted", "mean")
 """What fills the edges outside a circuit: the corrupted run, or its position-wise mean."""
 
 FORMAT = "interv.faithfulness/1"
+
+_RANKING_MAY_DIFFER = ("prompts", "n_prompts", "pairs", "metric", "direction", "settings")
+"""A circuit may be evaluated on other prompts (found on one split, tested on another) and
+with another metric than the one it was ranked by; the model must be the same."""
 
 
 def _area(fractions: Sequence[float], values: Sequence[float]) -> float:
@@ -127,6 +134,11 @@ class FaithfulnessCurve:
         greedy: whether the circuits were grown greedily from the logits (else top edges).
         sentence: what the numbers are, in one sentence.
         fingerprint: hash of model, prompts and settings.
+        provenance: the model (name, weights, dtype), the prompts and pairs evaluated and
+            the metric (:class:`~interv.provenance.Provenance`).
+        ranking: the provenance of the ranking the circuits came from (a
+            :class:`CircuitResult`'s or :class:`EdgeScores`'), None for a given edge order;
+            a report joins the curve with its circuit through it.
         convention: ``"interv"`` or ``"mib"`` (:mod:`interv.circuits.mib`).
         n_edges_pruned: MIB's convention: the edges left after pruning, per fraction, of
             the circuits by absolute and by signed value (None: nothing pruned).
@@ -148,6 +160,8 @@ class FaithfulnessCurve:
     complement: str
     sentence: str
     fingerprint: str
+    provenance: Provenance
+    ranking: Provenance | None
     greedy: bool = False
     convention: str = "interv"
     n_edges_pruned: tuple[list[int], list[int]] | None = None
@@ -179,43 +193,37 @@ class FaithfulnessCurve:
             "convention": self.convention,
             "n_edges_pruned": None if self.n_edges_pruned is None else list(self.n_edges_pruned),
             "sentence": self.sentence,
+            "provenance": self.provenance.to_dict(),
+            "ranking": None if self.ranking is None else self.ranking.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaithfulnessCurve:
-        """The curve :meth:`to_dict` wrote."""
-        if data.get("format") != FORMAT:
-            raise IntervError(
-                f"not a faithfulness curve: format {data.get('format')!r}, expected {FORMAT!r}"
-            )
-
-        def floats(values: Sequence[float | None]) -> list[float]:
-            return [math.nan if v is None else float(v) for v in values]
-
+        """The curve :meth:`to_dict` wrote, read through its schema
+        (:class:`~interv.circuits._stored.StoredCurve`: a damaged field is named)."""
+        stored = parse(StoredCurve, data, "faithfulness curve")
         return cls(
-            fractions=tuple(float(f) for f in data["fractions"]),
-            n_edges_kept=[int(k) for k in data["n_edges_kept"]],
-            per_prompt=torch.tensor([floats(r) for r in data["per_prompt"]], dtype=torch.float64),
-            mean=floats(data["mean"]),
-            low=floats(data["low"]),
-            high=floats(data["high"]),
-            signed_mean=floats(data["signed_mean"]),
-            m_full=float(data["m_full"]),
-            m_empty=float(data["m_empty"]),
-            cpr=float(data["cpr"]),
-            cmd=float(data["cmd"]),
-            cpr_interval=tuple(floats(data["cpr_interval"])),  # type: ignore[arg-type]
-            cmd_interval=tuple(floats(data["cmd_interval"])),  # type: ignore[arg-type]
-            complement=str(data["complement"]),
-            sentence=str(data["sentence"]),
-            fingerprint=str(data["fingerprint"]),
-            greedy=bool(data.get("greedy", False)),
-            convention=str(data.get("convention", "interv")),
-            n_edges_pruned=(
-                None
-                if data.get("n_edges_pruned") is None
-                else tuple([int(k) for k in row] for row in data["n_edges_pruned"])  # type: ignore[arg-type]
-            ),
+            fractions=tuple(stored.fractions),
+            n_edges_kept=list(stored.n_edges_kept),
+            per_prompt=torch.tensor(stored.per_prompt, dtype=torch.float64),
+            mean=stored.mean,
+            low=stored.low,
+            high=stored.high,
+            signed_mean=stored.signed_mean,
+            m_full=stored.m_full,
+            m_empty=stored.m_empty,
+            cpr=stored.cpr,
+            cmd=stored.cmd,
+            cpr_interval=stored.cpr_interval,
+            cmd_interval=stored.cmd_interval,
+            complement=stored.complement,
+            sentence=stored.sentence,
+            fingerprint=stored.fingerprint,
+            provenance=stored.provenance,
+            ranking=stored.ranking,
+            greedy=stored.greedy,
+            convention=stored.convention,
+            n_edges_pruned=None if stored.n_edges_pruned is None else tuple(stored.n_edges_pruned),  # type: ignore[arg-type]
         )
 
     def to_pandas(self) -> Any:
@@ -303,6 +311,7 @@ def _sizes(fractions: Sequence[float], n_edges: int, convention: str) -> list[in
     return [max(1, round(fraction * n_edges)) for fraction in fractions]
 
 
+@compares(*_RANKING_MAY_DIFFER)
 def faithfulness(
     model: Any,
     task: TokenizedPairs,
@@ -354,6 +363,16 @@ def faithfulness(
     fractions = tuple(fractions)
     graph = Graph.from_model(model)
     sizes = _sizes(fractions, graph.n_edges, convention)
+    provenance = Provenance.of(model, task, metric=target.name)
+    ranked_from = None
+    if isinstance(ranking, CircuitResult | EdgeScores):
+        ranked_from = ranking.provenance
+        join(
+            provenance,
+            ranked_from,
+            what=("the model", "the ranking"),
+            across=_RANKING_MAY_DIFFER,
+        )
     absolute, signed, what = _rankings(ranking, graph)
     if greedy:
         absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
@@ -402,7 +421,7 @@ def faithfulness(
     boot_signed = _boot_ratio(signed_values, empty, full, draws)
     low, high = [], []
     for j in range(n_frac):
-        a, b = percentile_interval(boot_abs[:, j], level)
+        a, b = percentile_interval(boot_abs[:, j], level, n_items=task.n_pairs)
         low.append(a)
         high.append(b)
     boot_cpr = torch.tensor([cpr(fractions, row.tolist()) for row in boot_signed])
@@ -449,8 +468,8 @@ def faithfulness(
         m_empty=float(empty.mean()),
         cpr=cpr(fractions, signed_mean),
         cmd=cmd(fractions, mean),
-        cpr_interval=percentile_interval(boot_cpr, level),
-        cmd_interval=percentile_interval(boot_cmd, level),
+        cpr_interval=percentile_interval(boot_cpr, level, n_items=task.n_pairs),
+        cmd_interval=percentile_interval(boot_cmd, level, n_items=task.n_pairs),
         complement=complement,
         sentence=sentence,
         fingerprint=fingerprint(
@@ -463,6 +482,8 @@ def faithfulness(
             **({"greedy": True} if greedy else {}),
             **({"convention": convention} if convention != "interv" else {}),
         ),
+        provenance=provenance,
+        ranking=ranked_from,
         greedy=greedy,
         convention=convention,
         n_edges_pruned=pruned,

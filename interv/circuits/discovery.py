@@ -30,7 +30,9 @@ import torch
 
 from interv._checks import as_int
 from interv._pandas import require_pandas
+from interv._schema import parse
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
+from interv.circuits._stored import StoredCircuit
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
@@ -38,6 +40,7 @@ from interv.circuits.screens import EdgeScores, edge_scores
 from interv.circuits.stability import CircuitStability, circuit_stability, exact_first
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
+from interv.provenance import Provenance, join
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -71,6 +74,18 @@ class CircuitResult:
     task_name: str
     sentence: str
     stability: CircuitStability | None = None
+
+    @property
+    def provenance(self) -> Provenance:
+        """The screen's provenance (model, prompts and pairs, metric, direction, settings):
+        the exact effects were computed on the same model and prompts (:func:`discover`
+        joins them)."""
+        return self.scores.provenance
+
+    @property
+    def unit(self) -> str:
+        """The metric's unit (of the scores and the exact effects)."""
+        return self.scores.unit
 
     @property
     def status(self) -> tuple[str, ...]:
@@ -171,26 +186,21 @@ class CircuitResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CircuitResult:
-        """The result :meth:`to_dict` wrote."""
-        if data.get("format") != FORMAT:
-            raise IntervError(
-                f"not a circuit result: format {data.get('format')!r}, expected {FORMAT!r}"
-            )
+        """The result :meth:`to_dict` wrote, read through its schema
+        (:class:`~interv.circuits._stored.StoredCircuit`: a damaged field is named)."""
+        stored = parse(StoredCircuit, data, "circuit")
         scores = EdgeScores.from_dict(data["edge_scores"])
-        labels = [e.label for e in scores.graph.edges]
-        if list(data["edges"]) != labels:
-            raise IntervError("the stored edges do not match the stored graph's canonical order")
         return cls(
             graph=scores.graph,
             scores=scores,
             audit=Audit.from_dict(data["audit"]),
-            fingerprint=str(data["fingerprint"]),
-            model_name=str(data["model"]),
-            task_name=str(data["task"]),
-            sentence=str(data["sentence"]),
-            stability=(
-                CircuitStability.from_dict(data["stability"]) if "stability" in data else None
-            ),
+            fingerprint=stored.fingerprint,
+            model_name=stored.model,
+            task_name=stored.task,
+            sentence=stored.sentence,
+            stability=None
+            if stored.stability is None
+            else CircuitStability.from_dict(data["stability"]),
         )
 
     def __repr__(self) -> str:
@@ -279,11 +289,18 @@ def discover(
         scores = edge_scores(
             model, task, method=method, steps=steps, qk_fix=qk_fix, metric=target, progress=progress
         )
-    elif scores.graph.n_edges != graph.n_edges:
+    elif not isinstance(scores, EdgeScores):
         raise IntervError(
-            f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
-            f"{graph.n_edges}"
+            f"scores must be the EdgeScores of an earlier call; got {type(scores).__name__}"
         )
+    else:
+        ours = Provenance.of(model, task, metric=target.name, direction=scores.direction)
+        join(ours, scores, what=("the model and prompts", "the given scores"))
+        if scores.graph.n_edges != graph.n_edges:
+            raise IntervError(
+                f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
+                f"{graph.n_edges}"
+            )
 
     per_prompt: dict[int, torch.Tensor] = {}  # edge -> exact per-prompt effects (stability)
 

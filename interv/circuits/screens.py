@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._pandas import require_pandas
+from interv._schema import parse
+from interv.circuits._stored import StoredScores
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
     capture_run,
@@ -63,6 +65,7 @@ from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -99,6 +102,11 @@ def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
         if tensor is not None:
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def screen_settings(method: str, steps: int, qk_fix: bool) -> dict[str, Any]:
+    """The settings a screen's provenance names: method, gradient runs, QK fix."""
+    return {"method": method, "steps": steps, "qk_fix": qk_fix}
 
 
 def scores_fingerprint(
@@ -152,6 +160,9 @@ class EdgeScores:
         sentence: what the numbers are, in one sentence.
         direction: ``"noise"`` or ``"denoise"``.
         qk_fix: whether AtP*'s QK fix scored the query/key edges.
+        provenance: model (name, weights, dtype), prompts and pairs, metric, direction and
+            the screen's settings (:class:`~interv.provenance.Provenance`).
+        unit: the metric's unit.
     """
 
     graph: Graph
@@ -162,6 +173,8 @@ class EdgeScores:
     metric: str
     fingerprint: str
     sentence: str
+    provenance: Provenance
+    unit: str
     direction: str = "noise"
     qk_fix: bool = False
 
@@ -211,31 +224,31 @@ class EdgeScores:
             "sentence": self.sentence,
             "direction": self.direction,
             "qk_fix": self.qk_fix,
+            "provenance": self.provenance.to_dict(),
+            "unit": self.unit,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EdgeScores:
-        """The scores :meth:`to_dict` wrote."""
-        graph = graph_from_dict(data["graph"])
-        scores = torch.tensor(data["scores"], dtype=torch.float64)
-        if scores.numel() != graph.n_edges:
-            raise IntervError(
-                f"scores hold {scores.numel()} values for a graph of {graph.n_edges} edges"
-            )
-        per_prompt = data.get("per_prompt")
+        """The scores :meth:`to_dict` wrote, read through their schema
+        (:class:`~interv.circuits._stored.StoredScores`: a damaged field is named)."""
+        stored = parse(StoredScores, data, "edge scores")
+        per_prompt = stored.per_prompt
         return cls(
-            graph=graph,
-            scores=scores,
+            graph=stored.graph,
+            scores=torch.tensor(stored.scores, dtype=torch.float64),
             per_prompt=None
             if per_prompt is None
-            else torch.tensor(per_prompt, dtype=torch.float64),
-            method=str(data["method"]),
-            steps=int(data["steps"]),
-            metric=str(data["metric"]),
-            fingerprint=str(data["fingerprint"]),
-            sentence=str(data["sentence"]),
-            direction=str(data.get("direction", "noise")),
-            qk_fix=bool(data.get("qk_fix", False)),
+            else torch.tensor(per_prompt, dtype=torch.float64).reshape(stored.graph.n_edges, -1),
+            method=stored.method,
+            steps=stored.steps,
+            metric=stored.metric,
+            fingerprint=stored.fingerprint,
+            sentence=stored.sentence,
+            provenance=stored.provenance,
+            unit=stored.unit,
+            direction=stored.direction,
+            qk_fix=stored.qk_fix,
         )
 
     def __repr__(self) -> str:
@@ -254,17 +267,6 @@ def graph_dict(graph: Graph) -> dict[str, Any]:
         "has_mlp": graph.has_mlp,
         "model_name": graph.model_name,
     }
-
-
-def graph_from_dict(data: Mapping[str, Any]) -> Graph:
-    """The graph of :func:`graph_dict`."""
-    return Graph(
-        n_layers=int(data["n_layers"]),
-        n_heads=int(data["n_heads"]),
-        n_kv_heads=int(data["n_kv_heads"]),
-        has_mlp=bool(data["has_mlp"]),
-        model_name=str(data["model_name"]),
-    )
 
 
 def _reader_gradients(
@@ -612,6 +614,14 @@ def edge_scores(
         metric=target.name,
         fingerprint=scores_fingerprint(model, task, method, runs, target.name, direction, qk_fix),
         sentence=sentence,
+        provenance=Provenance.of(
+            model,
+            task,
+            metric=target.name,
+            direction=direction,
+            settings=screen_settings(method, runs, qk_fix),
+        ),
+        unit=target.unit,
         direction=direction,
         qk_fix=qk_fix,
     )

@@ -42,10 +42,13 @@ import torch
 
 from interv._checks import as_int
 from interv._pandas import require_pandas
+from interv._schema import parse
+from interv.circuits._stored import StoredStability
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import edge_effects
-from interv.circuits.screens import graph_dict, graph_from_dict, scores_fingerprint
+from interv.circuits.screens import graph_dict
 from interv.errors import IntervError
+from interv.provenance import Provenance, join
 from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
@@ -173,35 +176,32 @@ class CircuitStability:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CircuitStability:
-        """The stability :meth:`to_dict` wrote."""
-        if data.get("format") != FORMAT:
-            raise IntervError(
-                f"not a circuit stability: format {data.get('format')!r}, expected {FORMAT!r}"
-            )
-        graph = graph_from_dict(data["graph"])
-        sizes = tuple(int(s) for s in data["sizes"])
-        inclusion = torch.zeros(len(sizes), graph.n_edges, dtype=torch.float64)
-        for row, held in enumerate(data["inclusion"]):
-            inclusion[row, torch.tensor(held["edges"], dtype=torch.long)] = torch.tensor(
-                held["share"], dtype=torch.float64
+        """The stability :meth:`to_dict` wrote, read through its schema
+        (:class:`~interv.circuits._stored.StoredStability`: a damaged field is named)."""
+        stored = parse(StoredStability, data, "circuit stability")
+        graph = stored.graph
+        inclusion = torch.zeros(len(stored.sizes), graph.n_edges, dtype=torch.float64)
+        for row, held in enumerate(stored.inclusion):
+            inclusion[row, torch.tensor(held.edges, dtype=torch.long)] = torch.tensor(
+                held.share, dtype=torch.float64
             )
         return cls(
             graph=graph,
-            sizes=sizes,
-            circuits=tuple(tuple(int(i) for i in c) for c in data["circuits"]),
-            jaccard=torch.tensor(data["jaccard"], dtype=torch.float64),
-            mean=[float(m) for m in data["mean"]],
-            low=_floats(data["low"]),
-            high=_floats(data["high"]),
+            sizes=tuple(stored.sizes),
+            circuits=tuple(tuple(c) for c in stored.circuits),
+            jaccard=torch.tensor(stored.jaccard, dtype=torch.float64),
+            mean=stored.mean,
+            low=stored.low,
+            high=stored.high,
             inclusion=inclusion,
-            n_resamples=int(data["n_resamples"]),
-            seed=int(data["seed"]),
-            level=float(data["level"]),
-            stable_at=float(data["stable_at"]),
-            n_prompts=int(data["n_prompts"]),
-            n_verified=int(data["n_verified"]),
-            n_exact_computed=int(data["n_exact_computed"]),
-            sentence=str(data["sentence"]),
+            n_resamples=stored.n_resamples,
+            seed=stored.seed,
+            level=stored.level,
+            stable_at=stored.stable_at,
+            n_prompts=stored.n_prompts,
+            n_verified=stored.n_verified,
+            n_exact_computed=stored.n_exact_computed,
+            sentence=stored.sentence,
         )
 
     def __repr__(self) -> str:
@@ -284,20 +284,14 @@ def circuit_stability(
     if not 0 < float(level) < 1:
         raise IntervError(f"level must lie in (0, 1); got {level!r}")
     scores = result.scores
+    ours = Provenance.of(model, task, metric=scores.metric, direction=scores.direction)
+    join(ours, result, what=("the model and prompts", "the circuit"))
     per_prompt = scores.per_prompt
     if per_prompt is None:
         raise IntervError(
             "circuit stability needs the screen's per-prompt estimates, and these scores carry "
             "none (EdgeScores.to_dict(per_prompt=False) drops them); recompute the scores or "
             "load them with their per-prompt values"
-        )
-    expected = scores_fingerprint(
-        model, task, scores.method, scores.steps, scores.metric, scores.direction, scores.qk_fix
-    )
-    if expected != scores.fingerprint:
-        raise IntervError(
-            "the task (or model) is not the one the circuit was discovered on: fingerprint "
-            f"{expected} against the scores' {scores.fingerprint}; pass the same prompts"
         )
     graph = result.graph
     sizes = _sizes(sizes, graph.n_edges)
@@ -368,7 +362,7 @@ def circuit_stability(
     mean = jaccard.mean(-1).tolist()
     low, high = [], []
     for row in jaccard:
-        a, b = percentile_interval(row, level)
+        a, b = percentile_interval(row, level, n_items=n)
         low.append(a)
         high.append(b)
     method = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"

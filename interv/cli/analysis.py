@@ -117,7 +117,7 @@ def _run_similarity(args: argparse.Namespace) -> int:
             model = load_model(args.model)
             check_tokenizable(model, prompts)
             bar.start("attention rows")
-            rows = attention_rows(model, prompts, sink=list(sink))
+            rows = attention_rows(model, prompts, sink=list(sink), off_row_sink=args.off_row_sink)
             bar.start("similarity and bootstrap")
             similarity = head_similarity(
                 rows, measures=args.measures, n_resamples=args.resamples, seed=args.seed
@@ -316,6 +316,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     similarity.add_argument("--k", type=int, default=4, help="clusters per cut (default: 4)")
     similarity.add_argument("--sink", type=int, nargs="+", default=[0], help="sink positions")
+    similarity.add_argument(
+        "--off-row-sink",
+        choices=("as_key",),
+        default=None,
+        help="for a model whose rows sum to less than 1 (an off-row learned sink, gpt-oss): "
+        "count the deficit as one extra sink key (default: refuse such a model)",
+    )
     similarity.add_argument("--resamples", type=int, default=200, help="bootstrap resamples")
     similarity.add_argument("--seed", type=int, default=0, help="seed of triples and bootstrap")
     similarity.add_argument(

@@ -15,7 +15,7 @@ into DIR:
   drawing, the curve, the mission link);
 - the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
   effect is stored as soon as it is computed, so the same command rerun after a kill
-  resumes where it stopped and recomputes no exact work (:mod:`interv.sweeps.circuit`).
+  resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`).
 
 Every option is checked before the model loads. Progress goes to stderr (when it is a
 terminal, unless ``--quiet``); stdout gets a short summary with units and statuses.
@@ -112,7 +112,7 @@ def _identity(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, An
 def _run(args: argparse.Namespace) -> int:
     checked = _checked(args)  # before anything heavy is imported or loaded
     from interv._progress import stages  # torch: on use (CLI start-up)
-    from interv.sweeps.circuit import CircuitStore  # torch: on use (CLI start-up)
+    from interv.circuits.store import CircuitStore  # torch: on use (CLI start-up)
 
     show = False if args.quiet else None
     # the directory is claimed (or refused) before the model loads
@@ -131,17 +131,17 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     from interv.analysis.concentration import concentration  # torch: on use (CLI start-up)
     from interv.audit import Screen  # torch: on use (CLI start-up)
     from interv.circuits import (  # torch: on use (CLI start-up)
-        EdgeScores,
         Graph,
         discover,
         edge_scores,
         faithfulness,
     )
-    from interv.engine.targets import get_metric  # torch: on use (CLI start-up)
+    from interv.circuits.mission import mission_link  # torch: on use (CLI start-up)
+    from interv.circuits.store import discover_resumable  # torch: on use (CLI start-up)
     from interv.models.loading import load_model  # torch: on use (CLI start-up)
-    from interv.report.circuit import circuit_markdown, mission_link  # torch: on use
+    from interv.provenance import Provenance
+    from interv.report.circuit import circuit_markdown  # torch: on use (CLI start-up)
     from interv.report.circuit_page import circuit_page  # torch: on use (CLI start-up)
-    from interv.sweeps.circuit import discover_resumable  # torch: on use (CLI start-up)
 
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
     resumed = len(store.known())
@@ -174,7 +174,11 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         )
 
     result, ran = discover_resumable(
-        store, scores=scores, discover=run_discovery, from_dict=EdgeScores.from_dict, finish=False
+        store,
+        scores=scores,
+        discover=run_discovery,
+        expected=Provenance.of(model, task, metric=args.metric),
+        finish=False,
     )
     progress.start("faithfulness")
     curve = faithfulness(
@@ -186,52 +190,43 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         convention=args.convention,
         metric=args.metric,
         batch_size=args.batch_size,
-    ).to_dict()
+    )
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
     progress.start("report")
-    # the metric's unit and the number of prompts travel with the circuit into its report
-    circuit = {**result.to_dict(), "unit": get_metric(args.metric).unit, "n_prompts": task.n_pairs}
-    link = mission_link(circuit, heads, n=args.n_edges)
-    store.write_output("circuit.json", json.dumps(circuit) + "\n")  # 70k edges: compact
-    store.write_output("faithfulness.json", json.dumps(curve, indent=1) + "\n")
+    link = mission_link(result, heads, n=args.n_edges)
+    store.write_output("circuit.json", json.dumps(result.to_dict()) + "\n")  # 70k edges: compact
+    store.write_output("faithfulness.json", json.dumps(curve.to_dict(), indent=1) + "\n")
     store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
-    store.write_output("circuit.md", circuit_markdown(circuit, curve, link))
-    store.write_output("circuit.html", circuit_page(circuit, curve, link))
+    store.write_output("circuit.md", circuit_markdown(result, curve, link))
+    store.write_output("circuit.html", circuit_page(result, curve, link))
     store.finish()
-    return circuit, curve, link, ran, resumed
+    return result, curve, link, ran, resumed
 
 
-def _summary(out: str, circuit: dict, curve: dict, link: Any, ran: int, resumed: int) -> None:
-    status = circuit["status"]
+def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int) -> None:
+    status = circuit.status
     counts = {s: status.count(s) for s in ("exact (verified)", "exact (audit)", "estimated")}
-    unit = circuit.get("unit", circuit["metric"])
+    unit = circuit.unit
     again = f"; {resumed} stored by an earlier run were reused" if resumed else ""
     print(
         f"circuit written to {out}/ (circuit.html, circuit.md, circuit.json, faithfulness.json, "
-        f"mission.json): {circuit['model']} on {circuit['task']}, {len(status)} edges, "
+        f"mission.json): {circuit.model_name} on {circuit.task_name}, {len(status)} edges, "
         f"{counts['exact (verified)']} exact (verified), {counts['exact (audit)']} exact "
         f"(audit), {counts['estimated']} estimated; {ran} exact effects computed by this run"
         f"{again}"
     )
-    print(f"semantics: {circuit['sentence']}")
-    stability = circuit.get("stability")
+    print(f"semantics: {circuit.sentence}")
+    stability = circuit.stability
     if stability is not None:
         sizes = ", ".join(
             f"top-{size} {mean:.2f} [{_fmt(low)}, {_fmt(high)}]"
             for size, mean, low, high in zip(
-                stability["sizes"],
-                stability["mean"],
-                stability["low"],
-                stability["high"],
-                strict=True,
+                stability.sizes, stability.mean, stability.low, stability.high, strict=True
             )
         )
-        print(
-            f"stability (Jaccard with the full-sample circuit): {sizes} ({stability['sentence']})"
-        )
-    cpr, cmd = curve.get("cpr"), curve.get("cmd")
-    print(f"faithfulness: CPR {_fmt(cpr)}, CMD {_fmt(cmd)} ({curve['sentence']})")
+        print(f"stability (Jaccard with the full-sample circuit): {sizes} ({stability.sentence})")
+    print(f"faithfulness: CPR {_fmt(curve.cpr)}, CMD {_fmt(curve.cmd)} ({curve.sentence})")
     top = link.circuit_heads[:5]
     if top:
         print(f"circuit heads (strength = summed |exact effect| of their circuit edges, {unit}):")

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from interv._checks import from_json, read_json
+from interv._checks import read_json
 from interv._outputs import claim_dir
 from interv.errors import IntervError
 
@@ -86,14 +86,20 @@ def _not_being_written(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _read_inputs(directory: Path) -> tuple[dict[str, Any], Any, Any, list[str]]:
-    """``(circuit, curve or None, link or None, missing file names)``, each checked; a
-    damaged file is refused naming the file and the field."""
-    from interv.report.circuit import (  # torch: on use (CLI start-up)
-        MissionLink,
-        check_circuit,
-        check_faithfulness,
-    )
+def _read(path: Path, what: str, reader: Any) -> Any:
+    """The typed value in the JSON file ``path`` (``reader(data)`` reads it through its
+    schema), a damaged field named with the file."""
+    try:
+        return reader(read_json(path, what))
+    except IntervError as error:
+        raise IntervError(f"{str(path)!r} is damaged: {error}") from None
+
+
+def _read_inputs(directory: Path) -> tuple[Any, Any, Any, list[str]]:
+    """``(circuit, curve or None, link or None, missing file names)``, each typed; a damaged
+    file is refused naming the file and the field."""
+    from interv.circuits import CircuitResult, FaithfulnessCurve  # torch: on use (CLI start-up)
+    from interv.circuits.mission import MissionLink  # torch: on use (CLI start-up)
 
     path = directory / "circuit.json"
     if not path.is_file():
@@ -109,37 +115,34 @@ def _read_inputs(directory: Path) -> tuple[dict[str, Any], Any, Any, list[str]]:
             f"{str(path)!r}: field 'format' must be {CIRCUIT_FORMAT!r}; got "
             f"{data.get('format')!r} (not a circuit interv circuit wrote)"
         )
-    try:
-        circuit = dict(check_circuit(data))
-    except IntervError as error:
-        raise IntervError(f"{str(path)!r} is damaged: {error}") from None
+    circuit = _read(path, "circuit file", CircuitResult.from_dict)
     missing = []
-    curve = None
-    path = directory / "faithfulness.json"
-    if path.is_file():
-        try:
-            curve = check_faithfulness(read_json(path, "faithfulness file"))
-        except IntervError as error:
-            raise IntervError(f"{str(path)!r} is damaged: {error}") from None
-    else:
-        missing.append(path.name)
-    link = None
-    path = directory / "mission.json"
-    if path.is_file():
-        link = from_json(MissionLink, read_json(path, "mission file"), f"{str(path)!r}")
-    else:
-        missing.append(path.name)
-    return circuit, curve, link, missing
+    found = []
+    for name, what, reader in (
+        ("faithfulness.json", "faithfulness file", FaithfulnessCurve.from_dict),
+        ("mission.json", "mission file", MissionLink.from_dict),
+    ):
+        path = directory / name
+        if path.is_file():
+            found.append(_read(path, what, reader))
+        else:
+            found.append(None)
+            missing.append(name)
+    return circuit, found[0], found[1], missing
 
 
 def rerender_circuit(directory: Path, out: str | None) -> int:
     """Render ``circuit.md`` and ``circuit.html`` of the circuit directory ``directory``
     again, into ``out`` (default: in place); print where and what."""
-    from interv.report.circuit import circuit_markdown  # torch: on use (CLI start-up)
+    from interv.report.circuit import (  # torch: on use (CLI start-up)
+        check_together,
+        circuit_markdown,
+    )
     from interv.report.circuit_page import circuit_page  # torch: on use (CLI start-up)
 
     with _not_being_written(directory):
         circuit, curve, link, missing = _read_inputs(directory)  # all checked before a write
+        check_together(circuit, curve, link)  # another run's curve or link is refused
         try:
             output = claim_dir(out or directory, what="output directory", by="interv report")
         except IntervError as error:
@@ -158,8 +161,8 @@ def rerender_circuit(directory: Path, out: str | None) -> int:
     left_out = f"; left out (not in {directory}/): {', '.join(missing)}" if missing else ""
     print(
         f"circuit re-rendered to {output.path}/ ({', '.join(written)}) from "
-        f"{directory}/circuit.json: {circuit['model']} on {circuit['task']}, "
-        f"{len(circuit['edges'])} edges{left_out}"
+        f"{directory}/circuit.json: {circuit.model_name} on {circuit.task_name}, "
+        f"{circuit.graph.n_edges} edges{left_out}"
     )
-    print(f"semantics: {circuit['sentence']}")
+    print(f"semantics: {circuit.sentence}")
     return 0

@@ -1,5 +1,9 @@
 """The intervention engine: sites, the intervention protocol, one forward primitive, one runner.
 
+- :mod:`interv.engine.architecture`: what a model's family computes, read once per model
+  (:func:`~interv.engine.architecture.architecture_of`): the keys each layer admits (causal or
+  bidirectional, padding, sliding window, chunk), the off-row sink, gates, soft caps, norms
+  and write paths; one-line refusals of what interv cannot model exactly.
 - :mod:`interv.engine.sites`: :class:`~interv.engine.sites.Site` (component, layer, head,
   positions) and the only place transformer-lens hook names are spelled.
 - :mod:`interv.engine.forward`: :func:`~interv.engine.forward.forward`, the one way interv

@@ -59,6 +59,7 @@ __all__ = [
     "check_admitted",
     "check_off_row_sink",
     "layer_list",
+    "rules_text",
 ]
 
 POSITIONAL = ("rotary", "alibi", "learned", "none", "relative")
@@ -188,6 +189,19 @@ def layer_list(layers: Sequence[int]) -> str:
     if run:
         parts.append(_run_text(run))
     return ", ".join(parts)
+
+
+def rules_text(layers: Sequence[int], rules: Sequence[KeyRule]) -> str:
+    """The key rules of ``layers`` in words, grouped by rule: ``"causal AND padding AND sliding
+    window 4 (layers 0, 2); causal AND padding (layers 1, 3)"``; one shared rule alone."""
+    groups: dict[KeyRule, list[int]] = {}
+    for layer, rule in zip(layers, rules, strict=True):
+        groups.setdefault(rule, []).append(layer)
+    if len(groups) == 1:
+        return next(iter(groups)).describe()
+    return "; ".join(
+        f"{rule.describe()} ({_layers_phrase(members)})" for rule, members in groups.items()
+    )
 
 
 def _layers_phrase(layers: Sequence[int]) -> str:
@@ -405,14 +419,7 @@ class Architecture:
         ``"causal AND padding AND sliding window 4 (layers 0, 2); causal AND padding
         (layers 1, 3)"``; one rule shared by every layer is named alone."""
         chosen = self.attention_layers if layers is None else tuple(layers)
-        groups: dict[KeyRule, list[int]] = {}
-        for layer in chosen:
-            groups.setdefault(self.key_rule(layer), []).append(layer)
-        if len(groups) == 1:
-            return next(iter(groups)).describe()
-        return "; ".join(
-            f"{rule.describe()} ({_layers_phrase(members)})" for rule, members in groups.items()
-        )
+        return rules_text(chosen, [self.key_rule(layer) for layer in chosen])
 
     @property
     def mask_rule(self) -> str:

@@ -55,6 +55,7 @@ from interv.engine.sites import (
     HEAD_COMPONENTS,
     RESIDUAL_COMPONENTS,
     Site,
+    as_site_positions,
     at_positions,
     check_positions,
     head_label,
@@ -207,7 +208,7 @@ class ZeroAblation(_HeadAblation):
         positions: query positions to ablate; None = all positions.
     """
 
-    positions: tuple[int, ...] | None = converted(as_positions, default=None)
+    positions: tuple[int, ...] | None = converted(as_site_positions, default=None)
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         activation[:, position_index(self.positions)] = 0
@@ -239,7 +240,7 @@ class MeanAblation(_HeadAblation):
 
     reference: Source = "clean"
     pooled: bool = False
-    positions: tuple[int, ...] | None = converted(as_positions, default=None)
+    positions: tuple[int, ...] | None = converted(as_site_positions, default=None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -287,7 +288,7 @@ class ResampleAblation(_HeadAblation):
 
     source: Source = "corrupted"
     seed: int = 0
-    positions: tuple[int, ...] | None = converted(as_positions, default=None)
+    positions: tuple[int, ...] | None = converted(as_site_positions, default=None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -421,7 +422,7 @@ class ActivationPatch(Patching, Intervention):
     layer: int
     head: int | None = None
     direction: str = "denoise"
-    positions: tuple[int, ...] | None = converted(as_positions, default=None)
+    positions: tuple[int, ...] | None = converted(as_site_positions, default=None)
     family = "patch"
     reports_recovery = True
 
@@ -731,6 +732,9 @@ class Combined(Intervention):
 
     def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
         return tuple(entry for part in self.parts for entry in part.prompt_positions())
+
+    def for_model(self, model: Any) -> Combined:
+        return Combined(tuple(part.for_model(model) for part in self.parts))
 
     def check(self, cfg: Any, n_positions: int) -> None:
         for part in self.parts:

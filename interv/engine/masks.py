@@ -27,16 +27,32 @@ the model was trained on).
 - :class:`KeyKnockout` [``key_knockout``]: the chosen key positions are hidden from every
   query but their own; with every layer edited, nothing a token holds reaches another
   position (attention is the only path between positions).
+
+The edit composes with the model's own mask: the keys that stay are the intervention's AND
+the layer's own :class:`~interv.engine.architecture.KeyRule` (causal, padding, and the
+layer's sliding window or chunk), so ``WindowAttention(8192)`` on a model with a 4096-key
+window re-admits nothing. On a model with such windows, the sentence of the intervention as
+it applies to the model (:meth:`~interv.engine.protocol.Intervention.for_model`, which
+:func:`interv.run` calls) names them: "..., within the model's own sliding window 4 at
+layers 0, 2, ...". Where a layer adds a learned sink logit to the softmax's denominator
+(gpt-oss), the row is renormalized over the kept keys and that sink: with observed weights
+``a`` and deficit ``d = 1 - sum(a)``, ``a'_j = a_j / (sum_{i in M} a_i + d)``, exactly the
+masked softmax with the sink logit in it. Gated heads (Qwen3-Next, Qwen3.5: ``z = sigmoid(g) *
+(a . V)``): the change ``(A' - A) V`` passes the head's own gate, read at site ``gate``.
+Refused in one line: layers without softmax attention rows (a hybrid's linear layers) and
+layers whose pattern the bridge hooks only after the heads' outputs (families transformer-lens
+wraps whole: GPT-Neo, GPT-J, OPT, Llama-4, BERT, RoBERTa).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interv._checks import as_int, as_positions
+from interv.engine.architecture import Architecture, architecture_of, layer_list
 from interv.engine.protocol import EditContext, Intervention, register
 from interv.engine.sites import Site, check_layer, check_positions, kv_head_of
 from interv.errors import IntervError
@@ -91,10 +107,15 @@ class _MaskEdit(Intervention):
         return tuple(Site("z", layer) for layer in self._declared_layers())
 
     def observes(self) -> tuple[Site, ...]:
+        gated = getattr(self, "_gated", ())  # known once for_model has seen the model
         return tuple(
             site
             for layer in self._declared_layers()
-            for site in (Site("pattern", layer), Site("v", layer))
+            for site in (
+                Site("pattern", layer),
+                Site("v", layer),
+                *((Site("gate", layer),) if layer in gated else ()),
+            )
         )
 
     def _declared_layers(self) -> tuple[int, ...]:
@@ -116,8 +137,32 @@ class _MaskEdit(Intervention):
             check_layer(cfg, layer)
         super().check(cfg, n_positions)
 
+    def for_model(self, model: Any) -> _MaskEdit:
+        """A copy that knows ``model``'s own masks on the edited layers (its sentence names
+        their windows and chunks, and any learned sink); refuses in one line a layer it
+        cannot edit exactly (see the module docstring)."""
+        n_layers = int(model.cfg.n_layers)
+        layers = self._layers(n_layers)
+        for layer in layers:
+            check_layer(model.cfg, layer)
+        arch = architecture_of(model)
+        for layer in layers:
+            _check_editable(arch, model, layer, type(self).__name__)
+        bound = replace(self)
+        object.__setattr__(bound, "_n_layers", n_layers)
+        object.__setattr__(bound, "_own_masks", _own_masks_phrase(arch, layers))
+        gated = tuple(layer for layer in layers if arch.layers[layer].output_gate)
+        object.__setattr__(bound, "_gated", gated)
+        return bound
+
+    def _own_masks_text(self) -> tuple[str, str]:
+        """What the sentence says of the model's own masks and learned sink, each ``""``
+        before :meth:`for_model` and where the model has none (:func:`_own_masks_phrase`)."""
+        return getattr(self, "_own_masks", ("", ""))
+
     def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
-        """``[n, query, key]`` bool: the keys each query may still attend to.
+        """``[n, query, key]`` bool: the keys each query may still attend to, by this edit
+        alone (:meth:`edit` ANDs it with the layer's own rule).
 
         ``real`` is ``[n, pos]`` bool (True at real tokens, one contiguous run per row).
         """
@@ -126,18 +171,103 @@ class _MaskEdit(Intervention):
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         pattern = context.observed(Site("pattern", site.layer))  # [n, head, query, key]
         values = context.observed(Site("v", site.layer))  # [n, key, kv_head, d_head]
-        key = ("mask", id(self))
+        own = architecture_of(context.model).layers[site.layer]
+        if own is None:  # for_model refuses such a layer before any forward
+            raise IntervError(f"layer {site.layer} has no softmax attention rows to mask")
+        if own.output_gate and site.layer not in getattr(self, "_gated", ()):
+            raise IntervError(
+                f"layer {site.layer}'s heads gate their output; apply "
+                f"{type(self).__name__}.for_model(model) first (interv.run and text_loss do), "
+                "so that the edit reads the gate"
+            )
+        key = ("mask", id(self), own.keys)
         allowed = context.state.get(key)
         if allowed is None:
-            allowed = self.allowed(context.mask.to(pattern.device), pattern.shape[-1])
+            real = context.mask.to(pattern.device)
+            allowed = self.allowed(real, pattern.shape[-1]) & own.keys.admitted(real)
             context.state[key] = allowed
         kept = pattern * allowed[:, None].to(pattern.dtype)
         mass = kept.sum(dim=-1, keepdim=True)
+        if own.off_row_sink:  # the learned sink logit stays in the denominator
+            mass = mass + (1 - pattern.sum(dim=-1, keepdim=True)).clamp(min=0)
         new = torch.where(mass > 0, kept / torch.where(mass > 0, mass, 1.0), 0.0)
         heads = [kv_head_of(context.cfg, h) for h in range(pattern.shape[1])]
         per_head = values[:, :, heads]  # [n, key, head, d_head]
         delta = torch.einsum("nhqk,nkhd->nqhd", new - pattern, per_head.to(pattern.dtype))
+        if own.output_gate:  # z = sigmoid(g) * (a . V): the change passes the same gate
+            gate = context.observed(Site("gate", site.layer))  # [n, pos, head * d_head]
+            delta = delta * torch.sigmoid(gate.to(delta.dtype)).reshape(delta.shape)
         return activation + delta.to(activation.dtype)
+
+
+def _check_editable(arch: Architecture, model: Any, layer: int, kind: str) -> None:
+    """Refuse, in one line, a layer whose mask a z-level edit cannot change exactly."""
+    reason = _why_not_editable(arch, model, layer, kind)
+    if reason is None:
+        return
+    others = [i for i in range(len(arch.layers)) if not _why_not_editable(arch, model, i, kind)]
+    hint = f"{kind} can edit {_at_layers(others)}" if others else ""
+    arch.refuse(reason, hint=hint)
+
+
+def _why_not_editable(arch: Architecture, model: Any, layer: int, kind: str) -> str | None:
+    own = arch.layers[layer]
+    if own is None:
+        return f"layer {layer} is {arch.layer_kinds[layer]}, with no softmax attention rows to mask"
+    if _pattern_after_output(model.blocks[layer].attn):
+        return (
+            f"transformer-lens hooks layer {layer}'s attention pattern only after the heads' "
+            "outputs (z) are computed (it wraps Hugging Face's attention module whole), so a "
+            "mask edit written at z cannot read it"
+        )
+    if not own.keys.causal and kind == "WindowAttention":
+        return (
+            f"layer {layer} is bidirectional; a window of recent tokens is defined for causal "
+            "layers"
+        )
+    return None
+
+
+def _pattern_after_output(attention: Any) -> bool:
+    """Whether the bridge fires ``hook_pattern`` after ``hook_z`` in this attention module:
+    transformer-lens's plain ``AttentionBridge`` runs Hugging Face's module whole and fires
+    the pattern hook on its returned weights, unless the module hooks the pattern inside."""
+    # transformer-lens is heavy to import; it is loaded whenever a bridge exists
+    from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+
+    if type(attention).forward is not AttentionBridge.forward:
+        return False  # a subclass that computes the attention itself, pattern before z
+    original = getattr(attention, "original_component", None)
+    return not bool(getattr(original, "accepts_pattern_fn", False))
+
+
+def _own_masks_phrase(arch: Architecture, layers: tuple[int, ...]) -> tuple[str, str]:
+    """What the sentence says of the model's own masks on ``layers``: ``(", within the
+    model's own sliding window 4 at layers 0, 2", " and the model's learned sink logit
+    (layers 0-3)")``; ``""`` for a part the edited layers lack."""
+    limits: dict[str, list[int]] = {}
+    sinks: list[int] = []
+    for layer in layers:
+        own = arch.layers[layer]
+        if own is None:
+            continue
+        if own.keys.window is not None:
+            limits.setdefault(f"sliding window {own.keys.window}", []).append(layer)
+        if own.keys.chunk is not None:
+            limits.setdefault(f"chunks of {own.keys.chunk}", []).append(layer)
+        if own.off_row_sink:
+            sinks.append(layer)
+    within = ""
+    if limits:
+        within = ", within the model's own " + " and ".join(
+            f"{what} at {_at_layers(members)}" for what, members in limits.items()
+        )
+    sink = f" and the model's learned sink logit ({_at_layers(sinks)})" if sinks else ""
+    return within, sink
+
+
+def _at_layers(layers: list[int]) -> str:
+    return f"layer{'s' if len(layers) > 1 else ''} {layer_list(layers)}"
 
 
 def _first_real(real: torch.Tensor) -> torch.Tensor:
@@ -187,12 +317,13 @@ class WindowAttention(_MaskEdit):
             sinks = " and to the first token"
         else:
             sinks = f" and to the first {self.sink_tokens} tokens"
+        within, learned = self._own_masks_text()
         return (
             f"every head of {_layers_phrase(self.layers)} attends to its "
             f"{self.window} most recent token{'' if self.window == 1 else 's'} (itself "
-            f"included){sinks}, each query "
-            "row renormalized over those keys (the attention mask changed before the "
-            "softmax; position ids unchanged)"
+            f"included){sinks}{within}, each query row renormalized over those keys"
+            f"{learned} (the attention mask changed before the softmax; position ids "
+            "unchanged)"
         )
 
 
@@ -243,8 +374,9 @@ class KeyKnockout(_MaskEdit):
             if len(positions) == 1
             else f"key positions {list(positions)}"
         )
+        within, learned = self._own_masks_text()
         return (
             f"{what} hidden from every query but its own in every head of "
-            f"{_layers_phrase(self.layers)}, each query row renormalized over the remaining "
-            "keys (the attention mask changed before the softmax)"
+            f"{_layers_phrase(self.layers)}{within}, each query row renormalized over the "
+            f"remaining keys{learned} (the attention mask changed before the softmax)"
         )

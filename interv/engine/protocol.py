@@ -325,6 +325,18 @@ class Intervention:
         """
         raise NotImplementedError(f"{type(self).__name__} must define describe()")
 
+    def for_model(self, model: Any) -> Intervention:
+        """This intervention as it applies to ``model`` (default: itself, unchanged).
+
+        Entry points that run interventions on a model (:func:`interv.run`,
+        :func:`interv.analysis.text_loss`) call it first and use what it returns, in the
+        run and in the result's sentences. Override where the meaning depends on what the
+        model itself computes (a mask edit composed with the model's own sliding window
+        says so in its sentence), or to refuse in one line a model it cannot edit exactly.
+        Never changes ``self``.
+        """
+        return self
+
     def check(self, cfg: Any, n_positions: int) -> None:
         """Raise :class:`IntervError` unless the intervention fits the model and prompts.
 

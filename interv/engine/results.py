@@ -19,16 +19,26 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import torch
 
 from interv._display import Display, number
 from interv._pandas import positions_text, require_pandas
-from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Audit
+from interv._schema import AtLeast, parse
+from interv.audit import (
+    ESTIMATE_SENTENCE,
+    ESTIMATED,
+    EXACT_AUDIT,
+    EXACT_VERIFIED,
+    Audit,
+    StoredAudit,
+)
 from interv.engine.protocol import RUNS, Intervention, ReferenceSet, semantics
 from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.provenance import Provenance
+from interv.stats import too_few
 
 if TYPE_CHECKING:
     import pandas
@@ -96,9 +106,9 @@ class Scope:
         n_positions: padded prompt length, in tokens.
         answer_positions: the scored position of each prompt.
         padding_side: ``"right"`` or ``"left"``.
-        prompts_fingerprint: the fingerprint of the clean prompts
-            (:func:`~interv.tasks.tokenized.prompts_fingerprint`); "" when not known (a
-            result saved before fingerprints). Joins of results compare it.
+
+    What joins compare (model identity, prompt fingerprints) is the result's
+    :class:`~interv.provenance.Provenance`.
     """
 
     model_name: str
@@ -107,7 +117,6 @@ class Scope:
     n_positions: int
     answer_positions: tuple[int, ...]
     padding_side: str
-    prompts_fingerprint: str = ""
 
     @classmethod
     def of(cls, model: Any, task: TokenizedPairs) -> Scope:
@@ -119,7 +128,6 @@ class Scope:
             n_positions=task.n_positions,
             answer_positions=tuple(int(p) for p in task.answer_positions),
             padding_side=task.padding_side,
-            prompts_fingerprint=task.prompts_fingerprint,
         )
 
 
@@ -184,7 +192,8 @@ class ScreenOutcome:
         audit = self.audit
         level = f"{audit.screen.level:.0%}"
         if math.isnan(audit.rank_agreement):
-            rank = "rank agreement n/a (fewer than 5 checked)"
+            reason = too_few(audit.n_checked, "checked candidate", "rank correlation")
+            rank = f"rank agreement {reason or 'n/a (constant values)'}"
         else:
             low, high = audit.rank_interval
             rank = (
@@ -199,9 +208,18 @@ class ScreenOutcome:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScreenOutcome:
-        """The outcome :meth:`to_dict` wrote."""
-        indices = tuple(int(i) for i in data["indices"])
-        return cls(indices, Audit.from_dict(data["audit"]), str(data["label"]))
+        """The outcome :meth:`to_dict` wrote, read through its schema (:class:`StoredOutcome`)."""
+        stored = parse(StoredOutcome, data, "screen outcome")
+        return cls(tuple(stored.indices), Audit.from_dict(data["audit"]), stored.label)
+
+
+@dataclass(frozen=True)
+class StoredOutcome:
+    """The schema of a :class:`ScreenOutcome` as :meth:`ScreenOutcome.to_dict` writes it."""
+
+    indices: list[Annotated[int, AtLeast(0)]]
+    label: str
+    audit: StoredAudit
 
 
 @dataclass(frozen=True, eq=False)
@@ -227,6 +245,9 @@ class InterventionResult:
             e.g. the second head of a pair ablation or the receivers of a path patch.
         metric: the metric's name, unit and definition.
         scope: model, task, prompts and positions.
+        provenance: model (name, weights, dtype), prompts and pairs, metric
+            (:class:`~interv.provenance.Provenance`); every join of this result with
+            another goes through :func:`~interv.provenance.join`.
         status: per intervention, how its values were obtained (:data:`STATUSES`):
             ``"exact"`` (a run without a screen), ``"exact (verified)"`` or ``"exact
             (audit)"`` (intervened on by a screen's verification or audit), or
@@ -249,10 +270,16 @@ class InterventionResult:
     params: tuple[dict[str, Any], ...]
     metric: MetricInfo
     scope: Scope
+    provenance: Provenance
     status: tuple[str, ...] = ()
     screens: tuple[ScreenOutcome, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.provenance, Provenance):
+            raise IntervError(
+                f"an InterventionResult's provenance must be an interv Provenance; got "
+                f"{type(self.provenance).__name__}"
+            )
         n = int(self.values.shape[0])
         if not self.status:
             object.__setattr__(self, "status", (EXACT,) * n)
@@ -276,6 +303,7 @@ class InterventionResult:
         params: Sequence[dict[str, Any]],
         metric: MetricInfo | TargetMetric,
         scope: Scope,
+        provenance: Provenance,
         recovery_atol: float,
         status: Sequence[str] = (),
         screens: Sequence[ScreenOutcome] = (),
@@ -299,6 +327,7 @@ class InterventionResult:
             params=tuple(params),
             metric=MetricInfo(metric.name, metric.unit, metric.definition),
             scope=scope,
+            provenance=provenance,
             status=tuple(status),
             screens=tuple(screens),
         )

@@ -6,6 +6,14 @@
    run's prompts (see :mod:`interv.engine.stacking`), and are scored at each prompt's
    answer position.
 
+Plan, then execute: :meth:`RunPlan.build` checks every input and decides the run (the
+interventions, the metric, the batch size, prefix reuse, progress) as one frozen value
+before any forward; :func:`execute` runs a plan, and a screened sweep hands it a
+:class:`Resume` as well.
+
+>>> plan = RunPlan.build(model, task, [ZeroAblation(1, 0)], "logit_diff")
+>>> result = execute(model, plan)  # the same as run(model, task, [ZeroAblation(1, 0)])
+
 With ``reuse_prefix=True`` (the default) each intervened forward starts at the earliest
 block its interventions touch, from the base run's recorded block inputs, and computes
 logits at the answer positions only; the results equal full forwards up to float
@@ -16,6 +24,7 @@ reference path). The runner never prints; hooks never outlive a call.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,14 +46,17 @@ from interv.engine.stacking import (
 )
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["check_task", "run", "run_screened", "warm_cache"]
+__all__ = ["Resume", "RunPlan", "check_task", "execute", "run", "warm_cache"]
 
 
 def _checked_interventions(
-    interventions: Intervention | Sequence[Intervention], cfg: Any, task: TokenizedPairs
+    interventions: Intervention | Sequence[Intervention], model: Any, task: TokenizedPairs
 ) -> tuple[Intervention, ...]:
+    """Each intervention as it applies to ``model`` (:meth:`~Intervention.for_model`), with
+    its sentence, base run, sites and positions checked against the model and the task."""
     if isinstance(interventions, Intervention):
         interventions = (interventions,)
     if isinstance(interventions, str) or not isinstance(interventions, Sequence):
@@ -52,9 +64,11 @@ def _checked_interventions(
             "interventions must be an intervention or a sequence of them; got "
             f"{type(interventions).__name__}"
         )
-    checked = tuple(interventions)
-    for intervention in checked:
+    for intervention in interventions:
         semantics(intervention, task)
+    checked = tuple(intervention.for_model(model) for intervention in interventions)
+    cfg = model.cfg
+    for intervention in checked:
         if intervention.base_run not in RUNS:
             raise IntervError(
                 f"{type(intervention).__name__}.base_run must be one of {RUNS}; got "
@@ -106,7 +120,7 @@ def warm_cache(
     with the same cache) never rerun the clean and corrupted forwards for an activation
     an earlier unit did not need.
     """
-    checked = _checked_interventions(interventions, model.cfg, check_task(task, model))
+    checked = _checked_interventions(interventions, model, check_task(task, model))
     _base_runs(model, task, checked, reuse_prefix, cache)
 
 
@@ -145,6 +159,9 @@ def run(
     audit sample are run exactly; the others' values are estimates, marked so in
     :attr:`~interv.engine.results.InterventionResult.status`, and the audit travels in
     :attr:`~interv.engine.results.InterventionResult.screens`.
+
+    ``run`` is :meth:`RunPlan.build` (every check, before any forward) then
+    :func:`execute`.
 
     Args:
         model: a transformer-lens ``TransformerBridge`` (in eval mode for
@@ -189,193 +206,203 @@ def run(
             foil on a task without one, an intervention without a semantics sentence or
             that does not fit the model or the task, a bad ``max_batch_size``, or a
             ``screen`` that is not a Screen, on a kind it cannot estimate, or with a
-            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above.
+            ``top_k`` beyond the interventions, or a ``progress`` that is none of the above;
+            a model that is not a transformer-lens bridge (None, a name).
     """
-    task = check_task(task, model)
-    target_metric = get_metric(metric)
-    target_metric.check_foil(task.foil_ids)
-    progress = check_progress(progress)
-    if max_batch_size is not None:
-        as_int(max_batch_size, "max_batch_size", minimum=1)
-    recovery_atol = as_finite(recovery_atol, "recovery_atol", minimum=0)
-    if not isinstance(reuse_prefix, bool):
-        raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
-    checked = _checked_interventions(interventions, model.cfg, task)
-    if screen is not None:
-        check_screen(screen, checked, target_metric)
-    return _measure(
+    plan = RunPlan.build(
         model,
         task,
-        checked,
-        target_metric,
+        interventions,
+        metric,
         max_batch_size=max_batch_size,
         recovery_atol=recovery_atol,
         reuse_prefix=reuse_prefix,
-        cache=cache,
         screen=screen,
         progress=progress,
     )
+    return execute(model, plan, cache=cache)
 
 
-def run_screened(
-    model: Any,
-    task: TokenizedPairs,
-    interventions: Sequence[Intervention],
-    metric: str | TargetMetric,
-    screen: Screen,
-    *,
-    max_batch_size: int | None = None,
-    recovery_atol: float = 1e-6,
-    cache: BaseRunCache | None = None,
-    known: torch.Tensor | None = None,
-    estimates: torch.Tensor | None = None,
-    on_estimates: Callable[[torch.Tensor], None] | None = None,
-    on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
-) -> InterventionResult:
-    """:func:`run` with ``screen=``, resumable: what a screened sweep calls.
+@dataclass(frozen=True, eq=False)
+class RunPlan:
+    """One run of :func:`run`, decided and checked before any forward: what
+    :func:`execute` does, as a value.
 
-    ``estimates`` (``[n, n_prompts]``, from an earlier call's ``on_estimates``) and
-    ``known`` exact values (``[n, n_prompts]``, NaN rows where not computed, from its
-    ``on_exact``) make an interrupted screen continue exactly where it stopped: same
-    ranking, same audit sample, no exact work repeated (see
-    :func:`interv.engine.screening.screened_values`).
+    Build it with :meth:`build`, which checks every input; a plan is never partly valid.
+
+    Attributes:
+        task: the tokenized task, checked against the model.
+        interventions: the interventions, each checked against the model and the task.
+        metric: the target metric (its foil checked against the task).
+        max_batch_size: most rows per intervened forward (resolved: never None).
+        recovery_atol: tolerance of normalized recovery, in the metric's unit.
+        reuse_prefix: start each intervened forward at its earliest edited block.
+        screen: the screen the interventions are candidates of, or None (all exact).
+        progress: the progress setting of the run (see :func:`run`).
     """
-    task = check_task(task, model)
-    target_metric = get_metric(metric)
-    target_metric.check_foil(task.foil_ids)
-    checked = _checked_interventions(interventions, model.cfg, task)
-    check_screen(screen, checked, target_metric)
-    return _measure(
-        model,
-        task,
-        checked,
-        target_metric,
-        max_batch_size=max_batch_size,
-        recovery_atol=recovery_atol,
-        reuse_prefix=True,
-        cache=cache,
-        screen=screen,
-        resume={
-            "known": known,
-            "estimates": estimates,
-            "on_estimates": on_estimates,
-            "on_exact": on_exact,
-        },
-    )
 
+    task: TokenizedPairs
+    interventions: tuple[Intervention, ...]
+    metric: TargetMetric
+    max_batch_size: int
+    recovery_atol: float
+    reuse_prefix: bool
+    screen: Screen | None
+    progress: Progress
 
-def _measure(
-    model: Any,
-    task: TokenizedPairs,
-    checked: Sequence[Intervention],
-    target_metric: TargetMetric,
-    *,
-    max_batch_size: int | None,
-    recovery_atol: float,
-    reuse_prefix: bool,
-    cache: BaseRunCache | None,
-    screen: Screen | None,
-    resume: dict[str, Any] | None = None,
-    progress: Progress = None,
-) -> InterventionResult:
-    if max_batch_size is None:
-        max_batch_size = auto_batch_rows(model, task.n_positions, task.n_pairs)
-    n = len(checked)
-    label = f"interv.run: {n} intervention{'' if n == 1 else 's'}" + (" (screened)" * bool(screen))
-    with counting(len(checked), label, progress=progress, unit="intervention") as count:
-        return _measured(
-            model,
+    @classmethod
+    def build(
+        cls,
+        model: Any,
+        task: TokenizedPairs,
+        interventions: Intervention | Sequence[Intervention],
+        metric: str | TargetMetric,
+        *,
+        max_batch_size: int | None = None,
+        recovery_atol: float = 1e-6,
+        reuse_prefix: bool = True,
+        screen: Screen | None = None,
+        progress: Progress = None,
+    ) -> RunPlan:
+        """The checked plan of :func:`run`'s arguments (see there); raises
+        :class:`~interv.errors.IntervError` on any bad input, before any forward."""
+        if not hasattr(model, "cfg") or not hasattr(model, "hooks"):
+            raise IntervError(
+                f"model must be a transformer-lens bridge (interv.load_model(spec)); got "
+                f"{type(model).__name__}"
+            )
+        task = check_task(task, model)
+        target_metric = get_metric(metric)
+        target_metric.check_foil(task.foil_ids)
+        progress = check_progress(progress)
+        if max_batch_size is not None:
+            as_int(max_batch_size, "max_batch_size", minimum=1)
+        recovery_atol = as_finite(recovery_atol, "recovery_atol", minimum=0)
+        if not isinstance(reuse_prefix, bool):
+            raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
+        checked = _checked_interventions(interventions, model, task)
+        if screen is not None:
+            check_screen(screen, checked, target_metric)
+        if max_batch_size is None:
+            max_batch_size = auto_batch_rows(model, task.n_positions, task.n_pairs)
+        return cls(
             task,
             checked,
             target_metric,
-            max_batch_size=max_batch_size,
-            recovery_atol=recovery_atol,
-            reuse_prefix=reuse_prefix,
-            cache=cache,
-            screen=screen,
-            resume=resume,
-            advance=count.advance,
-        )
-
-
-def _measured(
-    model: Any,
-    task: TokenizedPairs,
-    checked: Sequence[Intervention],
-    target_metric: TargetMetric,
-    *,
-    max_batch_size: int,
-    recovery_atol: float,
-    reuse_prefix: bool,
-    cache: BaseRunCache | None,
-    screen: Screen | None,
-    resume: dict[str, Any] | None,
-    advance: Callable[[int], None],
-) -> InterventionResult:
-    base = _base_runs(model, task, checked, reuse_prefix, cache)
-    clean_logits = base.readouts["clean"].cpu()
-
-    def score(logits: torch.Tensor) -> torch.Tensor:
-        """``[k * n_pairs, d_vocab]`` answer logits -> ``[k, n_pairs]`` metric."""
-        copies = logits.shape[0] // task.n_pairs
-        return target_metric(
-            logits,
-            task.target_ids.repeat(copies),
-            None if task.foil_ids is None else task.foil_ids.repeat(copies),
-            clean_logits.repeat(copies, 1),
-        ).reshape(copies, task.n_pairs)
-
-    clean = score(clean_logits)[0]
-    corrupted = score(base.readouts["corrupted"].cpu())[0]
-    status: tuple[str, ...] = ()
-    screens: tuple[ScreenOutcome, ...] = ()
-    if screen is None:
-        values = exact_values(
-            model,
-            task,
-            checked,
-            base,
-            score,
-            max_batch_size=max_batch_size,
-            reuse_prefix=reuse_prefix,
-            on_forward=lambda indices, _values: advance(len(indices)),
-        )
-    else:
-        resume = dict(resume or {})
-        user_on_exact = resume.get("on_exact")
-
-        def on_exact(indices: list[int], exact: torch.Tensor) -> None:
-            advance(len(indices))
-            if user_on_exact is not None:
-                user_on_exact(indices, exact)
-
-        resume["on_exact"] = on_exact
-        screened = screened_values(
-            model,
-            task,
-            checked,
-            base,
-            target_metric,
+            max_batch_size,
+            recovery_atol,
+            reuse_prefix,
             screen,
-            {"clean": clean, "corrupted": corrupted},
-            score,
-            max_batch_size=max_batch_size,
-            reuse_prefix=reuse_prefix,
-            **resume,
+            progress,
         )
-        advance(len(checked))  # the rest are estimates, done too
-        values = screened.values.to(clean.dtype)
-        status = screened.status
-        indices = tuple(range(len(checked)))
-        screens = (ScreenOutcome(indices, screened.audit, pool_label(checked)),)
+
+    @property
+    def label(self) -> str:
+        """What the progress bar says: ``interv.run: 27 interventions (screened)``."""
+        n = len(self.interventions)
+        screened = " (screened)" if self.screen is not None else ""
+        return f"interv.run: {n} intervention{'' if n == 1 else 's'}{screened}"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where an interrupted screened run continues, and who keeps its work: what a
+    screened sweep hands :func:`execute` (see :func:`interv.engine.screening.screened_values`).
+
+    Attributes:
+        known: ``[n, n_prompts]`` exact values computed before (NaN rows where not), never
+            recomputed; None: none.
+        estimates: ``[n, n_prompts]`` the earlier first-order estimates, so that the
+            ranking and the audit sample are the interrupted run's; None: estimate anew.
+        on_estimates: called once with the estimates, before any exact work.
+        on_exact: called with ``(indices, values)`` after each exact forward.
+    """
+
+    known: torch.Tensor | None = None
+    estimates: torch.Tensor | None = None
+    on_estimates: Callable[[torch.Tensor], None] | None = None
+    on_exact: Callable[[list[int], torch.Tensor], None] | None = None
+
+
+def execute(
+    model: Any, plan: RunPlan, *, cache: BaseRunCache | None = None, resume: Resume | None = None
+) -> InterventionResult:
+    """Run ``plan`` on ``model``: the base runs, then every intervention exactly or screened.
+
+    ``cache`` shares base runs across calls on the same model and task (see :func:`run`);
+    ``resume`` continues an interrupted screened run (only with ``plan.screen``).
+    """
+    if resume is not None and plan.screen is None:
+        raise IntervError("resume= continues a screened run; the plan has no screen")
+    task, checked = plan.task, plan.interventions
+    with counting(len(checked), plan.label, progress=plan.progress, unit="intervention") as count:
+        base = _base_runs(model, task, checked, plan.reuse_prefix, cache)
+        clean_logits = base.readouts["clean"].cpu()
+
+        def score(logits: torch.Tensor) -> torch.Tensor:
+            """``[k * n_pairs, d_vocab]`` answer logits -> ``[k, n_pairs]`` metric."""
+            copies = logits.shape[0] // task.n_pairs
+            return plan.metric(
+                logits,
+                task.target_ids.repeat(copies),
+                None if task.foil_ids is None else task.foil_ids.repeat(copies),
+                clean_logits.repeat(copies, 1),
+            ).reshape(copies, task.n_pairs)
+
+        clean = score(clean_logits)[0]
+        corrupted = score(base.readouts["corrupted"].cpu())[0]
+        status: tuple[str, ...] = ()
+        screens: tuple[ScreenOutcome, ...] = ()
+        if plan.screen is None:
+            values = exact_values(
+                model,
+                task,
+                checked,
+                base,
+                score,
+                max_batch_size=plan.max_batch_size,
+                reuse_prefix=plan.reuse_prefix,
+                on_forward=lambda indices, _values: count.advance(len(indices)),
+            )
+        else:
+            resume = resume or Resume()
+
+            def on_exact(indices: list[int], exact: torch.Tensor) -> None:
+                count.advance(len(indices))
+                if resume.on_exact is not None:
+                    resume.on_exact(indices, exact)
+
+            screened = screened_values(
+                model,
+                task,
+                checked,
+                base,
+                plan.metric,
+                plan.screen,
+                {"clean": clean, "corrupted": corrupted},
+                score,
+                max_batch_size=plan.max_batch_size,
+                reuse_prefix=plan.reuse_prefix,
+                known=resume.known,
+                estimates=resume.estimates,
+                on_estimates=resume.on_estimates,
+                on_exact=on_exact,
+            )
+            count.advance(len(checked))  # the rest are estimates, done too
+            values = screened.values.to(clean.dtype)
+            status = screened.status
+            screens = (
+                ScreenOutcome(tuple(range(len(checked))), screened.audit, pool_label(checked)),
+            )
     return InterventionResult.build(
         values,
         clean,
         corrupted,
         **intervention_fields(checked, task),
-        metric=target_metric,
+        metric=plan.metric,
         scope=Scope.of(model, task),
-        recovery_atol=recovery_atol,
+        provenance=Provenance.of(model, task, metric=plan.metric.name),
+        recovery_atol=plan.recovery_atol,
         status=status,
         screens=screens,
     )

@@ -18,14 +18,16 @@ Components and the activation each carries (transformer-lens vocabulary):
   A site names the *query* head; under grouped-query attention query head ``h`` reads
   key/value head ``kv_head_of(cfg, h)``, shared with the other heads of its group.
 - ``"pattern"``: attention weights, ``[batch, head_index, query_pos, key_pos]``.
+- ``"gate"``: gated attention only (Qwen3-Next, Qwen3.5): the logits of each head's output
+  gate, ``[batch, pos, head_index * d_head]``; ``z = sigmoid(gate) * (a . V)`` per head.
 - ``"final_resid"``: the residual stream entering the final norm, ``[batch, pos,
   d_model]``; ``"final_scale"``: the final norm's scale (RMS or standard deviation of
   each position), ``[batch, pos, 1]``. These two belong to no block: their ``layer`` is
   None.
 
-Within a block the hooks fire in the order resid_pre, q, k, v, pattern, z, attn_out,
-resid_mid, mlp_out, resid_post; after the last block come final_resid and final_scale
-(:data:`COMPONENTS`).
+Within a block the hooks fire in the order resid_pre, q, k, v, pattern, gate (where the
+heads are gated), z, attn_out, resid_mid, mlp_out, resid_post; after the last block come
+final_resid and final_scale (:data:`COMPONENTS`).
 
 Layer, head and position *ranges* depend on a model and a task; they are checked by
 :func:`check_site` when a run starts.
@@ -48,6 +50,7 @@ __all__ = [
     "MLP_COMPONENTS",
     "RESIDUAL_COMPONENTS",
     "Site",
+    "as_site_positions",
     "block_output_hook",
     "check_component",
     "check_head",
@@ -71,6 +74,7 @@ _HOOK_TEMPLATES: dict[str, str] = {
     "k": "blocks.{layer}.attn.hook_k",
     "v": "blocks.{layer}.attn.hook_v",
     "pattern": "blocks.{layer}.attn.hook_pattern",
+    "gate": "blocks.{layer}.attn.hook_q_gate",
     "z": "blocks.{layer}.attn.hook_z",
     "attn_out": "blocks.{layer}.hook_attn_out",
     "resid_mid": "blocks.{layer}.hook_resid_mid",
@@ -114,6 +118,7 @@ _PHRASES = {
     "k": "{who} keys (k)",
     "v": "{who} values (v)",
     "pattern": "{who} attention pattern",
+    "gate": "{who} output gate logits (gate)",
 }
 _HEAD_AXIS = {"q": 2, "k": 2, "v": 2, "z": 2, "pattern": 1}
 
@@ -131,6 +136,20 @@ def _known_component(component: str, what: str) -> str:
 
 def _index_or_none(value: Any, what: str) -> int | None:
     return None if value is None else as_int(value, what, minimum=0)
+
+
+def as_site_positions(positions: Iterable[int] | int | None, what: str = "positions") -> Any:
+    """The positions an intervention acts at: distinct positions >= 0, or None for every
+    position; an empty collection is refused (it would intervene nowhere and report zero
+    effects as if measured)."""
+    found = as_positions(positions, what)
+    if found == ():
+        raise IntervError(
+            f"{what} must name at least one position, or be None for every position; got an "
+            "empty collection, which would intervene nowhere and report zero effects as if "
+            "measured"
+        )
+    return found
 
 
 def at_positions(positions: Iterable[int] | None) -> str:
@@ -164,7 +183,7 @@ class Site:
     component: str = converted(_known_component)
     layer: int | None = converted(_index_or_none, default=None)
     head: int | None = converted(_index_or_none, default=None)
-    positions: tuple[int, ...] | None = converted(as_positions, default=None)
+    positions: tuple[int, ...] | None = converted(as_site_positions, default=None)
 
     def __post_init__(self) -> None:
         convert(self)

@@ -86,6 +86,7 @@ def sink_scores(
     *,
     key_mask: torch.Tensor | None = None,
     causal: bool = True,
+    allow_deficit: bool = False,
 ) -> torch.Tensor:
     """The sink score ``alpha_k``: mean weight on key ``k`` over the queries that can see it.
 
@@ -97,6 +98,8 @@ def sink_scores(
             (e.g. padding). Combined with the causal mask when ``causal``.
         causal: key ``j`` is available to query ``t`` only if ``j <= t`` (needs as many
             queries as keys); False for a bidirectional encoder (every query).
+        allow_deficit: accept rows summing to less than 1 (an off-row learned sink, e.g.
+            gpt-oss); the score stays the mean weight on key ``k``.
 
     Returns:
         ``rows.shape[:-2]`` float64 in [0, 1]; NaN where no query can attend to ``k``.
@@ -126,7 +129,7 @@ def sink_scores(
             )
         tril = torch.ones(n_keys, n_keys, dtype=torch.bool, device=rows.device).tril()
         mask = tril if key_mask is None else tril & key_mask.to(rows.device)
-    prepared = prepare_rows(rows, mask)
+    prepared = prepare_rows(rows, mask, allow_deficit=allow_deficit)
     sees = prepared.mask[..., key]  # [..., query]: key k is available to the query
     weights = torch.where(sees, prepared.weights[..., key], 0.0)
     count = sees.sum(dim=-1)
@@ -140,6 +143,7 @@ def sink_rate(
     eps: float = GU_EPS,
     key_mask: torch.Tensor | None = None,
     causal: bool = True,
+    allow_deficit: bool = False,
 ) -> SinkRate:
     """Gu et al.'s ``Sink_k^eps``: the share of heads whose sink score of key ``k`` exceeds
     ``eps``, over every leading entry of ``rows``.
@@ -150,13 +154,13 @@ def sink_rate(
             heads, as in Gu et al.).
         key: the key position ``k`` (0-based; default 0, the first token).
         eps: the threshold, in (0, 1) (default 0.3, Gu et al.'s).
-        key_mask, causal: as in :func:`sink_scores`.
+        key_mask, causal, allow_deficit: as in :func:`sink_scores`.
 
     Returns:
         A :class:`SinkRate` (scores, rate, counts).
     """
     eps = check_eps(eps)
-    scores = sink_scores(rows, key, key_mask=key_mask, causal=causal)
+    scores = sink_scores(rows, key, key_mask=key_mask, causal=causal, allow_deficit=allow_deficit)
     defined = ~scores.isnan()
     n_scores = int(defined.sum())
     rate = float((scores[defined] > eps).to(torch.float64).mean()) if n_scores else math.nan

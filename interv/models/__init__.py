@@ -16,6 +16,7 @@ _EXPORTS: dict[str, str] = {
     "BUILTIN_SPECS": "interv.models.loading",
     "DTYPES": "interv.models.loading",
     "load_model": "interv.models.loading",
+    "model_revision": "interv.models.loading",
     "output_head_is_trained": "interv.models.loading",
     "sentence_embedding": "interv.models.minilm",
 }
@@ -26,5 +27,11 @@ __getattr__, __dir__ = lazy_exports("interv.models", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
-    from interv.models.loading import BUILTIN_SPECS, DTYPES, load_model, output_head_is_trained
+    from interv.models.loading import (
+        BUILTIN_SPECS,
+        DTYPES,
+        load_model,
+        model_revision,
+        output_head_is_trained,
+    )
     from interv.models.minilm import sentence_embedding

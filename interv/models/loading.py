@@ -10,17 +10,28 @@ A model *spec* names where the weights come from:
 - a name of the interv model zoo (:mod:`interv.zoo`): small models interv ships;
 - a local directory holding a saved Hugging Face model and its tokenizer;
 - a Hugging Face hub name of the form ``org/name``, which needs a reachable hub
-  (or the model in the local Hugging Face cache).
+  (or the model in the local Hugging Face cache), optionally at a revision:
+  ``org/name@revision`` (a branch, tag or commit, e.g. Pythia's training checkpoints
+  ``"EleutherAI/pythia-70m@step3000"``), passed to Hugging Face for the config, the
+  weights and the tokenizer.
 
 The spec is resolved in that order. Every model comes back in eval mode with its
 raw Hugging Face weights (no weight folding), so its logits match the Hugging Face
-model's.
+model's. A model loaded at a revision names it: ``model.cfg.model_name`` is the spec
+(``"EleutherAI/pythia-70m@step3000"``, so every scope names the checkpoint and
+``load_model(model.cfg.model_name)`` loads it again) and :func:`model_revision` returns
+the revision.
+
+>>> model = load_model("EleutherAI/pythia-70m@step3000")
+>>> model.cfg.model_name, model_revision(model)
+('EleutherAI/pythia-70m@step3000', 'step3000')
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import re
 import socket
 from collections.abc import Iterator
@@ -43,6 +54,7 @@ __all__ = [
     "DTYPES",
     "check_model_spec",
     "load_model",
+    "model_revision",
     "output_head_is_trained",
     "resolve_device",
     "resolve_dtype",
@@ -55,8 +67,16 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
 }
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+REVISION = re.compile(r"^\w[\w./-]*$")
 LOCAL_DIR_FORM = "a local directory holding a saved Hugging Face model and tokenizer"
-HUB_FORM = "a Hugging Face hub name of the form 'org/name' (needs a reachable hub)"
+HUB_FORM = (
+    "a Hugging Face hub name of the form 'org/name' or 'org/name@revision' (needs a "
+    "reachable hub, or the model in the local Hugging Face cache)"
+)
+REVISION_FORM = (
+    "'org/name@revision', with one '@' between a hub name and a branch, tag or commit "
+    "(e.g. 'EleutherAI/pythia-70m@step3000')"
+)
 
 
 def load_model(
@@ -86,12 +106,12 @@ def load_model(
     """
     torch_dtype = resolve_dtype(dtype)
     resolve_device(device)  # refused here, before any weights load
-    kind, name = _resolve_spec(spec)
+    kind, name, revision = _resolve_spec(spec)
     placement: dict[str, object] = {"device": device}
     if device_map is not None:
         placement = {"device_map": _checked_device_map(device_map, device, kind)}
     with _library_bars_only_on_a_terminal():
-        return _load(kind, name, dtype=torch_dtype, **placement)
+        return _load(kind, name, revision, dtype=torch_dtype, **placement)
 
 
 def _checked_device_map(
@@ -143,16 +163,18 @@ def _library_bars_only_on_a_terminal() -> Iterator[None]:
 def _load(
     kind: str,
     name: str,
+    revision: str | None,
     *,
     dtype: torch.dtype,
     device: str | torch.device | None = None,
     device_map: str | dict[str, str | int] | None = None,
 ) -> TransformerBridge:
     torch_dtype = dtype
-    if device_map is not None:
-        loader = _load_local_dir if kind == "dir" else _load_from_hub
-        target = Path(name).expanduser() if kind == "dir" else name
-        return loader(target, device=None, dtype=torch_dtype, device_map=device_map)
+    if device_map is not None:  # a directory or a hub name (checked by load_model)
+        if kind == "dir":
+            directory = Path(name).expanduser()
+            return _load_local_dir(directory, device=None, dtype=dtype, device_map=device_map)
+        return _load_from_hub(name, revision, device=None, dtype=dtype, device_map=device_map)
     device = "cpu" if device is None else device
     if kind == "smollm2":
         return smollm2.load_smollm2(device=device, dtype=torch_dtype)
@@ -164,7 +186,7 @@ def _load(
         return (model if torch_dtype == torch.float32 else model.to(torch_dtype)).eval()
     if kind == "dir":
         return _load_local_dir(Path(name).expanduser(), device=device, dtype=torch_dtype)
-    return _load_from_hub(name, device=device, dtype=torch_dtype)
+    return _load_from_hub(name, revision, device=device, dtype=torch_dtype)
 
 
 def check_model_spec(spec: str | Path) -> str:
@@ -181,31 +203,43 @@ def check_model_spec(spec: str | Path) -> str:
     return _resolve_spec(spec)[0]
 
 
+def model_revision(model: torch.nn.Module) -> str | None:
+    """The hub revision ``model`` was loaded at (``"step3000"`` for
+    ``load_model("EleutherAI/pythia-70m@step3000")``), as asked: a branch, tag or commit;
+    None for a model loaded without one (the hub's default branch, a local directory, the
+    zoo, the built-in models)."""
+    revision = getattr(model, "hub_revision", None)
+    return revision if isinstance(revision, str) else None
+
+
+_PATH_STARTS = ("/", "./", "../", "~", ".\\")
+
+
 def _looks_like_a_path(name: str) -> bool:
     """Whether ``name`` can only mean a local path (not a hub name ``org/name``)."""
     return (
-        name.startswith(("/", "./", "../", "~", ".\\"))
+        name.startswith(_PATH_STARTS)
         or name in (".", "..")
         or name.endswith(("/", "\\"))
         or name.count("/") > 1
     )
 
 
-def _resolve_spec(spec: str | Path) -> tuple[str, str]:
-    """(kind, name) of ``spec``, checked as far as possible without loading (see
-    :func:`check_model_spec`)."""
+def _resolve_spec(spec: str | Path) -> tuple[str, str, str | None]:
+    """(kind, name, revision) of ``spec``, checked as far as possible without loading (see
+    :func:`check_model_spec`); the revision only for a hub name written ``org/name@rev``."""
     if not isinstance(spec, str | Path):
         raise IntervError(
             f"model spec must be a string or a path; got {type(spec).__name__} {spec!r}"
         )
     name = str(spec)
     if name == smollm2.SPEC:
-        return "smollm2", name
+        return "smollm2", name, None
     if name == minilm.SPEC:
-        return "minilm", name
+        return "minilm", name, None
     zoo_names = _zoo_names()
     if name in zoo_names:
-        return "zoo", name
+        return "zoo", name, None
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -213,19 +247,49 @@ def _resolve_spec(spec: str | Path) -> tuple[str, str]:
                 f"model directory {name!r} has no config.json; expected {LOCAL_DIR_FORM} "
                 "(as written by save_pretrained for the model and for its tokenizer)"
             )
-        return "dir", name
+        return "dir", name, None
     if path.exists():
         raise IntervError(
             f"model spec {name!r} is a file; expected a model name or {LOCAL_DIR_FORM}"
         )
+    if "@" in name and not isinstance(spec, Path) and not name.startswith(_PATH_STARTS):
+        return _revisioned(name, zoo_names)  # a revision may hold '/': 'org/x@refs/pr/1'
     if isinstance(spec, Path) or _looks_like_a_path(name):
         raise IntervError(
             f"model directory {name!r} does not exist; expected {LOCAL_DIR_FORM}, or one of "
             f"the model names {_valid_names(zoo_names)}"
         )
     if HUB_NAME.match(name):
-        return "hub", name
+        return "hub", name, None
     raise IntervError(f"unknown model spec {name!r}; valid specs are: {_valid_specs(zoo_names)}")
+
+
+def _revisioned(spec: str, zoo_names: tuple[str, ...]) -> tuple[str, str, str]:
+    """``("hub", name, revision)`` of ``"org/name@revision"``; a clear error for any other
+    use of ``'@'``."""
+    if spec.count("@") > 1:
+        raise IntervError(f"model spec {spec!r} has {spec.count('@')} '@'; write {REVISION_FORM}")
+    name, revision = spec.split("@")
+    if not name:
+        raise IntervError(f"model spec {spec!r} names no model before '@'; write {REVISION_FORM}")
+    if not revision:
+        raise IntervError(f"model spec {spec!r} names no revision after '@'; write {REVISION_FORM}")
+    if name in (*BUILTIN_SPECS, *zoo_names):
+        raise IntervError(
+            f"model spec {spec!r}: {name!r} is one of interv's own models, which have no "
+            f"revisions; a revision applies to a hub name only, {REVISION_FORM}"
+        )
+    if not HUB_NAME.match(name):
+        raise IntervError(
+            f"model spec {spec!r}: {name!r} is not a hub name 'org/name'; write {REVISION_FORM}"
+        )
+    if not REVISION.match(revision) or ".." in revision:
+        raise IntervError(
+            f"model spec {spec!r}: revision {revision!r} is not a branch, tag or commit name "
+            f"(letters, digits, '_', '-', '.', '/', starting with a letter or digit); write "
+            f"{REVISION_FORM}"
+        )
+    return "hub", name, revision
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -321,9 +385,17 @@ def _load_local_dir(
             f"model directory {str(directory)!r} has no config.json; expected {LOCAL_DIR_FORM} "
             "(as written by save_pretrained for the model and for its tokenizer)"
         )
-    bridge = TransformerBridge.boot_transformers(
-        str(directory), device=device, dtype=dtype, device_map=device_map
-    )
+    try:
+        bridge = TransformerBridge.boot_transformers(
+            str(directory), device=device, dtype=dtype, device_map=device_map
+        )
+    except (pickle.UnpicklingError, EOFError) as error:  # torch.load(weights_only=True)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise IntervError(
+            f"the weights in model directory {str(directory)!r} cannot be loaded "
+            f"({type(error).__name__}: {first[:120]}); the file is damaged or not a model's "
+            "weights (interv loads weights only, never the code a pickle names)"
+        ) from None
     return bridge.eval()
 
 
@@ -342,12 +414,12 @@ def _hub_unreachable(error: BaseException) -> bool:
     return False
 
 
-def _hub_cached(name: str) -> bool:
-    """Whether the local Hugging Face cache holds ``name``'s config."""
+def _hub_cached(name: str, revision: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds ``name``'s config (at ``revision``)."""
     from huggingface_hub import try_to_load_from_cache  # on use
 
     try:
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+        return isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str)
     except Exception:  # an invalid repo id, an unreadable cache: not cached
         return False
 
@@ -373,17 +445,19 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
 
 
-def _offline_error(name: str) -> IntervError:
+def _offline_error(name: str, revision: str | None = None) -> IntervError:
+    at = "" if revision is None else f" at revision {revision!r}"
     return IntervError(
         f"model spec {name!r} is not a local directory (no directory {name!r} exists here), so "
         "it was taken as a Hugging Face hub name, but no model hub is reachable (offline, or "
-        "HF_HUB_OFFLINE is set) and the model is not in the local Hugging Face cache. Offline "
-        f"options: {_offline_options()}"
+        f"HF_HUB_OFFLINE is set) and the model{at} is not in the local Hugging Face cache. "
+        f"Offline options: {_offline_options()}"
     )
 
 
 def _load_from_hub(
     name: str,
+    revision: str | None,
     *,
     device: str | torch.device | None,
     dtype: torch.dtype,
@@ -392,14 +466,18 @@ def _load_from_hub(
     from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
     # Fail at once when the hub cannot be reached: the download would retry for ~40 s.
-    if not _hub_cached(name) and not _hub_reachable():
-        raise _offline_error(name)
+    if not _hub_cached(name, revision) and not _hub_reachable():
+        raise _offline_error(name, revision)
+    spec = name if revision is None else f"{name}@{revision}"
     try:
         bridge = TransformerBridge.boot_transformers(
-            name, device=device, dtype=dtype, device_map=device_map
+            name, device=device, dtype=dtype, revision=revision, device_map=device_map
         )
     except OSError as error:
         if _hub_unreachable(error):
-            raise _offline_error(name) from error
-        raise IntervError(f"could not load hub model {name!r}: {error}") from error
+            raise _offline_error(name, revision) from error
+        raise IntervError(f"could not load hub model {spec!r}: {error}") from error
+    if revision is not None:
+        bridge.cfg.model_name = spec  # every scope names the checkpoint
+        bridge.hub_revision = revision  # read by model_revision()
     return bridge.eval()

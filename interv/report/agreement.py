@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from interv.stats import percentile_interval, spearman
+from interv.stats import MIN_ITEMS, percentile_interval, spearman
 
 __all__ = ["AGREEMENT_CAVEAT", "Agreement", "agreement"]
 
@@ -29,8 +29,6 @@ AGREEMENT_CAVEAT = (
     "heads and their intervals are wide."
 )
 """The sentence printed with every agreement table."""
-
-_MIN_HEADS = 3
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def agreement(
     results = []
     for layer, selected in groups:
         n_heads = int(selected.sum())
-        if n_heads < _MIN_HEADS:
+        if n_heads < MIN_ITEMS:  # no rank correlation of fewer (interv.stats)
             continue
         effect = per_prompt_effect[selected].to(torch.float64)
         conc = per_prompt_concentration[:, selected].to(torch.float64)

@@ -1,6 +1,6 @@
 """A circuit as one self-contained HTML page (no CDN, no server): the drawing and the curve.
 
->>> html = circuit_page(circuit.to_dict(), curve.to_dict(), link)  # doctest: +SKIP
+>>> html = circuit_page(circuit, curve, mission_link(circuit, heads))  # doctest: +SKIP
 
 - **The layered node-link drawing** (SVG, drawn here in Python): layers left to right
   (the embedding, each layer's attention heads and MLP, the logits), the strongest
@@ -11,34 +11,33 @@
   hover, focus or click. Heads of the circuit are shaded.
 - **The faithfulness curve** over the edge fractions (log scale) with its bootstrap
   interval band, the line ``f = 1``, and CPR and CMD.
-- **The mission link** (:func:`interv.report.circuit.mission_link`): the circuit's heads
+- **The mission link** (:func:`interv.circuits.mission.mission_link`): the circuit's heads
   with their concentration beside their edges, the rank agreements with intervals, the
   concentrated, sink-parked heads outside the circuit.
 
-Every text from the data is HTML-escaped. Reads only serialized forms; no model.
+Reads the typed results (the curve and the link must belong to the circuit:
+:func:`interv.report.circuit.check_together`); every text from the data is HTML-escaped.
+No model.
 """
 
 from __future__ import annotations
 
-import html
 import math
-import re
-from collections.abc import Mapping, Sequence
-from functools import cache
-from importlib import resources
-from typing import Any
+from collections.abc import Sequence
 
 from interv._checks import as_int
-from interv.errors import IntervError
+from interv.circuits.curves import FaithfulnessCurve
+from interv.circuits.discovery import CircuitResult
+from interv.circuits.graph import Edge, Node
+from interv.circuits.mission import LINK_METRICS, CircuitHead, MissionLink, RankAgreement
 from interv.report.circuit import (
-    LINK_METRICS,
-    CircuitHead,
-    MissionLink,
-    RankAgreement,
-    check_circuit,
-    check_faithfulness,
-    circuit_edges,
+    audit_lines,
+    bounds_text,
+    check_together,
+    edge_rows,
+    interval_text,
 )
+from interv.report.kit import asset, escape, html_table, number
 
 __all__ = ["circuit_fragment", "circuit_page", "curve_svg", "graph_svg"]
 
@@ -49,54 +48,16 @@ _NODE_H = 16
 _TOP = 30
 
 
-@cache
-def _asset(name: str) -> str:
-    return resources.files("interv.report").joinpath("assets", name).read_text(encoding="utf-8")
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.{digits}g}"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _split(label: str) -> tuple[str, str, str]:
-    sender, rest = label.split("->", 1)
-    receiver, _, part = rest.partition(".")
-    return sender, receiver, part
-
-
-_NODE = re.compile(r"^L(\d+)(H|KV)(\d+)$")
-
-
-def _column(node: str, n_layers: int) -> tuple[int, int]:
+def _column(node: Node, n_layers: int) -> tuple[int, int]:
     """(column, order in the column) of a node: embed 0, layer l's heads 1 + 2l (key/value
     heads below the query heads), MLP l 2 + 2l, logits last."""
-    if node == "embed":
+    if node.kind == "embed":
         return 0, 0
-    if node == "logits":
+    if node.kind == "logits":
         return 2 * n_layers + 1, 0
-    if node.startswith("MLP"):
-        return 2 + 2 * int(node[3:]), 0
-    found = _NODE.match(node)
-    if found is None:
-        raise IntervError(f"cannot place node {node!r} in the drawing")
-    return 1 + 2 * int(found[1]), int(found[3]) + (1000 if found[2] == "KV" else 0)
-
-
-def _layer(node: str) -> int:
-    found = _NODE.match(node)
-    if found is not None:
-        return int(found[1])
-    return int(node[3:]) if node.startswith("MLP") else -1
+    if node.kind == "mlp":
+        return 2 + 2 * node.layer, 0
+    return 1 + 2 * node.layer, node.head + (1000 if node.kv else 0)
 
 
 def _column_name(column: int, n_layers: int) -> str:
@@ -108,31 +69,31 @@ def _column_name(column: int, n_layers: int) -> str:
     return f"layer {layer}" if column % 2 else f"MLP {layer}"
 
 
-def _layout(labels: Sequence[str]) -> tuple[dict[str, tuple[float, float]], int, int, str]:
+def _layout(edges: Sequence[Edge]) -> tuple[dict[Node, tuple[float, float]], int, int, str]:
     """Node positions, the drawing's size and its column labels. Columns: only those that
     hold a drawn node, in forward order (layers left to right). Rows: query head ``h`` in
     row ``h`` of every layer, key/value heads below them, MLPs at the bottom, the embedding
     and the logits in the middle, so that a path across layers keeps its rows."""
-    nodes = {n for label in labels for n in _split(label)[:2]}
-    n_layers = max(_layer(n) for n in nodes) + 1
-    heads = [_NODE.match(n) for n in nodes]
-    n_q = max((int(m[3]) + 1 for m in heads if m is not None and m[2] == "H"), default=0)
-    n_kv = max((int(m[3]) + 1 for m in heads if m is not None and m[2] == "KV"), default=0)
-    has_mlp = any(n.startswith("MLP") for n in nodes)
+    nodes = {n for edge in edges for n in (edge.sender, edge.receiver)}
+    n_layers = max((n.layer for n in nodes if n.layer is not None), default=-1) + 1
+    heads = [n for n in nodes if n.kind == "head"]
+    n_q = max((n.head + 1 for n in heads if not n.kv), default=0)
+    n_kv = max((n.head + 1 for n in heads if n.kv), default=0)
+    has_mlp = any(n.kind == "mlp" for n in nodes)
     n_rows = max(1, n_q + n_kv + int(has_mlp))
 
-    def row(node: str) -> float:
-        found = _NODE.match(node)
-        if found is not None:
-            return int(found[3]) + (n_q if found[2] == "KV" else 0)
-        return n_rows - 1 if node.startswith("MLP") else (n_rows - 1) / 2
+    def row(node: Node) -> float:
+        if node.kind == "head":
+            return node.head + (n_q if node.kv else 0)
+        return n_rows - 1 if node.kind == "mlp" else (n_rows - 1) / 2
 
     used = sorted({_column(n, n_layers)[0] for n in nodes})
     col_w = max(90, min(150, 1160 // len(used)))
     x_of = {col: 20 + rank * col_w for rank, col in enumerate(used)}
     positions = {n: (x_of[_column(n, n_layers)[0]], _TOP + row(n) * _ROW_H) for n in nodes}
     names = "".join(
-        f"<text class='ivc-col' x='{x:.1f}' y='{_TOP - 10}'>{_e(_column_name(c, n_layers))}</text>"
+        f"<text class='ivc-col' x='{x:.1f}' y='{_TOP - 10}'>"
+        f"{escape(_column_name(c, n_layers))}</text>"
         for c, x in x_of.items()
     )
     width = 40 + len(used) * col_w
@@ -140,93 +101,101 @@ def _layout(labels: Sequence[str]) -> tuple[dict[str, tuple[float, float]], int,
     return positions, width, height, names
 
 
-def _edge_info(circuit: Mapping[str, Any], i: int, unit: str, rank: int) -> str:
-    exact = circuit["exact"][i]
+def _edge_info(circuit: CircuitResult, i: int, rank: int) -> str:
+    exact = float(circuit.exact[i])
+    unit = circuit.unit
     exact_text = (
         "exact effect: not computed (estimate only)"
-        if exact is None
+        if math.isnan(exact)
         else f"exact effect: {exact:+.4g} {unit} (path patching)"
     )
     return (
-        f"{circuit['edges'][i]} (rank {rank} by best value)\n"
-        f"score (screen estimate, {circuit['method']}): {circuit['scores'][i]:+.4g} {unit}\n"
-        f"{exact_text}\nstatus: {circuit['status'][i]}"
+        f"{circuit.graph.edges[i].label} (rank {rank} by best value)\n"
+        f"score (screen estimate, {circuit.scores.method}): "
+        f"{float(circuit.scores.scores[i]):+.4g} {unit}\n"
+        f"{exact_text}\nstatus: {circuit.status[i]}"
     )
 
 
-def graph_svg(circuit: Any, *, n_draw: int = 40, circuit_size: int | None = None) -> str:
+def graph_svg(circuit: CircuitResult, *, n_draw: int = 40, circuit_size: int | None = None) -> str:
     """The layered node-link drawing of the strongest ``n_draw`` edges (module docstring);
     the first ``circuit_size`` of them (default: the verified top-k) mark the circuit's
     nodes."""
-    circuit = check_circuit(circuit)
+    check_together(circuit, None, None)
     n_draw = as_int(n_draw, "n_draw", minimum=1)
-    n_edges = len(circuit["edges"])
-    chosen = circuit_edges(circuit, min(n_draw, n_edges))
-    members = set(circuit_edges(circuit, circuit_size)) if circuit_size != 0 else set()
-    unit = circuit.get("unit", circuit["metric"])
-    labels = [circuit["edges"][i] for i in chosen]
-    positions, width, height, column_names = _layout(labels)
-    values = [
-        circuit["scores"][i] if circuit["exact"][i] is None else circuit["exact"][i] for i in chosen
-    ]
+    graph = circuit.graph
+    chosen = edge_rows(circuit, n_draw)
+    members = (
+        [graph.index(edge) for edge in circuit.circuit(circuit_size)] if circuit_size != 0 else []
+    )
+    unit = circuit.unit
+    edges = [graph.edges[i] for i in chosen]
+    positions, width, height, column_names = _layout(edges)
+    values = [float(v) for v in circuit.value[chosen]]
     scale = max((abs(v) for v in values), default=1.0) or 1.0
-    in_circuit = {n for i in members for n in _split(circuit["edges"][i])[:2]}
+    in_circuit = {n for i in members for n in (graph.edges[i].sender, graph.edges[i].receiver)}
+    checked = circuit.audit.checked
     paths = []
-    for rank, (i, value) in enumerate(zip(chosen, values, strict=True), start=1):
-        sender, receiver, _ = _split(circuit["edges"][i])
-        x1, y1 = positions[sender]
-        x2, y2 = positions[receiver]
+    for rank, (i, edge, value) in enumerate(zip(chosen, edges, values, strict=True), start=1):
+        x1, y1 = positions[edge.sender]
+        x2, y2 = positions[edge.receiver]
         x1 += _NODE_W
         y1 += _NODE_H / 2
         y2 += _NODE_H / 2
         bend = max((x2 - x1) / 2, 20)
-        exact = circuit["exact"][i] is not None
         classes = f"ivc-edge {'ivc-pos' if value >= 0 else 'ivc-neg'} " + (
-            "ivc-exact" if exact else "ivc-est"
+            "ivc-exact" if bool(checked[i]) else "ivc-est"
         )
-        info = _edge_info(circuit, i, unit, rank)
+        info = _edge_info(circuit, i, rank)
         stroke = 0.8 + 5.2 * abs(value) / scale
         paths.append(
             f"<path class='{classes}' d='M{x1:.1f},{y1:.1f} C{x1 + bend:.1f},{y1:.1f} "
             f"{x2 - bend:.1f},{y2:.1f} {x2:.1f},{y2:.1f}' stroke-width='{stroke:.2f}' "
-            f"tabindex='0' data-edge='{_e(circuit['edges'][i])}' "
-            f"data-status='{_e(circuit['status'][i])}' "
-            f"data-info='{_e(info)}'><title>{_e(info)}</title></path>"
+            f"tabindex='0' data-edge='{escape(edge.label)}' "
+            f"data-status='{escape(circuit.status[i])}' "
+            f"data-info='{escape(info)}'><title>{escape(info)}</title></path>"
         )
     nodes = []
-    for node, (x, y) in sorted(positions.items()):
+    for node, (x, y) in sorted(positions.items(), key=lambda item: item[0].label):
         cls = "ivc-node ivc-in" if node in in_circuit else "ivc-node"
+        label = escape(node.label)
         nodes.append(
-            f"<g class='{cls}' data-node='{_e(node)}'><rect x='{x:.1f}' y='{y:.1f}' "
+            f"<g class='{cls}' data-node='{label}'><rect x='{x:.1f}' y='{y:.1f}' "
             f"width='{_NODE_W}' height='{_NODE_H}' rx='3'/><text x='{x + 4:.1f}' "
-            f"y='{y + 12:.1f}'>{_e(node)}</text><title>{_e(node)}</title></g>"
+            f"y='{y + 12:.1f}'>{label}</text><title>{label}</title></g>"
         )
     title = (
-        f"the strongest {len(chosen)} of {n_edges} edges, layers left to right; width by "
+        f"the strongest {len(chosen)} of {graph.n_edges} edges, layers left to right; width by "
         f"|value| (largest {scale:.3g} {unit}); solid = exact, dashed = estimated"
     )
     return (
-        f"<figure class='ivc-figure'><figcaption class='ivc-hint'>{_e(title)}</figcaption>"
+        f"<figure class='ivc-figure'><figcaption class='ivc-hint'>{escape(title)}</figcaption>"
         f"<svg class='ivc-graph' role='img' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' aria-label='{_e(title)}'>"
+        f"viewBox='0 0 {width} {height}' aria-label='{escape(title)}'>"
         f"{column_names}{''.join(paths)}{''.join(nodes)}</svg></figure>"
     )
 
 
-def curve_svg(curve: Any) -> str:
+def _finite(value: float) -> bool:
+    return not math.isnan(value)
+
+
+def curve_svg(curve: FaithfulnessCurve) -> str:
     """The faithfulness curve with its interval band over the edge fractions (log scale)."""
-    curve = check_faithfulness(curve)
     width, height, left, right, top, bottom = 460, 280, 52, 16, 22, 44
-    fractions = curve["fractions"]
+    fractions = list(curve.fractions)
+    n_prompts = int(curve.per_prompt.shape[1])
     points = [
-        (f, m, lo, hi)
-        for f, m, lo, hi in zip(fractions, curve["mean"], curve["low"], curve["high"], strict=True)
-        if m is not None
+        (f, m, lo, hi, k)
+        for f, m, lo, hi, k in zip(
+            fractions, curve.mean, curve.low, curve.high, curve.n_edges_kept, strict=True
+        )
+        if _finite(m)
     ]
     if not points:
         return "<p>The faithfulness curve is undefined at every fraction (m(full) = m(empty)).</p>"
-    ys = [v for p in points for v in p[1:] if v is not None] + [0.0, 1.0]
-    ys += [v for v in curve.get("signed_mean") or [] if _is_number(v)]
+    ys = [v for p in points for v in p[1:4] if _finite(v)] + [0.0, 1.0]
+    ys += [v for v in curve.signed_mean if _finite(v)]
     y_low, y_high = min(ys), max(ys)
     x_low, x_high = math.log10(min(fractions)), math.log10(max(fractions))
     span_x = (x_high - x_low) or 1.0
@@ -238,37 +207,31 @@ def curve_svg(curve: Any) -> str:
     def py(v: float) -> float:
         return top + (y_high - v) / span_y * (height - top - bottom)
 
-    banded = [p for p in points if p[2] is not None and p[3] is not None]
+    banded = [p for p in points if _finite(p[2]) and _finite(p[3])]
     band = (
-        " ".join(f"{px(f):.1f},{py(hi):.1f}" for f, _, _, hi in banded)
+        " ".join(f"{px(f):.1f},{py(hi):.1f}" for f, _, _, hi, _ in banded)
         + " "
-        + " ".join(f"{px(f):.1f},{py(lo):.1f}" for f, _, lo, _ in reversed(banded))
+        + " ".join(f"{px(f):.1f},{py(lo):.1f}" for f, _, lo, _, _ in reversed(banded))
     )
-    line = " ".join(f"{px(f):.1f},{py(m):.1f}" for f, m, _, _ in points)
-    signed = curve.get("signed_mean")
+    line = " ".join(f"{px(f):.1f},{py(m):.1f}" for f, m, _, _, _ in points)
+    signed_points = " ".join(
+        f"{px(f):.1f},{py(v):.1f}"
+        for f, v in zip(fractions, curve.signed_mean, strict=True)
+        if _finite(v)
+    )
     signed_line = (
-        "<polyline class='ivc-signed' points='"
-        + " ".join(
-            f"{px(f):.1f},{py(v):.1f}"
-            for f, v in zip(fractions, signed, strict=True)
-            if v is not None
-        )
-        + "'><title>circuits by signed value (CPR's curve)</title></polyline>"
-        if isinstance(signed, list) and len(signed) == len(fractions)
-        else ""
+        f"<polyline class='ivc-signed' points='{signed_points}'><title>circuits by signed "
+        "value (CPR's curve)</title></polyline>"
     )
-    kept = curve.get("n_edges_kept") or [None] * len(fractions)
     dots = []
-    for (f, m, lo, hi), k in zip(
-        points, [kept[fractions.index(p[0])] for p in points], strict=True
-    ):
+    for f, m, lo, hi, k in points:
         info = (
-            f"edge fraction {f:.3g} ({'?' if k is None else k} edges kept): faithfulness "
-            f"{m:.3g} (95% interval {_num(lo)} ... {_num(hi)})"
+            f"edge fraction {f:.3g} ({k} edges kept): faithfulness {m:.3g} "
+            f"({bounds_text((lo, hi), n_prompts)})"
         )
         dots.append(
             f"<circle class='ivc-pt' cx='{px(f):.1f}' cy='{py(m):.1f}' r='4' tabindex='0' "
-            f"data-info='{_e(info)}'><title>{_e(info)}</title></circle>"
+            f"data-info='{escape(info)}'><title>{escape(info)}</title></circle>"
         )
     ticks = "".join(
         f"<text class='ivc-tick' x='{px(f):.1f}' y='{height - bottom + 14}' "
@@ -294,25 +257,18 @@ def curve_svg(curve: Any) -> str:
     )
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f"<div class='ivc-scroll'><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>"
-    )
-
-
 def _agreement_text(a: RankAgreement) -> str:
     if math.isnan(a.rho):
         return a.reason
     if math.isnan(a.low):
-        return f"ρ = {_num(a.rho, 2)} ({a.reason})"
-    return f"ρ = {_num(a.rho, 2)} ({a.level:.0%} interval {_num(a.low, 2)} … {_num(a.high, 2)})"
+        return f"ρ = {number(a.rho, 2)} ({a.reason})"
+    return (
+        f"ρ = {number(a.rho, 2)} ({a.level:.0%} interval {number(a.low, 2)} … {number(a.high, 2)})"
+    )
 
 
 def _with_spread(head: CircuitHead, name: str) -> str:
-    return f"{_num(head.concentration[name])} ± {_num(head.spread[name], 2)}"
+    return f"{number(head.concentration[name], 3)} ± {number(head.spread[name], 2)}"
 
 
 def _link_section(link: MissionLink) -> str:
@@ -320,7 +276,7 @@ def _link_section(link: MissionLink) -> str:
         [
             h.label,
             *(_with_spread(h, name) for name in LINK_METRICS),
-            _num(h.strength),
+            number(h.strength, 3),
             "; ".join(
                 f"{e.label}: score {e.score:+.3g}, "
                 + ("not intervened" if e.exact is None else f"exact {e.exact:+.3g}")
@@ -330,7 +286,7 @@ def _link_section(link: MissionLink) -> str:
         ]
         for h in link.circuit_heads
     ]
-    heads = _table(
+    heads = html_table(
         [
             "head",
             "normalized entropy (fraction of log n)",
@@ -340,19 +296,21 @@ def _link_section(link: MissionLink) -> str:
             "circuit edges",
         ],
         rows,
+        cls="ivc-scroll",
     )
-    agreements = _table(
+    agreements = html_table(
         ["concentration metric", "against", "heads", "Spearman ρ"],
         [[a.metric, a.against, str(a.n_heads), _agreement_text(a)] for a in link.agreements],
+        cls="ivc-scroll",
     )
     parked = [h for h in link.heads if h.label in link.parked_outside]
     parked_html = (
         "<ul>"
         + "".join(
-            f"<li><b>{_e(h.label)}</b>: normalized entropy "
-            f"{_num(h.concentration['normalized_entropy'])}, sink mass "
-            f"{_num(h.concentration['sink_mass'])}, contribution norm "
-            f"{_num(h.concentration['contribution_norm'])}</li>"
+            f"<li><b>{escape(h.label)}</b>: normalized entropy "
+            f"{number(h.concentration['normalized_entropy'], 3)}, sink mass "
+            f"{number(h.concentration['sink_mass'], 3)}, contribution norm "
+            f"{number(h.concentration['contribution_norm'], 3)}</li>"
             for h in parked
         )
         + "</ul>"
@@ -362,59 +320,55 @@ def _link_section(link: MissionLink) -> str:
     return (
         "<section class='ivc-section' data-part='mission'>"
         f"<h2>Circuit heads beside their concentration ({len(link.circuit_heads)} heads)</h2>"
-        f"<p class='ivc-sem'>{_e(link.sentences['circuit'])}</p>"
-        f"<p class='ivc-sem'>{_e(link.sentences['concentration'])}</p>{heads}"
+        f"<p class='ivc-sem'>{escape(link.sentences['circuit'])}</p>"
+        f"<p class='ivc-sem'>{escape(link.sentences['concentration'])}</p>{heads}"
         "<h2>Rank agreement of concentration with the circuit</h2>"
-        f"<p class='ivc-sem'>{_e(link.sentences['agreement'])}</p>{agreements}"
+        f"<p class='ivc-sem'>{escape(link.sentences['agreement'])}</p>{agreements}"
         f"<h2>Concentrated, sink-parked heads outside the circuit ({len(parked)})</h2>"
-        f"<p class='ivc-sem'>{_e(link.sentences['parked'])}</p>{parked_html}</section>"
+        f"<p class='ivc-sem'>{escape(link.sentences['parked'])}</p>{parked_html}</section>"
     )
 
 
-def _interval(curve: Mapping[str, Any], key: str) -> str:
-    interval = curve.get(f"{key}_interval")
-    if not isinstance(interval, list) or len(interval) != 2 or None in interval:
-        return ""
-    return f" (95% interval {_num(interval[0], 3)} … {_num(interval[1], 3)})"
-
-
-def _audit_line(circuit: Mapping[str, Any]) -> str:
-    status = circuit["status"]
-    counts = [status.count(s) for s in ("exact (verified)", "exact (audit)", "estimated")]
-    audit = circuit.get("audit") or {}
-    line = (
-        f"{len(status)} edges: {counts[0]} exact (verified), {counts[1]} exact (audit), "
-        f"{counts[2]} estimated (screen scores, not intervened)."
+def _curve_section(curve: FaithfulnessCurve) -> str:
+    n_prompts = int(curve.per_prompt.shape[1])
+    cpr = interval_text(curve.cpr_interval, n_prompts, dots="…")
+    cmd = interval_text(curve.cmd_interval, n_prompts, dots="…")
+    return (
+        "<section class='ivc-section' data-part='faithfulness'><h2>Faithfulness</h2>"
+        f"<p class='ivc-sem'>{escape(curve.sentence)}</p>"
+        f"<div class='ivc-fig'>{curve_svg(curve)}</div><p class='ivc-hint'>Solid line and "
+        "band: circuits of the top edges by |value| (CMD's curve) with its 95% interval; "
+        "dotted line: circuits by signed value, the most negative noising effect first "
+        "(CPR's curve).</p>"
+        f"<p><b>CPR</b> (area under the curve, circuits from signed scores; higher is "
+        f"better) = {number(curve.cpr, 4)}{cpr} · "
+        f"<b>CMD</b> (area between the curve and 1, circuits from absolute scores; lower is "
+        f"better) = {number(curve.cmd, 4)}{cmd}"
+        f" · complement: {escape(curve.complement)}</p></section>"
     )
-    if isinstance(audit.get("audited"), list) and "miss_bound" in audit:
-        line += (
-            f" Audit: {audit.get('misses')} of {len(audit['audited'])} audited edges above the "
-            f"top-k threshold {_num(audit.get('threshold'))}; miss rate ≤ "
-            f"{_num(audit.get('miss_bound'))} (one-sided Clopper-Pearson upper bound)."
-        )
-    return line
 
 
 def circuit_fragment(
-    circuit: Any,
-    faithfulness: Any = None,
+    circuit: CircuitResult,
+    faithfulness: FaithfulnessCurve | None = None,
     link: MissionLink | None = None,
     *,
     n_draw: int = 40,
 ) -> str:
     """The circuit view as one ``<div class="interv-circuit">`` with its style and script
-    inlined (a notebook can display it; :func:`circuit_page` wraps it in a document)."""
-    circuit = check_circuit(circuit)
-    if link is not None and not isinstance(link, MissionLink):
-        raise IntervError(f"link must be a MissionLink; got {type(link).__name__}")
+    inlined (a notebook can display it; :func:`circuit_page` wraps it in a document). The
+    curve and the link must belong to the circuit
+    (:func:`interv.report.circuit.check_together`)."""
+    check_together(circuit, faithfulness, link)
     size = None if link is None else link.circuit_size
     parts = [
         "<div class='interv-circuit'>",
-        f"<style>{_asset('circuit.css')}</style>",
+        f"<style>{asset('circuit.css')}</style>",
         "<header class='ivc-head' data-part='headline'>"
-        f"<h1>Circuit: {_e(circuit['model'])} on {_e(circuit['task'])}</h1>"
-        f"<p class='ivc-sem'>{_e(circuit['sentence'])}</p><p>{_e(_audit_line(circuit))}</p>"
-        "</header>",
+        f"<h1>Circuit: {escape(circuit.model_name)} on {escape(circuit.task_name)}</h1>"
+        f"<p class='ivc-sem'>{escape(circuit.sentence)}</p>"
+        f"<p>{escape('. '.join(audit_lines(circuit)).capitalize())}.</p>"
+        f"<p class='ivc-hint'>{escape(circuit.provenance.describe())}</p></header>",
         "<section class='ivc-section' data-part='graph'><h2>The edges, layer by layer</h2>"
         "<p class='ivc-hint'>Hover, focus or click an edge for its score, exact effect and "
         "status (click pins, Esc unpins). Solid = exact (path patching), dashed = estimated "
@@ -426,35 +380,26 @@ def circuit_fragment(
         "</div></div></section>",
     ]
     if faithfulness is not None:
-        curve = check_faithfulness(faithfulness)
-        parts.append(
-            "<section class='ivc-section' data-part='faithfulness'><h2>Faithfulness</h2>"
-            f"<p class='ivc-sem'>{_e(curve['sentence'])}</p>"
-            f"<div class='ivc-fig'>{curve_svg(curve)}</div><p class='ivc-hint'>Solid line and "
-            "band: circuits of the top edges by |value| (CMD's curve) with its 95% interval; "
-            "dotted line: circuits by signed value, the most negative noising effect first "
-            "(CPR's curve).</p>"
-            f"<p><b>CPR</b> (area under the curve, circuits from signed scores; higher is "
-            f"better) = {_num(curve.get('cpr'), 4)}{_interval(curve, 'cpr')} · <b>CMD</b> (area "
-            f"between the curve and 1, circuits from absolute scores; lower is better) = "
-            f"{_num(curve.get('cmd'), 4)}{_interval(curve, 'cmd')}"
-            f" · complement: {_e(curve.get('complement', 'n/a'))}</p></section>"
-        )
+        parts.append(_curve_section(faithfulness))
     if link is not None:
         parts.append(_link_section(link))
-    parts.append(f"<script>{_asset('circuit.js')}</script></div>")
+    parts.append(f"<script>{asset('circuit.js')}</script></div>")
     return "".join(parts)
 
 
 def circuit_page(
-    circuit: Any, faithfulness: Any = None, link: MissionLink | None = None, *, n_draw: int = 40
+    circuit: CircuitResult,
+    faithfulness: FaithfulnessCurve | None = None,
+    link: MissionLink | None = None,
+    *,
+    n_draw: int = 40,
 ) -> str:
     """The whole HTML document: :func:`circuit_fragment` in a page with a title."""
-    data = check_circuit(circuit)
-    title = f"interv circuit: {data['model']} on {data['task']}"
+    check_together(circuit, faithfulness, link)
+    title = f"interv circuit: {circuit.model_name} on {circuit.task_name}"
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_e(title)}</title></head><body>"
-        f"{circuit_fragment(data, faithfulness, link, n_draw=n_draw)}</body></html>\n"
+        f"<title>{escape(title)}</title></head><body>"
+        f"{circuit_fragment(circuit, faithfulness, link, n_draw=n_draw)}</body></html>\n"
     )

@@ -15,7 +15,14 @@ from interv.flags import (
     FlagRules,
 )
 
-__all__ = ["assign_flags", "is_ablation"]
+__all__ = ["assign_flags", "is_ablation", "reports_recovery"]
+
+
+def reports_recovery(kind: str) -> bool:
+    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
+    between the two runs of a task, as the kind's class declares)."""
+    registered = kind_of(kind)
+    return registered is not None and registered.cls.reports_recovery
 
 
 def is_ablation(kind: str) -> bool:

@@ -29,14 +29,12 @@ report on the page once, so several reports can share one notebook.
 from __future__ import annotations
 
 import base64
-import html
 import io
-from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
 from interv.flags import FLAGS
+from interv.report.kit import asset, escape, number
 from interv.report.page_figures import (
     DEFAULT_METRIC,
     effect_bound,
@@ -48,7 +46,6 @@ from interv.report.page_figures import (
 from interv.report.page_tables import flag_badges, hidden_column_css, long_table, wide_table
 from interv.report.views import (
     agreement_cells,
-    fmt,
     head_groups,
     header_lines,
     headline_agreement,
@@ -63,15 +60,6 @@ if TYPE_CHECKING:
     from interv.report.table import Report
 
 __all__ = ["page_fragment", "to_page"]
-
-
-@cache
-def _asset(name: str) -> str:
-    return resources.files("interv.report").joinpath("assets", name).read_text(encoding="utf-8")
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 def _layers_text(report: Report) -> str:
@@ -106,17 +94,19 @@ def _agreement_text(report: Report) -> str:
     first, *others = entries
     lead = (
         f"<p class='iv-agree'>Rank agreement of normalized entropy with |effect| "
-        f"({_e(first.kind)}, {first.n_heads} heads): <b>Spearman ρ = {fmt(first.rho, 2)}</b> "
-        f"({level}% bootstrap interval over prompts {fmt(first.ci_low, 2)} … "
-        f"{fmt(first.ci_high, 2)}; dimensionless, −1 … 1)."
+        f"({escape(first.kind)}, {first.n_heads} heads): "
+        f"<b>Spearman ρ = {number(first.rho, 2)}</b> "
+        f"({level}% bootstrap interval over prompts {number(first.ci_low, 2)} … "
+        f"{number(first.ci_high, 2)}; dimensionless, −1 … 1)."
     )
     if others:
         lead += " Other kinds: " + "; ".join(
-            f"{_e(a.kind)} ρ = {fmt(a.rho, 2)} ({fmt(a.ci_low, 2)} … {fmt(a.ci_high, 2)})"
+            f"{escape(a.kind)} ρ = {number(a.rho, 2)} "
+            f"({number(a.ci_low, 2)} … {number(a.ci_high, 2)})"
             for a in others
         )
         lead += "."
-    return lead + f"</p><p class='iv-caveat'>{_e(report.agreement_caveat)}</p>"
+    return lead + f"</p><p class='iv-caveat'>{escape(report.agreement_caveat)}</p>"
 
 
 _HEADLINE_N = 5
@@ -125,16 +115,16 @@ _HEADLINE_N = 5
 def _others(head: RankedHead) -> str:
     if not head.other_effects:
         return ""
-    listed = "; ".join(f"{_e(kind)} {fmt(value, 3)}" for kind, value in head.other_effects)
+    listed = "; ".join(f"{escape(kind)} {number(value, 3)}" for kind, value in head.other_effects)
     return f"<div class='iv-others'>same head, other interventions (mean effect): {listed}</div>"
 
 
 def _effect_html(head: RankedHead, report: Report) -> str:
     h = report.header
     return (
-        f"effect <b>{fmt(head.effect.mean, 3)} {_e(h.metric_unit)}</b> "
-        f"({int(h.ci_level * 100)}% CI {fmt(head.effect.ci_low, 3)} … "
-        f"{fmt(head.effect.ci_high, 3)})"
+        f"effect <b>{number(head.effect.mean, 3)} {escape(h.metric_unit)}</b> "
+        f"({int(h.ci_level * 100)}% CI {number(head.effect.ci_low, 3)} … "
+        f"{number(head.effect.ci_high, 3)})"
     )
 
 
@@ -143,14 +133,15 @@ def _largest_list(report: Report, kind: str) -> str:
     if not heads:
         return ""
     items = "".join(
-        f"<li data-h='{_e(head.head)}'><b>{_e(head.head)}</b>: {_effect_html(head, report)} · "
-        f"<b>{_e(head.concentration_text)}</b> · sink mass {fmt(head.sink_mass, 3)} "
+        f"<li data-h='{escape(head.head)}'><b>{escape(head.head)}</b>: "
+        f"{_effect_html(head, report)} · "
+        f"<b>{escape(head.concentration_text)}</b> · sink mass {number(head.sink_mass, 3)} "
         f"{flag_badges(head.flags)}{_others(head)}"
-        f"<div class='iv-sem'>{_e(head.semantics)}</div></li>"
+        f"<div class='iv-sem'>{escape(head.semantics)}</div></li>"
         for head in heads
     )
     return (
-        f"<h2>The heads with the largest |effect| ({_e(kind)})</h2>"
+        f"<h2>The heads with the largest |effect| ({escape(kind)})</h2>"
         f"<p class='iv-hint'>Each with its interval over prompts and its rank by "
         f"concentration among the {heads[0].n_heads} heads (1st = lowest normalized entropy, "
         "fraction of log n): what matters, and how concentrated it is.</p>"
@@ -163,15 +154,15 @@ def _concentrated_list(report: Report, kind: str) -> str:
     if not heads:
         return ""
     items = "".join(
-        f"<li data-h='{_e(head.head)}'><b>{_e(head.head)}</b>: normalized entropy "
-        f"<b>{fmt(head.normalized_entropy, 3)}</b>, sink mass {fmt(head.sink_mass, 3)} · "
-        f"{_effect_html(head, report)} · <b>{_e(head.effect_text)}</b> "
+        f"<li data-h='{escape(head.head)}'><b>{escape(head.head)}</b>: normalized entropy "
+        f"<b>{number(head.normalized_entropy, 3)}</b>, sink mass {number(head.sink_mass, 3)} · "
+        f"{_effect_html(head, report)} · <b>{escape(head.effect_text)}</b> "
         f"{flag_badges(head.flags)}</li>"
         for head in heads
     )
     return (
         "<h2>The most concentrated heads, beside their effects</h2>"
-        f"<p class='iv-hint'>Lowest normalized entropy first; effect under {_e(kind)} (the "
+        f"<p class='iv-hint'>Lowest normalized entropy first; effect under {escape(kind)} (the "
         "sentence as above).</p>"
         f"<ol class='iv-concentrated'>{items}</ol>"
     )
@@ -179,10 +170,10 @@ def _concentrated_list(report: Report, kind: str) -> str:
 
 def _instructive_list(report: Report) -> str:
     floor = report.instructive_floor()
-    unit = _e(report.header.metric_unit)
+    unit = escape(report.header.metric_unit)
     rule = (
         f"Only heads whose |effect| exceeds {report.flag_rules.near_zero_fraction:g} × effect "
-        f"scale = {fmt(floor, 3)} {unit} are candidates: a tiny effect ranks low whatever "
+        f"scale = {number(floor, 3)} {unit} are candidates: a tiny effect ranks low whatever "
         "the head does."
     )
     items = []
@@ -190,14 +181,14 @@ def _instructive_list(report: Report) -> str:
         flags = flag_badges(row.flags)
         head = f' data-h="{row.label}"' if row.head is not None else ""
         items.append(
-            f"<li{head}><b>{_e(row.label)}</b> · {_e(row.kind)}: effect "
-            f"<b>{fmt(row.effect_mean, 3)} {unit}</b> "
-            f"({int(report.header.ci_level * 100)}% CI {fmt(row.effect_ci_low, 3)} … "
-            f"{fmt(row.effect_ci_high, 3)}), normalized entropy "
-            f"<b>{fmt(row.concentration[DEFAULT_METRIC], 3)}</b> "
-            f"({_e(report.header.concentration_units[DEFAULT_METRIC])}) {flags}"
-            f"<div class='iv-sem'>{_e(row.semantics)}</div>"
-            f"<div class='iv-why'>{_e(why)}</div></li>"
+            f"<li{head}><b>{escape(row.label)}</b> · {escape(row.kind)}: effect "
+            f"<b>{number(row.effect_mean, 3)} {unit}</b> "
+            f"({int(report.header.ci_level * 100)}% CI {number(row.effect_ci_low, 3)} … "
+            f"{number(row.effect_ci_high, 3)}), normalized entropy "
+            f"<b>{number(row.concentration[DEFAULT_METRIC], 3)}</b> "
+            f"({escape(report.header.concentration_units[DEFAULT_METRIC])}) {flags}"
+            f"<div class='iv-sem'>{escape(row.semantics)}</div>"
+            f"<div class='iv-why'>{escape(why)}</div></li>"
         )
     if not items:
         return (
@@ -218,9 +209,9 @@ def _headline(report: Report) -> str:
     kind = report.headline_kind
     parts = [
         "<header class='iv-headline' data-part='headline'>",
-        f"<h1>interv report: {_e(h.model)} on {_e(h.task)}</h1>",
-        f"<p class='iv-scope'>{_e(_scope_line(report))}</p>",
-        f"<p class='iv-caveat iv-baseline-note'>{_e(note)}</p>" if note else "",
+        f"<h1>interv report: {escape(h.model)} on {escape(h.task)}</h1>",
+        f"<p class='iv-scope'>{escape(_scope_line(report))}</p>",
+        f"<p class='iv-caveat iv-baseline-note'>{escape(note)}</p>" if note else "",
     ]
     if kind is not None:
         parts += [_largest_list(report, kind), _concentrated_list(report, kind)]
@@ -237,7 +228,7 @@ def _heatmap_section(report: Report) -> str:
         return ""
     options = "".join(
         f"<option value='{name}'{' selected' if name == DEFAULT_METRIC else ''}>"
-        f"{_e(name.replace('_', ' '))} ({_e(unit)})</option>"
+        f"{escape(name.replace('_', ' '))} ({escape(unit)})</option>"
         for name, unit in METRICS.items()
     )
     bound = effect_bound(report)
@@ -246,8 +237,8 @@ def _heatmap_section(report: Report) -> str:
         "<h2>Concentration beside effect, layer × head</h2>"
         "<p class='iv-hint'>Hover, focus or click a cell for that head's numbers and the "
         "sentence of every intervention on it (click pins, Esc unpins). Only the swept layers "
-        f"are drawn. Effect colours share one scale, ±{fmt(bound, 3)} "
-        f"{_e(report.header.metric_unit)}, so a kind that does little looks pale.</p>"
+        f"are drawn. Effect colours share one scale, ±{number(bound, 3)} "
+        f"{escape(report.header.metric_unit)}, so a kind that does little looks pale.</p>"
         "<div class='iv-controls'><label>concentration metric "
         f"<select data-control='metric'>{options}</select></label></div>"
         f"<div class='iv-fig iv-heatmaps'>{grids}</div></section>"
@@ -279,14 +270,14 @@ def _grid_section(report: Report) -> str:
         "intervention: the residual stream at one layer and one position (an absolute token "
         "index of the padded prompts) patched from the other run, everything else left as it "
         "was; the number is the normalized recovery of the prompt-mean metric "
-        f"({_e(report.header.recovery_definition)}). Hover a cell for its sentence and its "
-        f"effect with the interval. For example: <i>{_e(example.semantics)}</i>.</p>"
+        f"({escape(report.header.recovery_definition)}). Hover a cell for its sentence and its "
+        f"effect with the interval. For example: <i>{escape(example.semantics)}</i>.</p>"
         f"<div class='iv-fig iv-heatmaps'>{grids}</div></section>"
     )
 
 
 def _options(values: list[tuple[str, str]]) -> str:
-    return "".join(f"<option value='{_e(v)}'>{_e(text)}</option>" for v, text in values)
+    return "".join(f"<option value='{escape(v)}'>{escape(text)}</option>" for v, text in values)
 
 
 def _table_section(report: Report) -> str:
@@ -308,7 +299,7 @@ def _table_section(report: Report) -> str:
         "<section class='iv-section' data-part='table'>"
         f"<h2>Every number: {len(report.rows)} rows</h2>"
         "<p class='iv-hint'>Click a column header to sort (again to reverse). Effects are "
-        f"in {_e(report.header.metric_unit)}: {_e(report.header.effect_definition)}. "
+        f"in {escape(report.header.metric_unit)}: {escape(report.header.effect_definition)}. "
         "Concentration: mean ± sd over prompts. Printing shows every row and column.</p>"
         "<div class='iv-controls'>"
         f"{views}"
@@ -326,9 +317,9 @@ def _agreement_section(report: Report) -> str:
     if rows:
         numeric = {"n heads", "Spearman rho (metric vs |effect|)"}
         head = "".join(
-            f"<th{' data-type=num' if c in numeric else ''}>{_e(c)}</th>" for c in columns
+            f"<th{' data-type=num' if c in numeric else ''}>{escape(c)}</th>" for c in columns
         )
-        body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
         table = (
             f"<table class='iv-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         )
@@ -337,7 +328,7 @@ def _agreement_section(report: Report) -> str:
     return (
         "<section class='iv-section iv-fold' data-part='agreement' data-folded='1'>"
         f"<h2>Agreement of every concentration metric with |effect| ({len(rows)} rows)</h2>"
-        f"<div class='iv-body'><p>{_e(report.agreement_caveat)}</p>"
+        f"<div class='iv-body'><p>{escape(report.agreement_caveat)}</p>"
         "<p class='iv-hint'>Spearman ρ is dimensionless (−1 … 1); intervals are percentile "
         "bootstrap intervals over prompts.</p>"
         f"<div class='iv-scroll'>{table}</div></div></section>"
@@ -348,13 +339,13 @@ def _joined_sections(report: Report) -> str:
     """Direct vs indirect, path patches and interactions, each as its own table."""
     parts = []
     for table in report.section_tables():
-        head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
+        head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
         body = "".join(
-            "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in table.rows
+            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
         )
         parts.append(
-            f"<section class='iv-section' data-part='{_e(table.title.lower())}'>"
-            f"<h2>{_e(table.title)} ({len(table.rows)} rows)</h2><p>{_e(table.intro)}</p>"
+            f"<section class='iv-section' data-part='{escape(table.title.lower())}'>"
+            f"<h2>{escape(table.title)} ({len(table.rows)} rows)</h2><p>{escape(table.intro)}</p>"
             f"<div class='iv-scroll'><table class='iv-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table></div></section>"
         )
@@ -365,8 +356,8 @@ def _screen_section(report: Report) -> str:
     """The screens behind the rows: what was intervened on, the audit, and the estimates."""
     if not report.screens:
         return ""
-    items = "".join(f"<li>{_e(summary.sentence)}</li>" for summary in report.screens)
-    notes = "".join(f"<p class='iv-caveat'>{_e(note)}</p>" for note in report.notes)
+    items = "".join(f"<li>{escape(summary.sentence)}</li>" for summary in report.screens)
+    notes = "".join(f"<p class='iv-caveat'>{escape(note)}</p>" for note in report.notes)
     return (
         "<section class='iv-section' data-part='screens'>"
         f"<h2>Screens and their audits ({len(report.screens)})</h2><ul>{items}</ul>{notes}"
@@ -375,9 +366,11 @@ def _screen_section(report: Report) -> str:
 
 
 def _scope_section(report: Report) -> str:
-    scope = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_lines(report))
-    rules = "".join(f"<dt>{_e(f)}</dt><dd>{_e(r)}</dd>" for f, r in report.rules_text.items())
-    notes = "".join(f"<blockquote>{_e(note)}</blockquote>" for note in report.notes)
+    scope = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in header_lines(report))
+    rules = "".join(
+        f"<dt>{escape(f)}</dt><dd>{escape(r)}</dd>" for f, r in report.rules_text.items()
+    )
+    notes = "".join(f"<blockquote>{escape(note)}</blockquote>" for note in report.notes)
     return (
         "<section class='iv-section iv-fold' data-part='scope' data-folded='1'>"
         "<h2>Scope, definitions and flag rules</h2><div class='iv-body'>"
@@ -400,7 +393,7 @@ def _static_section(figures: dict[str, Figure]) -> str:
         uri, width, height = _png(figure)
         items.append(
             f"<figure class='iv-static'><img src='{uri}' width='{width}' height='{height}' "
-            f"alt='{_e(caption)}'><figcaption>{_e(caption)}.png</figcaption></figure>"
+            f"alt='{escape(caption)}'><figcaption>{escape(caption)}.png</figcaption></figure>"
         )
     return (
         "<section class='iv-section iv-fold' data-part='figures' data-folded='1'>"
@@ -419,7 +412,7 @@ def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> s
     """
     parts = [
         "<div class='interv-report'>",
-        f"<style>{_asset('report.css')}{hidden_column_css(report)}</style>",
+        f"<style>{asset('report.css')}{hidden_column_css(report)}</style>",
         _headline(report),
         _screen_section(report),
         _heatmap_section(report),
@@ -432,7 +425,7 @@ def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> s
     ]
     if figures:
         parts.append(_static_section(figures))
-    parts.append(f"<script>{_asset('report.js')}</script></div>")
+    parts.append(f"<script>{asset('report.js')}</script></div>")
     return "".join(parts)
 
 
@@ -442,7 +435,7 @@ def to_page(report: Report, figures: dict[str, Figure] | None = None) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_e(title)}</title><style>@page{{size:A4 landscape;margin:8mm}}</style>"
+        f"<title>{escape(title)}</title><style>@page{{size:A4 landscape;margin:8mm}}</style>"
         "</head><body>"
         f"{page_fragment(report, figures)}</body></html>\n"
     )

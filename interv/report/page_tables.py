@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 from interv.analysis.concentration import METRICS
 from interv.engine.sites import COMPONENTS
 from interv.flags import FLAGS
-from interv.report.views import SHORT, effect_text, fmt, head_groups, reports_recovery
+from interv.report.flags import reports_recovery
+from interv.report.kit import number
+from interv.report.views import SHORT, effect_text, head_groups
 
 if TYPE_CHECKING:
     from interv.report.table import Report, ReportRow
@@ -108,7 +110,7 @@ def _concentration_cells(row: ReportRow) -> list[str]:
     if row.concentration is None:
         return ["<td>n/a</td>"] * len(METRICS)
     return [
-        f"<td>{fmt(row.concentration[name], 3)} ± {fmt(row.concentration_std[name], 2)}</td>"
+        f"<td>{number(row.concentration[name], 3)} ± {number(row.concentration_std[name], 2)}</td>"
         for name in METRICS
     ]
 
@@ -186,7 +188,8 @@ def long_table(report: Report) -> str:
         if row.head is not None:
             attrs += f' data-h="{row.label}"'
         spread = (
-            f"{fmt(row.effect_std, 3)} ({fmt(row.effect_min, 3)} … {fmt(row.effect_max, 3)})"
+            f"{number(row.effect_std, 3)} "
+            f"({number(row.effect_min, 3)} … {number(row.effect_max, 3)})"
             if row.exact
             else "n/a (estimate)"
         )
@@ -195,7 +198,7 @@ def long_table(report: Report) -> str:
             f"<td>{html.escape(row.kind)}</td>",
             f"<td>{_effect_text(row)}</td>",
             f"<td>{spread}</td>",
-            f"<td>{fmt(row.recovery, 3)}</td>",
+            f"<td>{number(row.recovery, 3)}</td>",
             *_concentration_cells(row),
             f"<td>{flag_badges(row.flags)}</td>",
             f'<td class="iv-sem">{html.escape(row.semantics)}</td>',
@@ -262,7 +265,7 @@ def wide_table(report: Report) -> str:
             cells.append(f"<td{kind}>{'n/a' if row is None else _effect_text(row)}</td>")
             if reports_recovery(group.kind):
                 value = None if row is None else row.recovery
-                cells.append(f"<td{kind}>{fmt(value, 3)}</td>")
+                cells.append(f"<td{kind}>{number(value, 3)}</td>")
         flag_text = " ".join(
             flag_badges((flag,), prefix=f"{kind}: ") for kind, flag in dict.fromkeys(flag_pairs)
         )

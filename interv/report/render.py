@@ -16,15 +16,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from interv._inert import csv_cell, markdown_text
 from interv._outputs import OutputDir, claim_files
+from interv._schema import json_ready
 from interv.analysis.concentration import METRICS
 from interv.errors import IntervError
+from interv.report.kit import md_table
 from interv.report.page import to_page
 from interv.report.plots import standard_figures
 from interv.report.views import agreement_cells, header_lines, row_cells, row_columns
@@ -44,14 +45,6 @@ __all__ = [
     "to_markdown",
     "write_report",
 ]
-
-
-def _md_table(columns: list[str], rows: list[list[str]]) -> str:
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(markdown_text(c) for c in cells) + " |"
-
-    separator = "| " + " | ".join(["---"] * len(columns)) + " |"
-    return "\n".join([line(columns), separator, *[line(r) for r in rows]])
 
 
 def headline_lines(report: Report, n: int = 5) -> list[str]:
@@ -129,7 +122,7 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
     parts += [f"- **{md(flag)}**: {md(rule)}" for flag, rule in report.rules_text.items()]
     parts += _md_headline(report)
     parts += ["", "## Effects beside concentration", ""]
-    parts += [_md_table(row_columns(report), [row_cells(report, r) for r in report.rows])]
+    parts += ["\n".join(md_table(row_columns(report), [row_cells(report, r) for r in report.rows]))]
     columns, rows = agreement_cells(report)
     parts += [
         "",
@@ -138,10 +131,12 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
         md(report.agreement_caveat),
         "",
     ]
-    parts += [_md_table(columns, rows) if rows else "No kind has 3 or more heads: no agreement."]
+    parts += [
+        "\n".join(md_table(columns, rows)) if rows else "No kind has 3 or more heads: no agreement."
+    ]
     for table in report.section_tables():
         parts += ["", f"## {md(table.title)}", "", md(table.intro), ""]
-        parts += [_md_table(list(table.columns), [list(row) for row in table.rows])]
+        parts += ["\n".join(md_table(list(table.columns), [list(row) for row in table.rows]))]
     if report.screens:
         parts += ["", "## Screens and their audits", ""]
         parts += [f"- {md(summary.sentence)}" for summary in report.screens]
@@ -171,19 +166,9 @@ def to_html(
     return to_page(report, figures or None)
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def to_json(report: Report) -> str:
     """The whole report as strict JSON (NaN and infinities as null)."""
-    return json.dumps(_json_safe(report.to_dict()), indent=1)
+    return json.dumps(json_ready(report.to_dict()), indent=1)
 
 
 def to_csv(report: Report) -> str:

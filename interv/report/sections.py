@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from interv._display import number
 from interv.engine.interventions import head_ablation
 from interv.engine.results import intervention_params
 from interv.engine.sites import head_label
@@ -282,12 +283,8 @@ def _largest_first(value: float) -> tuple[bool, float]:
     return (math.isnan(value), -abs(value))
 
 
-def _num(value: float, digits: int = 4) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}g}"
-
-
 def _est(estimate: Estimate, unit: str) -> str:
-    return f"{_num(estimate.mean)} [{_num(estimate.ci_low)}, {_num(estimate.ci_high)}] {unit}"
+    return f"{number(estimate.mean)} [{number(estimate.ci_low)}, {number(estimate.ci_high)}] {unit}"
 
 
 def section_tables(
@@ -329,7 +326,7 @@ def section_tables(
                         _est(row.total, unit),
                         _est(row.direct, unit),
                         _est(row.indirect, unit),
-                        f"{_num(row.normalized_entropy, 3)} / {_num(row.sink_mass, 3)}",
+                        f"{number(row.normalized_entropy, 3)} / {number(row.sink_mass, 3)}",
                         ", ".join(row.flags),
                         row.direct_semantics,
                     )
@@ -361,10 +358,10 @@ def section_tables(
                         f"{', '.join(row.receivers)} ({row.receiver_input})",
                         row.direction,
                         _est(row.effect, unit),
-                        _num(row.recovery, 3),
-                        f"{_num(row.sender_normalized_entropy, 3)} / "
-                        f"{_num(row.sender_sink_mass, 3)}",
-                        ", ".join(_num(v, 3) for v in row.receivers_normalized_entropy) or "-",
+                        number(row.recovery, 3),
+                        f"{number(row.sender_normalized_entropy, 3)} / "
+                        f"{number(row.sender_sink_mass, 3)}",
+                        ", ".join(number(v, 3) for v in row.receivers_normalized_entropy) or "-",
                         row.semantics,
                     )
                     for row in sorted(paths, key=lambda r: _largest_first(r.effect.mean))
@@ -390,11 +387,11 @@ def section_tables(
                     (
                         f"{row.head_a} & {row.head_b}",
                         row.baseline,
-                        f"{_num(row.effect_a)} / {_num(row.effect_b)}",
-                        _num(row.effect_pair),
+                        f"{number(row.effect_a)} / {number(row.effect_b)}",
+                        number(row.effect_pair),
                         _est(row.interaction, unit),
-                        f"{_num(row.normalized_entropy_a, 3)} / {_num(row.sink_mass_a, 3)}",
-                        f"{_num(row.normalized_entropy_b, 3)} / {_num(row.sink_mass_b, 3)}",
+                        f"{number(row.normalized_entropy_a, 3)} / {number(row.sink_mass_a, 3)}",
+                        f"{number(row.normalized_entropy_b, 3)} / {number(row.sink_mass_b, 3)}",
                         "compensation" if row.compensation else "",
                     )
                     for row in by_interaction
@@ -450,7 +447,7 @@ class RankedHead:
         """``157th of 270 by normalized entropy (0.612)``."""
         return (
             f"{ordinal(self.concentration_rank)} of {self.n_heads} by normalized entropy "
-            f"({_num(self.normalized_entropy, 3)})"
+            f"({number(self.normalized_entropy, 3)})"
         )
 
     @property

@@ -17,6 +17,11 @@ model. Each row keeps the two questions apart, side by side:
   contribution (norm and sink share), each a mean over prompts (each prompt weighs
   the same) with its standard deviation over prompts, in the units of
   :data:`interv.analysis.concentration.METRICS`.
+
+This module defines the report's data: it imports no renderer. A :class:`Report` shows
+itself (``_repr_html_``, ``_repr_markdown_``, :meth:`Report.save`) by handing itself to
+the renderers (:mod:`interv.report.page`, :mod:`interv.report.render`), imported when
+called: the renderers are typed with the data, never the other way round.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv import __version__
-from interv._checks import as_int, check_index, from_json
+from interv._checks import as_int, check_index
 from interv._pandas import positions_text, require_pandas
+from interv._schema import parse
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.analysis.pairwise import COMPENSATION, head_interactions
 from interv.audit import ESTIMATED
@@ -41,10 +47,9 @@ from interv.engine.results import EXACT, InterventionResult
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.flags import ESTIMATED_FLAG, FlagRules
+from interv.provenance import Provenance, join
 from interv.report.agreement import AGREEMENT_CAVEAT, Agreement, agreement
-from interv.report.flags import assign_flags, is_ablation
-from interv.report.page import page_fragment
-from interv.report.render import save_report, to_markdown
+from interv.report.flags import assign_flags, is_ablation, reports_recovery
 from interv.report.screens import ScreenSummary, estimate_note, summarize
 from interv.report.sections import (
     CONCENTRATED_INDIRECT,
@@ -64,9 +69,7 @@ from interv.report.sections import (
     ranked_heads,
     section_tables,
 )
-from interv.report.views import reports_recovery
 from interv.stats import MIN_ITEMS, TOO_FEW, bootstrap_indices, bootstrap_mean_ci
-from interv.tasks.tokenized import check_same_prompts
 
 if TYPE_CHECKING:
     import pandas
@@ -191,6 +194,10 @@ class Report:
     rows (direct/indirect decomposition, path patches, pairwise interactions, see
     :mod:`interv.report.sections`). Renders itself.
 
+    ``provenance`` is the join (:func:`interv.provenance.join`) of the effects' and the
+    concentration's: the model, its weights and dtype, the prompts, the pairs and the metric
+    every number is about.
+
     ``_repr_html_`` / ``_repr_markdown_`` give rich display in notebooks; see
     :mod:`interv.report.render` for Markdown, HTML, JSON and CSV.
     """
@@ -200,6 +207,7 @@ class Report:
     flag_rules: FlagRules
     rules_text: dict[str, str]
     agreement: tuple[Agreement, ...]
+    provenance: Provenance
     agreement_caveat: str = AGREEMENT_CAVEAT
     notes: tuple[str, ...] = field(default=())
     decomposition: tuple[DecompositionRow, ...] = field(default=())
@@ -389,7 +397,7 @@ class Report:
                 f"got {type(data).__name__}"
             )
         try:
-            return from_json(cls, data, "report")
+            return parse(cls, data, "report")
         except IntervError as error:
             raise IntervError(f"not a saved interv report: {error}") from None
 
@@ -413,12 +421,18 @@ class Report:
     ) -> dict[str, Path]:
         """Write the report's files into ``directory``: :func:`interv.report.render.save_report`
         (each file new or interv's own unchanged one; ``overwrite=True`` replaces them)."""
+        from interv.report.render import save_report  # the renderer, on use
+
         return save_report(self, directory, figures=figures, overwrite=overwrite)
 
     def _repr_markdown_(self) -> str:
+        from interv.report.render import to_markdown  # the renderer, on use
+
         return to_markdown(self)
 
     def _repr_html_(self) -> str:
+        from interv.report.page import page_fragment  # the renderer, on use
+
         return page_fragment(self)
 
     def to_pandas(self) -> pandas.DataFrame:
@@ -521,7 +535,8 @@ def _combine(
             f"{type(results[wrong[0]]).__name__}"
         )
     first = results[0]
-    for other in results[1:]:
+    for i, other in enumerate(results[1:], start=1):
+        join(first, other, what=("result 0", f"result {i}"))
         if (other.scope, other.metric) != (first.scope, first.metric):
             raise IntervError(
                 "every InterventionResult of one report must share scope and metric; got "
@@ -595,13 +610,7 @@ def build_report(
     rules = FlagRules() if flag_rules is None else flag_rules
     scope = results[0].scope
     metric = results[0].metric
-    if concentration.n_prompts != scope.n_prompts or concentration.model_name != scope.model_name:
-        raise IntervError(
-            "concentration must come from the same model and prompts as the effects; got "
-            f"{concentration.n_prompts} prompts of {concentration.model_name!r} for effects on "
-            f"{scope.n_prompts} prompts of {scope.model_name!r}"
-        )
-    check_same_prompts(scope.prompts_fingerprint, concentration.prompts_fingerprint)
+    provenance = join(results[0], concentration, what=("the effects", "the concentration"))
     sites = [site for result in results for site in result.sites]
     if interventions is not None:
         if len(interventions) != len(sites):
@@ -791,6 +800,7 @@ def build_report(
         flag_rules=rules,
         rules_text=rules_text,
         agreement=tuple(agreements),
+        provenance=provenance,
         decomposition=decomposition,
         paths=paths,
         interactions=interactions,
@@ -832,5 +842,6 @@ def _merged(results: Sequence[InterventionResult]) -> InterventionResult:
         params=[p for result in results for p in result.params],
         metric=first.metric,
         scope=first.scope,
+        provenance=first.provenance,
         recovery_atol=first.recovery_atol,
     )

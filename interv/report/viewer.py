@@ -10,9 +10,10 @@ canvas (so 1024-token prompts stay fast), each query row's sink mass, normalized
 and content entropy as bars beside it, and the prompt as text (hover a token: where it
 attends, in blue, and what attends to it, in orange). Hovering a row shows its exact
 numbers with units (float64, computed in Python by :mod:`interv.analysis.attention_view`).
-Padding is hatched, causally masked cells are grey, sink keys are marked above the
-pattern; grouped-query heads name their key/value group. Given a result or a report,
-each head's effects (mean, interval, flags, semantics sentence) stand beside its pattern.
+Padding is hatched, masked cells (after the query, outside a window or chunk) are grey, sink
+keys are marked above the pattern; grouped-query heads name their key/value group. Given a
+result or a report, each head's effects (mean, interval, flags, semantics sentence) stand
+beside its pattern.
 
 The colours come from weights stored as 8-bit codes on a log scale (:data:`QUANTIZATION`),
 deflate-compressed and base64-encoded (about 0.5 MB per head on a 1024-token prompt);
@@ -26,13 +27,10 @@ plain JavaScript written for interv, MIT licence) are inlined: no CDN, no server
 from __future__ import annotations
 
 import base64
-import html
 import json
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +44,8 @@ from interv.analysis.concentration import concentration
 from interv.engine.results import InterventionResult
 from interv.errors import IntervError
 from interv.flags import FLAGS
+from interv.provenance import Provenance, join
+from interv.report.kit import asset, escape, number
 from interv.report.page_tables import flag_badges
 from interv.report.table import Report, build_report
 from interv.report.viewer_export import (
@@ -59,13 +59,12 @@ from interv.report.viewer_export import (
     quantize,
     svg_text,
 )
-from interv.report.views import fmt
 from interv.tasks.tokenized import TokenizedPairs
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["QUANTIZATION", "AttentionViewer", "JoinKey", "view_attention"]
+__all__ = ["QUANTIZATION", "AttentionViewer", "view_attention"]
 
 QUANTIZATION = (
     "colours come from weights stored as 8-bit codes on a log scale (code 0: below 1e-5; "
@@ -76,15 +75,6 @@ _TOP_K = 3
 # Above this many code bytes a cell's codes are deflate-compressed (the page inflates
 # them with the browser's DecompressionStream).
 _COMPRESS_ABOVE = 1 << 14
-
-
-@cache
-def _asset(name: str) -> str:
-    return resources.files("interv.report").joinpath("assets", name).read_text(encoding="utf-8")
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 def _script_json(data: Any) -> str:
@@ -100,105 +90,14 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-@dataclass(frozen=True)
-class JoinKey:
-    """What must agree between effects and the prompts a viewer shows.
-
-    Attributes:
-        model: model name; task: task name; n_prompts: prompt pairs; n_positions: padded
-            prompt length; padding_side; answer_positions (None: not recorded, e.g. a
-            saved report); n_layers and n_heads (None: not recorded).
-    """
-
-    model: str
-    task: str
-    n_prompts: int
-    n_positions: int
-    padding_side: str
-    answer_positions: tuple[int, ...] | None = None
-    n_layers: int | None = None
-    n_heads: int | None = None
-
-    @classmethod
-    def of_effects(cls, effects: Report | InterventionResult) -> JoinKey:
-        """The key of a report or a result."""
-        if isinstance(effects, Report):
-            h = effects.header
-            return cls(
-                h.model, h.task, h.n_prompts, h.n_positions, h.padding_side, None,
-                h.n_layers, h.n_heads,
-            )  # fmt: skip
-        s = effects.scope
-        return cls(
-            s.model_name, s.task_name, s.n_prompts, s.n_positions, s.padding_side,
-            tuple(s.answer_positions),
-        )  # fmt: skip
-
-    @classmethod
-    def of_task(cls, model_name: str, cfg: Any, task: TokenizedPairs) -> JoinKey:
-        """The key of ``task``'s prompts run through a model."""
-        return cls(
-            model_name, task.name, task.n_pairs, task.n_positions, task.padding_side,
-            tuple(int(p) for p in task.answer_positions.tolist()),
-            int(cfg.n_layers), int(cfg.n_heads),
-        )  # fmt: skip
-
-    @classmethod
-    def of_view(cls, view: AttentionView) -> JoinKey | None:
-        """The key of a view's prompts; None when they are not a task's."""
-        if view.task_name is None:
-            return None
-        return cls(
-            view.model_name, view.task_name, int(view.n_task_prompts or 0),
-            int(view.task_positions or 0), str(view.padding_side), view.answer_positions,
-            view.n_layers, view.n_heads,
-        )  # fmt: skip
-
-    def check(self, effects: JoinKey, what: str = "result") -> None:
-        """Raise :class:`IntervError` naming the first field where ``effects`` (the key of
-        a result or report) disagrees with this one (the prompts'); unrecorded fields pass."""
-        if effects.model != self.model:
-            raise IntervError(
-                f"{what} is from model {effects.model!r}, but the viewer's model is "
-                f"{self.model!r}: pass a {what} computed with this model"
-            )
-        for name, noun in (("n_layers", "layers"), ("n_heads", "heads per layer")):
-            theirs, ours = getattr(effects, name), getattr(self, name)
-            if theirs is not None and ours is not None and theirs != ours:
-                raise IntervError(
-                    f"{what} has {theirs} {noun}, the viewer's model {self.model!r} has {ours}"
-                )
-        fields = (
-            ("task", "task"),
-            ("n_prompts", "prompt pairs"),
-            ("n_positions", "padded positions"),
-            ("padding_side", "padding side"),
-            ("answer_positions", "answer positions"),
-        )
-        for name, noun in fields:
-            theirs, ours = getattr(effects, name), getattr(self, name)
-            if theirs is not None and ours is not None and theirs != ours:
-                raise IntervError(
-                    f"{what} was measured on other prompts: its {noun} {_short(theirs)} "
-                    f"(task {effects.task!r}, {effects.n_prompts} pairs), the viewer's prompts "
-                    f"have {noun} {_short(ours)} (task {self.task!r}, {self.n_prompts} pairs): "
-                    f"pass as prompts the TokenizedPairs the {what} was measured on"
-                )
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, tuple) and len(value) > 8:
-        return repr(list(value[:8]))[:-1] + ", ...]"
-    return repr(list(value)) if isinstance(value, tuple) else repr(value)
-
-
 @dataclass(frozen=True, eq=False)
 class AttentionViewer:
     """A rendered attention view: patterns and row numbers, maybe effects beside them.
 
     Attributes:
         view: the :class:`~interv.analysis.attention_view.AttentionView` drawn.
-        report: effects of the same model and prompts (joined by :class:`JoinKey`), or None.
+        report: effects of the same model and prompts (their provenance joined with the
+            view's by :func:`interv.provenance.join`), or None.
     """
 
     view: AttentionView
@@ -207,13 +106,12 @@ class AttentionViewer:
     def __post_init__(self) -> None:
         if self.report is None:
             return
-        key = JoinKey.of_view(self.view)
-        if key is None:
+        if self.view.task_name is None:
             raise IntervError(
                 "effects join only patterns of the prompts they were measured on: build the "
                 "view from the task's TokenizedPairs, not from strings or tokens"
             )
-        key.check(JoinKey.of_effects(self.report), "report")
+        join(self.view, self.report, what=("the viewer's prompts", "the report"))
 
     # ---- the page ----
     def payload(self) -> dict[str, Any]:
@@ -242,9 +140,17 @@ class AttentionViewer:
             "sinkColour": list(SINK_RGB),
             "topK": min(_TOP_K, n),
             "heads": [
-                {"label": label, "layer": layer, "head": head, "kv": kv}
-                for label, (layer, head), kv in zip(
-                    view.head_labels, view.heads, view.kv_heads, strict=True
+                {
+                    "label": label,
+                    "layer": layer,
+                    "head": head,
+                    "kv": kv,
+                    "rule": rule.describe(),
+                    "window": rule.window,
+                    "chunk": rule.chunk,
+                }
+                for label, (layer, head), kv, rule in zip(
+                    view.head_labels, view.heads, view.kv_heads, view.key_rules, strict=True
                 )
             ],
             "prompts": [
@@ -253,7 +159,7 @@ class AttentionViewer:
                     "tokens": list(view.tokens[p]),
                     "real": "".join("1" if r else "0" for r in view.real[p].tolist()),
                     "sink": view.sink_mask[p].nonzero()[:, 0].tolist(),
-                    "n": view.n_available[p].tolist(),
+                    "first": int(view.real[p].to(torch.int64).argmax()),
                     "length": view.prompt_lengths[p],
                 }
                 for p in range(view.n_prompts)
@@ -263,7 +169,7 @@ class AttentionViewer:
 
     def _cell(self, p: int, k: int, lower: tuple[np.ndarray, np.ndarray] | None) -> dict:
         view = self.view
-        weights = torch.where(view.key_mask[p], view.pattern[p, k], 0.0)
+        weights = torch.where(view.key_mask[p, k], view.pattern[p, k], 0.0)
         codes = quantize(weights)
         packed = (codes[lower] if lower is not None else codes.reshape(-1)).tobytes()
         compressed = len(packed) > _COMPRESS_ABOVE
@@ -271,10 +177,11 @@ class AttentionViewer:
             packed = zlib.compress(packed, 6)
         metrics = np.stack([view.metric(name)[p, k].numpy() for name in ROW_METRICS])
         top_k = min(_TOP_K, view.n_positions)
-        ranked = torch.where(view.key_mask[p], view.pattern[p, k], -1.0)
+        ranked = torch.where(view.key_mask[p, k], view.pattern[p, k], -1.0)
         top_w, top_i = ranked.topk(top_k, dim=-1)
         top_i = torch.where(top_w < 0, -1, top_i)
         return {
+            "n": view.n_available[p, k].tolist(),
             "codes": _b64(packed),
             "z": compressed,
             "metrics": _b64(metrics.astype("<f8").tobytes()),
@@ -298,18 +205,19 @@ class AttentionViewer:
                 recovery = (
                     ""
                     if row.recovery is None
-                    else f", normalized recovery {fmt(row.recovery, 3)} (dimensionless)"
+                    else f", normalized recovery {number(row.recovery, 3)} (dimensionless)"
                 )
                 items.append(
-                    f"<li><b>{_e(row.label)}</b> · {_e(row.kind)}: effect "
-                    f"<b>{fmt(row.effect_mean, 4)} {_e(h.metric_unit)}</b> "
-                    f"({level}% CI {fmt(row.effect_ci_low, 4)} … {fmt(row.effect_ci_high, 4)})"
+                    f"<li><b>{escape(row.label)}</b> · {escape(row.kind)}: effect "
+                    f"<b>{number(row.effect_mean, 4)} {escape(h.metric_unit)}</b> "
+                    f"({level}% CI {number(row.effect_ci_low, 4)} … "
+                    f"{number(row.effect_ci_high, 4)})"
                     f"{recovery} {flag_badges(row.flags)}"
-                    f"<div class='iv-sem'>{_e(row.semantics)}</div></li>"
+                    f"<div class='iv-sem'>{escape(row.semantics)}</div></li>"
                 )
             body = f"<ul class='iv-effects'>{''.join(items)}</ul>"
         return (
-            f"<div class='iv-eff' data-head='{k}'><h3>Effects of {_e(self.view.head_labels[k])}"
+            f"<div class='iv-eff' data-head='{k}'><h3>Effects of {escape(self.view.head_labels[k])}"
             f"</h3>{body}</div>"
         )
 
@@ -319,7 +227,7 @@ class AttentionViewer:
             return ""
         h = report.header
         rules = "".join(
-            f"<dt>{flag_badges((flag,))}</dt><dd>{_e(report.rules_text[flag])}</dd>"
+            f"<dt>{flag_badges((flag,))}</dt><dd>{escape(report.rules_text[flag])}</dd>"
             for flag in FLAGS
             if flag in report.rules_text
         )
@@ -332,15 +240,15 @@ class AttentionViewer:
         )
         parts = "".join(self._effects_html(k) for k in range(len(self.view.heads)))
         return (
-            f"<section class='iv-causal'><p class='iv-hint'>{_e(scope)}</p>{parts}"
+            f"<section class='iv-causal'><p class='iv-hint'>{escape(scope)}</p>{parts}"
             f"<details><summary>flag rules</summary><dl>{rules}</dl></details></section>"
         )
 
     def _head_info(self) -> str:
         view = self.view
         return "".join(
-            f"<p class='iv-headinfo' data-head='{k}'><b>{_e(label)}</b> · layer {layer}, "
-            f"query head {head} · {_e(view.kv_label(k))}</p>"
+            f"<p class='iv-headinfo' data-head='{k}'><b>{escape(label)}</b> · layer {layer}, "
+            f"query head {head} · {escape(view.kv_label(k))}</p>"
             for k, (label, (layer, head)) in enumerate(
                 zip(view.head_labels, view.heads, strict=True)
             )
@@ -351,25 +259,27 @@ class AttentionViewer:
         script inlined (what a notebook shows)."""
         view = self.view
         head_options = "".join(
-            f"<option value='{k}'>{_e(label)} ({_e(view.kv_label(k).split(',')[0])})</option>"
+            f"<option value='{k}'>{escape(label)} "
+            f"({escape(view.kv_label(k).split(',')[0])})</option>"
             for k, label in enumerate(view.head_labels)
         )
         prompt_options = "".join(
             f"<option value='{p}'>prompt {view.prompt_indices[p]} · "
-            f"{view.prompt_lengths[p]} tokens · {_e(_preview(view.tokens[p], view.real[p]))}"
+            f"{view.prompt_lengths[p]} tokens · {escape(_preview(view.tokens[p], view.real[p]))}"
             "</option>"
             for p in range(view.n_prompts)
         )
         return (
             "<div class='interv-attention'>"
-            f"<style>{_asset('viewer.css')}</style>"
+            f"<style>{asset('viewer.css')}</style>"
             f"<script type='application/json' class='iv-data'>{_script_json(self.payload())}"
             "</script>"
-            f"<h2>interv attention viewer · {_e(view.model_name)}</h2>"
-            f"<p class='iv-scope'>{_e(view.scope)}</p>"
+            f"<h2>interv attention viewer · {escape(view.model_name)}</h2>"
+            f"<p class='iv-scope'>{escape(view.scope)}</p>"
             f"<p class='iv-hint'>Hover the pattern or a token for its query row's numbers; "
-            f"{_e(QUANTIZATION)}. Hatched: padding (no key, no query, excluded from every "
-            "number); grey: causally masked (key after the query); orange ticks: sink keys.</p>"
+            f"{escape(QUANTIZATION)}. Hatched: padding (no key, no query, excluded from every "
+            "number); grey: masked (key after the query, or outside the layer's window or "
+            "chunk); orange ticks: sink keys.</p>"
             "<p class='iv-nojs'>This viewer is drawn by its inlined script: JavaScript is off "
             "here (in Jupyter: trust the notebook).</p>"
             "<div class='iv-controls'>"
@@ -403,7 +313,7 @@ class AttentionViewer:
             "<p class='iv-hint'>Hover a row of the pattern, or a token below.</p></div>"
             f"{self._effects_section()}</aside></div>"
             "<div class='iv-text' aria-label='the prompt as text'></div>"
-            f"<script>{_asset('viewer.js')}</script></div>"
+            f"<script>{asset('viewer.js')}</script></div>"
         )
 
     def html(self) -> str:
@@ -412,7 +322,7 @@ class AttentionViewer:
         return (
             "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{_e(title)}</title></head><body>{self.fragment()}</body></html>\n"
+            f"<title>{escape(title)}</title></head><body>{self.fragment()}</body></html>\n"
         )
 
     def _repr_html_(self) -> str:
@@ -535,6 +445,7 @@ def view_attention(
     attention_mask: torch.Tensor | None = None,
     prompt_indices: Sequence[int] | None = None,
     sink: int | Sequence[int] = 0,
+    off_row_sink: str | None = None,
 ) -> AttentionViewer:
     """Patterns of ``heads`` on ``prompts`` with every query row's numbers, and effects.
 
@@ -552,6 +463,9 @@ def view_attention(
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
         prompt_indices: which prompts of the batch to show (default all).
         sink: sink key position(s), counted from each prompt's first real token.
+        off_row_sink: None (default) refuses a model whose rows sum to less than 1 over
+            real keys (an off-row learned sink, gpt-oss); ``"as_key"`` counts the deficit as
+            one more sink key in every row's numbers.
 
     Returns:
         An :class:`AttentionViewer` (displays itself in Jupyter; ``save``, ``to_png``,
@@ -562,19 +476,17 @@ def view_attention(
             longer than the model's context, or a result from another model or task.
     """
     effects = _effects_of(result)
-    name = str(getattr(model.cfg, "model_name", "unknown"))
     if effects is not None:
         if not isinstance(prompts, TokenizedPairs):
-            first = effects if isinstance(effects, Report) else effects[0]
-            key = JoinKey.of_effects(first)
             raise IntervError(
                 "result= shows effects beside the patterns of the prompts they were measured "
-                f"on: pass as prompts the TokenizedPairs of task {key.task!r} ({key.n_prompts} "
-                f"pairs); got {type(prompts).__name__}"
+                "on: pass as prompts the TokenizedPairs the effects were measured on; got "
+                f"{type(prompts).__name__}"
             )
-        ours = JoinKey.of_task(name, model.cfg, prompts)
+        ours = Provenance.of(model, prompts)
         for item in (effects,) if isinstance(effects, Report) else effects:
-            ours.check(JoinKey.of_effects(item), "report" if isinstance(item, Report) else "result")
+            what = "the report" if isinstance(item, Report) else "the result"
+            join(ours, item, what=("the viewer's prompts", what))
     view = attention_view(
         model,
         prompts,
@@ -582,12 +494,17 @@ def view_attention(
         attention_mask=attention_mask,
         prompt_indices=prompt_indices,
         sink=sink,
+        off_row_sink=off_row_sink,
     )
     report = effects if isinstance(effects, Report) or effects is None else None
     if report is None and effects is not None:
         task = prompts  # checked above
         heads_conc = concentration(
-            model, task, sink=sink, query_positions=task.answer_query_positions()
+            model,
+            task,
+            sink=sink,
+            query_positions=task.answer_query_positions(),
+            off_row_sink=off_row_sink,
         )
         report = build_report(effects, heads_conc)
     return AttentionViewer(view, report)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from interv.engine.sites import HEAD_COMPONENTS
+from interv.provenance import join
 
 if TYPE_CHECKING:
     from interv.analysis.attention_view import AttentionView
@@ -96,11 +97,12 @@ def ramp_rgb(values: np.ndarray) -> np.ndarray:
 
 def pattern_rgb(view: AttentionView, prompt: int, k: int) -> np.ndarray:
     """``[N, N, 3]`` uint8 picture of shown head ``k`` on shown prompt ``prompt``: the exact
-    weight on :data:`RAMP` at available cells, :data:`MASKED_RGB` at causally masked cells,
+    weight on :data:`RAMP` at available cells, :data:`MASKED_RGB` at cells the head's layer
+    masks (after the query, outside a sliding window or chunk),
     :data:`PADDING_RGB` in the rows and columns of padding."""
     real = view.real[prompt].numpy()
     weights = view.pattern[prompt, k].numpy()
-    available = view.key_mask[prompt].numpy()
+    available = view.key_mask[prompt, k].numpy()
     rgb = ramp_rgb(np.where(available, weights, 0.0))
     rgb[~available] = MASKED_RGB
     padding = ~(real[:, None] & real[None, :])
@@ -180,10 +182,17 @@ def _strip_limit(view: AttentionView, name: str) -> float:
 # ---------------------------------------------------------------- PNG (matplotlib)
 
 
+def _check_joined(view: AttentionView, report: Report | None) -> None:
+    """Refuse effects of other prompts or another model than the view's."""
+    if report is not None:
+        join(view, report, what=("the view's prompts", "the report"))
+
+
 def png_bytes(
     view: AttentionView, report: Report | None, prompt: int, heads: tuple[int, ...]
 ) -> bytes:
     """A PNG of ``heads`` (indices into the shown heads) on shown prompt ``prompt``."""
+    _check_joined(view, report)
     # matplotlib is imported on use: importing interv must stay cheap
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
@@ -302,6 +311,7 @@ def svg_text(
     view: AttentionView, report: Report | None, prompt: int, heads: tuple[int, ...]
 ) -> str:
     """An SVG document of ``heads`` (indices into the shown heads) on shown prompt ``prompt``."""
+    _check_joined(view, report)
     n = view.n_positions
     size = 480.0
     cell = size / n

@@ -10,13 +10,12 @@ internal to :mod:`interv.report`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
-from interv.engine.registry import kind_of
 from interv.report.flags import is_ablation
+from interv.report.kit import number
 
 if TYPE_CHECKING:
     from interv.report.agreement import Agreement
@@ -27,12 +26,10 @@ __all__ = [
     "HeadGroup",
     "agreement_cells",
     "effect_text",
-    "fmt",
     "head_groups",
     "header_lines",
     "headline_agreement",
     "instructive_heads",
-    "reports_recovery",
     "row_cells",
     "row_columns",
     "swept_layers",
@@ -50,13 +47,6 @@ SHORT: dict[str, str] = {
 """Short column names of the concentration metrics (see :data:`METRICS` for units)."""
 
 
-def fmt(value: float | None, digits: int = 4) -> str:
-    """``value`` to ``digits`` significant digits; ``n/a`` for None and NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.{digits}g}"
-
-
 def header_lines(report: Report) -> list[tuple[str, str]]:
     """The scope of every number of the report, as (name, text) pairs."""
     h = report.header
@@ -70,9 +60,9 @@ def header_lines(report: Report) -> list[tuple[str, str]]:
         ("target metric", f"{h.metric_name} ({h.metric_unit}): {h.metric_definition}"),
         (
             "baselines",
-            f"clean mean {fmt(h.clean_mean)} {h.metric_unit}, corrupted mean "
-            f"{fmt(h.corrupted_mean)} {h.metric_unit}; effect scale |clean - corrupted| = "
-            f"{fmt(h.effect_scale)} {h.metric_unit}",
+            f"clean mean {number(h.clean_mean)} {h.metric_unit}, corrupted mean "
+            f"{number(h.corrupted_mean)} {h.metric_unit}; effect scale |clean - corrupted| = "
+            f"{number(h.effect_scale)} {h.metric_unit}",
         ),
         ("effect", f"{h.effect_definition}; unit {h.metric_unit}"),
         (
@@ -118,28 +108,31 @@ def effect_text(row: ReportRow, unit: str = "") -> str:
     interval, so it never reads as a measured number)."""
     suffix = f" {unit}" if unit else ""
     if not row.exact:
-        return f"estimate ≈ {fmt(row.effect_mean)}{suffix} (first-order, not intervened)"
-    return f"{fmt(row.effect_mean)} [{fmt(row.effect_ci_low)}, {fmt(row.effect_ci_high)}]{suffix}"
+        return f"estimate ≈ {number(row.effect_mean)}{suffix} (first-order, not intervened)"
+    interval = f"[{number(row.effect_ci_low)}, {number(row.effect_ci_high)}]"
+    return f"{number(row.effect_mean)} {interval}{suffix}"
 
 
 def row_cells(report: Report, row: ReportRow) -> list[str]:
     """One row of the report as text cells (effects carry the metric's unit)."""
     unit = report.header.metric_unit
-    spread = f"sd {fmt(row.effect_std)}, {fmt(row.effect_min)}..{fmt(row.effect_max)} {unit}"
+    spread = (
+        f"sd {number(row.effect_std)}, {number(row.effect_min)}..{number(row.effect_max)} {unit}"
+    )
     cells = [
         row.label,
         row.kind,
         row.semantics,
         effect_text(row, unit),
         spread if row.exact else "n/a (estimate)",
-        fmt(row.recovery, 3),
+        number(row.recovery, 3),
     ]
     for name in METRICS:
         if row.concentration is None:
             cells.append("n/a")
         else:
             cells.append(
-                f"{fmt(row.concentration[name], 3)} ± {fmt(row.concentration_std[name], 2)}"
+                f"{number(row.concentration[name], 3)} ± {number(row.concentration_std[name], 2)}"
             )
     cells.append(", ".join(row.flags))
     return cells
@@ -161,8 +154,8 @@ def agreement_cells(report: Report) -> tuple[list[str], list[list[str]]]:
             a.metric,
             "all layers" if a.layer is None else f"layer {a.layer}",
             str(a.n_heads),
-            fmt(a.rho, 3),
-            f"[{fmt(a.ci_low, 3)}, {fmt(a.ci_high, 3)}]",
+            number(a.rho, 3),
+            f"[{number(a.ci_low, 3)}, {number(a.ci_high, 3)}]",
         ]
         for a in report.agreement
     ]
@@ -234,10 +227,3 @@ def headline_agreement(report: Report, metric: str = "normalized_entropy") -> li
     first (the question most readers ask), then the others in report order."""
     entries = [a for a in report.agreement if a.metric == metric and a.layer is None]
     return sorted(entries, key=lambda a: not is_ablation(a.kind))
-
-
-def reports_recovery(kind: str) -> bool:
-    """Whether rows of intervention class ``kind`` carry a normalized recovery (patches
-    between the two runs of a task, as the kind's class declares)."""
-    registered = kind_of(kind)
-    return registered is not None and registered.cls.reports_recovery

@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
-from interv._checks import from_json
+from interv._schema import parse
 from interv.engine.results import InterventionResult, MetricInfo, Scope
 from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.provenance import Provenance, join
 from interv.sweeps.config import config_diff, stored_config
 from interv.sweeps.plan import unit_id
 from interv.sweeps.screened import assemble_screened
@@ -130,7 +131,15 @@ def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> Inte
                     f"unit {uid} of {str(directory)!r} differs from the same unit in another "
                     "directory; the shards were not computed from the same model and task"
                 )
-        baselines = baselines or read_baselines(directory)
+        found = read_baselines(directory)
+        if baselines is None:
+            baselines, origin = found, directory
+        elif found is not None:
+            join(
+                _provenance(baselines, origin),
+                _provenance(found, directory),
+                what=(f"the shard {str(origin)!r}", f"the shard {str(directory)!r}"),
+            )
     expected = [] if n_units is None else [unit_id(k) for k in range(n_units)]
     missing = [uid for uid in expected if uid not in records]
     if n_units is None or missing or baselines is None:
@@ -149,6 +158,17 @@ def merge_sweeps(directories: Sequence[str | Path], out_dir: str | Path) -> Inte
         store.record_plan(n_units, sum(len(records[uid]["values"]) for uid in expected))
         store.finish(merged_from=[str(Path(d).resolve()) for d in directories])
     return load_sweep(out_dir)
+
+
+def _provenance(baselines: Mapping[str, Any], directory: str | Path) -> Provenance:
+    """The provenance stored in a sweep directory's baselines (damage named)."""
+    try:
+        return parse(Provenance, baselines["provenance"], "provenance")
+    except IntervError as error:
+        raise IntervError(
+            f"sweep directory {str(directory)!r} is damaged: {error}; rerun the sweep into a "
+            "new --out"
+        ) from None
 
 
 def _assemble(
@@ -171,10 +191,10 @@ def _assemble(
     rows = [row for record in records for row in record["values"]]
     values = torch.tensor(rows, dtype=dtype).reshape(len(rows), n_prompts)
     try:
-        metric = from_json(MetricInfo, baselines["metric"], "metric")
-        scope = from_json(Scope, baselines["scope"], "scope")
+        metric = parse(MetricInfo, baselines["metric"], "metric")
+        scope = parse(Scope, baselines["scope"], "scope")
         sites = [
-            None if site is None else from_json(Site, site, f"unit {record['unit']} site")
+            None if site is None else parse(Site, site, f"unit {record['unit']} site")
             for record in records
             for site in record.get("sites", [None] * len(record["kinds"]))
         ]
@@ -198,5 +218,6 @@ def _assemble(
         ],
         metric=metric,
         scope=scope,
+        provenance=_provenance(baselines, directory),
         recovery_atol=float(baselines["recovery_atol"]),
     )

@@ -40,7 +40,7 @@ from interv.models.loading import check_model_spec, load_model
 from interv.sweeps.collect import load_sweep
 from interv.sweeps.config import SweepConfig, load_config, parse_config
 from interv.sweeps.plan import Shard, WorkUnit, expand_entries, plan_units
-from interv.sweeps.screened import run_screened_entries
+from interv.sweeps.screened import baselines_of, run_screened_entries
 from interv.sweeps.store import SweepStore
 from interv.tasks.builtin import load_task
 from interv.tasks.pairs import PromptPairs
@@ -199,15 +199,7 @@ class SweepWorker:
             "params": list(result.params),
             "values": result.values.tolist(),
         }
-        baselines = {
-            "config_hash": self.config.config_hash,
-            "clean": result.clean.tolist(),
-            "corrupted": result.corrupted.tolist(),
-            "dtype": str(result.values.dtype).removeprefix("torch."),
-            "recovery_atol": result.recovery_atol,
-            "metric": asdict(result.metric),
-            "scope": asdict(result.scope),
-        }
+        baselines = baselines_of(result, self.config.config_hash)
         return record, baselines
 
 

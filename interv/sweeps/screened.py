@@ -37,15 +37,23 @@ from interv.engine.results import (
     ScreenOutcome,
     intervention_fields,
 )
-from interv.engine.runner import run_screened, warm_cache
+from interv.engine.runner import Resume, RunPlan, execute, warm_cache
 from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 if TYPE_CHECKING:
     from interv.engine.protocol import Intervention
     from interv.sweeps.store import SweepStore
 
-__all__ = ["assemble_screened", "estimates_id", "exact_id", "outcome_id", "run_screened_entries"]
+__all__ = [
+    "assemble_screened",
+    "baselines_of",
+    "estimates_id",
+    "exact_id",
+    "outcome_id",
+    "run_screened_entries",
+]
 
 
 def estimates_id(entry: int) -> str:
@@ -144,21 +152,18 @@ def _screen_entry(
         )
         computed += len(local)
 
-    result = run_screened(
+    plan = RunPlan.build(
         worker.model,
         worker.task,
         members,
         sweep["metric"],
-        screen,
         max_batch_size=sweep["batch_size"],
         recovery_atol=sweep["recovery_atol"],
-        cache=worker.cache,
-        known=known,
-        estimates=estimates,
-        on_estimates=keep_estimates,
-        on_exact=keep_exact,
+        screen=screen,
     )
-    store.write_baselines(_baselines(result, config_hash))
+    resume = Resume(known, estimates, on_estimates=keep_estimates, on_exact=keep_exact)
+    result = execute(worker.model, plan, cache=worker.cache, resume=resume)
+    store.write_baselines(baselines_of(result, config_hash))
     outcome = result.screens[0]
     shifted = ScreenOutcome(tuple(first + i for i in outcome.indices), outcome.audit, outcome.label)
     store.append(
@@ -183,7 +188,8 @@ def _fields(members: Sequence[Intervention]) -> dict[str, Any]:
     }
 
 
-def _baselines(result: InterventionResult, config_hash: str) -> dict[str, Any]:
+def baselines_of(result: InterventionResult, config_hash: str) -> dict[str, Any]:
+    """The ``baselines.json`` record of a sweep's result (:mod:`interv.sweeps.store`)."""
     return {
         "config_hash": config_hash,
         "clean": result.clean.tolist(),
@@ -192,6 +198,7 @@ def _baselines(result: InterventionResult, config_hash: str) -> dict[str, Any]:
         "recovery_atol": result.recovery_atol,
         "metric": asdict(result.metric),
         "scope": asdict(result.scope),
+        "provenance": result.provenance.to_dict(),
     }
 
 
@@ -253,6 +260,7 @@ def assemble_screened(
         params=fields["params"],
         metric=MetricInfo(**baselines["metric"]),
         scope=Scope(**scope),
+        provenance=Provenance(**baselines["provenance"]),
         recovery_atol=float(baselines["recovery_atol"]),
         status=status,
         screens=screens,

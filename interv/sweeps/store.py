@@ -19,11 +19,12 @@ A sweep directory holds three files:
   ``"failed"`` / ``"interrupted"`` with the ``error`` that stopped the run (a rerun
   resumes any of these; a SIGKILL leaves ``"running"``).
 
-``baselines.json`` and ``manifest.json`` are written atomically and durably with
-:func:`interv._outputs.write_file` (an exclusive temporary, ``fsync``, rename); the unit
-log is opened with ``O_APPEND | O_NOFOLLOW``. No file of a sweep directory is read or
-written through a link (one there is refused), and every file read is checked against what
-interv writes (a damaged field is named, with what to do). A manifest that says complete
+The lifecycle (claim, lock, resume or refuse, torn tail, marker, fail, finish) is the one of
+every resumable directory (:mod:`interv._journal`): ``baselines.json`` and ``manifest.json``
+are written atomically and durably with the safe write, the unit log is appended with
+:func:`interv._outputs.append_line`. No file of a sweep directory is read or written through
+a link (one there is refused), and every file read is checked against what interv writes (a
+damaged field is named, with what to do). A manifest that says complete
 while a unit line or the baselines are gone is completed by rerunning the sweep's command
 (:func:`rerun_advice` names it). A directory belongs to one config and one shard: opening it with
 another is refused with the differing keys, unless no unit was computed in it yet
@@ -37,20 +38,21 @@ report beside them.
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import fcntl
+import dataclasses
 import json
-import os
-import stat
-from collections.abc import Callable, Iterator, Mapping
-from importlib import metadata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from interv._checks import as_path, read_json
-from interv._outputs import MARKER, OutputDir, claim_dir, failure, is_scratch, write_file
+from interv._journal import MANIFEST, STATUSES, Journal, Layout, Store, now, resumed, started
+from interv._outputs import complete_lines, regular_file
+from interv._schema import AtLeast, Finite, NonEmpty, parse, read
+from interv.engine.results import MetricInfo, Scope, StoredOutcome
+from interv.engine.sites import Site
 from interv.errors import IntervError
+from interv.provenance import Provenance
 from interv.sweeps.config import SweepConfig, config_diff
 from interv.sweeps.plan import Shard, unit_id
 
@@ -58,283 +60,247 @@ __all__ = [
     "FORMAT",
     "SweepStore",
     "expected_units",
-    "now",
     "read_baselines",
     "read_manifest",
     "read_units",
     "rerun_advice",
-    "versions",
-    "write_json_atomic",
 ]
 
 FORMAT = "interv-sweep/1"
 """Format tag of the sweep directories this module writes."""
 
-MANIFEST = "manifest.json"
 BASELINES = "baselines.json"
 UNITS = "units.jsonl"
-_LOCK = ".lock"
-_FILES = (MANIFEST, BASELINES, UNITS, _LOCK)
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def now() -> str:
-    """The current UTC time, ISO 8601 with seconds (``2026-01-31T12:00:00+00:00``)."""
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+Count = Annotated[int, AtLeast(0)]
+Rows = list[list[float]]
+Runs = list[Literal["clean", "corrupted"]]
 
 
-def versions() -> dict[str, str]:
-    """Installed versions of interv, torch and transformer-lens."""
-    return {name: metadata.version(name) for name in ("interv", "torch", "transformer-lens")}
+def _rows(record: Any, n: int) -> None:
+    """The per-row lists of a record of ``n`` rows hold one entry per row."""
+    for name in ("kinds", "descriptions", "base_runs", "sites", "params"):
+        items = getattr(record, name, None)
+        if items is not None and len(items) != n:
+            raise IntervError(f"'{name}' holds {len(items)} entries for {n} rows of values")
 
 
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically and durably with
-    :func:`interv._outputs.write_file` (an exclusive temporary, fsync, rename over the old
-    entry, never through a link)."""
-    text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
-    write_file(path, text.encode("utf-8"), replace=True, durable=True)
+@dataclass(frozen=True)
+class SweepManifest:
+    """``manifest.json`` of a sweep directory."""
+
+    format: Literal["interv-sweep/1"]
+    config: dict[str, Any]
+    config_hash: str
+    shard: str | None
+    task_fingerprint: str
+    status: Literal[STATUSES]  # type: ignore[valid-type]
+    n_units: Count | None
+    n_interventions: Count | None
+    resumed: list[str]
+    seed: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    started: str | None = None
+    finished: str | None = None
+    merged_from: list[str] | None = None
+    error: str | None = None
+    stopped: str | None = None
+    computed_in_last_run: Count | None = None
+
+    def __post_init__(self) -> None:
+        if self.shard is not None:
+            Shard.parse(self.shard)
 
 
-def _no_link(path: Path, what: str) -> bool:
-    """Whether ``path`` exists as a regular file; a link or another kind of entry there is
-    refused (a sweep directory's files are interv's, and interv never creates links)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    if stat.S_ISREG(info.st_mode):
-        return True
-    kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-    raise IntervError(
-        f"{what} {str(path)!r} is {kind}; interv reads and writes a sweep directory's files "
-        "only as the regular files it wrote (it never follows a link there)"
-    )
+@dataclass(frozen=True)
+class SweepBaselines:
+    """``baselines.json``: the clean and corrupted metric per prompt, and what they are."""
+
+    config_hash: str
+    clean: Annotated[list[float], NonEmpty()]
+    corrupted: list[float]
+    dtype: Literal["float32", "float64", "float16", "bfloat16"]
+    recovery_atol: Annotated[float, Finite(), AtLeast(0)]
+    metric: MetricInfo
+    scope: Scope
+    provenance: Provenance
+
+    def __post_init__(self) -> None:
+        if len(self.corrupted) != len(self.clean):
+            raise IntervError(
+                f"'clean' and 'corrupted' hold different numbers of prompts ({len(self.clean)} "
+                f"and {len(self.corrupted)})"
+            )
 
 
-_MANIFEST_KEYS = (
-    "config",
-    "config_hash",
-    "shard",
-    "task_fingerprint",
-    "status",
-    "resumed",
-    "n_units",
-    "n_interventions",
-)
-_BASELINE_KEYS = ("config_hash", "clean", "corrupted", "dtype", "recovery_atol", "metric", "scope")
+@dataclass(frozen=True)
+class UnitRecord:
+    """A line of ``units.jsonl``: one work unit's metric values ``[rows, n_prompts]``."""
+
+    unit: str
+    config_hash: str
+    start: Count | None
+    kinds: list[str]
+    descriptions: list[str]
+    base_runs: Runs
+    values: Rows
+    sites: list[Site | None] | None = None
+    params: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        _rows(self, len(self.values))
+
+
+@dataclass(frozen=True)
+class EstimatesRecord:
+    """A screened entry's first-order estimates (id ``e...``)."""
+
+    unit: str
+    config_hash: str
+    entry: Count
+    start: Count | None
+    kinds: list[str]
+    descriptions: list[str]
+    base_runs: Runs
+    estimates: Rows
+    sites: list[Site | None] | None = None
+    params: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        _rows(self, len(self.estimates))
+
+
+@dataclass(frozen=True)
+class ExactValuesRecord:
+    """One stacked forward's exact values of a screened entry (id ``x...``)."""
+
+    unit: str
+    config_hash: str
+    entry: Count
+    indices: list[Count]
+    values: Rows
+
+    def __post_init__(self) -> None:
+        if len(self.values) != len(self.indices):
+            raise IntervError(
+                f"'values' holds {len(self.values)} rows for {len(self.indices)} indices"
+            )
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """A screened entry's audit (id ``a...``)."""
+
+    unit: str
+    config_hash: str
+    entry: Count
+    outcome: StoredOutcome
+
+
+RECORDS: dict[str, type] = {
+    "u": UnitRecord,
+    "e": EstimatesRecord,
+    "x": ExactValuesRecord,
+    "a": OutcomeRecord,
+}
+"""The schema of a unit record, by the first letter of its id."""
 
 
 def _as_dir(directory: Any) -> Path:
     return as_path(directory, "sweep directory")
 
 
-_STATUSES = ("running", "complete", "failed", "interrupted")
-
-
-def _damaged(path: Path, what: str) -> IntervError:
+def _damaged(error: IntervError) -> IntervError:
     return IntervError(
-        f"{path} is damaged: {what}; interv wrote it otherwise (rerun the sweep into a new --out, "
-        "or restore the file)"
+        f"{error}; interv wrote it otherwise (rerun the sweep into a new --out, or restore "
+        "the file)"
     )
-
-
-def _check_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
-    """The types of the manifest's entries (what interv wrote), or a message naming one."""
-    expected: dict[str, tuple[type, ...]] = {
-        "config": (dict,),
-        "config_hash": (str,),
-        "shard": (str, type(None)),
-        "task_fingerprint": (str,),
-        "status": (str,),
-        "resumed": (list,),
-        "n_units": (int, type(None)),
-        "n_interventions": (int, type(None)),
-    }
-    for key, types_ in expected.items():
-        value = manifest[key]
-        if isinstance(value, bool) or not isinstance(value, types_):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in types_)
-            raise _damaged(path, f"{key!r} is {value!r}, expected {names}")
-    if manifest["status"] not in _STATUSES:
-        raise _damaged(path, f"status {manifest['status']!r} is not one of {_STATUSES}")
-    for key in ("n_units", "n_interventions"):
-        if manifest[key] is not None and manifest[key] < 0:
-            raise _damaged(path, f"{key!r} is {manifest[key]}, expected a count >= 0")
-    if manifest["shard"] is not None:
-        try:
-            Shard.parse(manifest["shard"])
-        except IntervError as error:
-            raise _damaged(path, str(error)) from None
-
-
-def _check_baselines(path: Path, baselines: Mapping[str, Any]) -> None:
-    for key in ("clean", "corrupted"):
-        values = baselines[key]
-        if not isinstance(values, list) or not values or not all(_is_number(v) for v in values):
-            raise _damaged(path, f"{key!r} is not a non-empty list of numbers")
-    if len(baselines["clean"]) != len(baselines["corrupted"]):
-        raise _damaged(path, "'clean' and 'corrupted' hold different numbers of prompts")
-    if baselines["dtype"] not in _DTYPES:
-        raise _damaged(path, f"dtype {baselines['dtype']!r} is not one of {_DTYPES}")
-    if not _is_number(baselines["recovery_atol"]) or not baselines["recovery_atol"] >= 0:
-        raise _damaged(path, f"recovery_atol {baselines['recovery_atol']!r} is not a number >= 0")
-    for key in ("metric", "scope"):
-        if not isinstance(baselines[key], dict):
-            raise _damaged(path, f"{key!r} is not a JSON object")
-
-
-_DTYPES = ("float32", "float64", "float16", "bfloat16")
-_RECORD_LISTS = ("kinds", "descriptions", "base_runs")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_table(rows: Any) -> bool:
-    """A list of lists of numbers (``[n, n_prompts]`` metric values or estimates)."""
-    return isinstance(rows, list) and all(
-        isinstance(row, list) and all(_is_number(v) for v in row) for row in rows
-    )
-
-
-def _record_problem(record: Mapping[str, Any]) -> str | None:
-    """What is wrong with a unit record's structure (None: nothing).
-
-    A screened sweep's records (:mod:`interv.sweeps.screened`: ids ``e...`` estimates,
-    ``x...`` one forward's exact values, ``a...`` an entry's audit) have their own shapes.
-    """
-    unit = str(record.get("unit", ""))
-    if unit[:1] in ("e", "x", "a"):
-        return _screened_record_problem(unit[0], record)
-    values = record.get("values")
-    if not _is_table(values):
-        return "its 'values' are not a list of lists of numbers"
-    return _fields_problem(record, len(values))
-
-
-def _screened_record_problem(kind: str, record: Mapping[str, Any]) -> str | None:
-    if not isinstance(record.get("entry"), int) or isinstance(record.get("entry"), bool):
-        return "its 'entry' is not an integer"
-    if kind == "a":
-        return None if isinstance(record.get("outcome"), dict) else "its 'outcome' is no table"
-    if kind == "x":
-        indices, values = record.get("indices"), record.get("values")
-        if not isinstance(indices, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in indices
-        ):
-            return "its 'indices' are not a list of integers"
-        if not _is_table(values) or len(values) != len(indices):
-            return f"its 'values' are not {len(indices)} lists of numbers (one per index)"
-        return None
-    estimates = record.get("estimates")
-    if not _is_table(estimates):
-        return "its 'estimates' are not a list of lists of numbers"
-    return _fields_problem(record, len(estimates))
-
-
-def _fields_problem(record: Mapping[str, Any], n: int) -> str | None:
-    """The per-row fields of a record of ``n`` rows."""
-    for key in _RECORD_LISTS:
-        items = record.get(key)
-        if not isinstance(items, list) or len(items) != n:
-            return f"its {key!r} are not a list of {n} entries (one per row of values)"
-        if not all(isinstance(item, str) for item in items):
-            return f"its {key!r} are not strings"
-    for key in ("sites", "params"):
-        if key in record and (not isinstance(record[key], list) or len(record[key]) != n):
-            return f"its {key!r} are not a list of {n} entries"
-    if not isinstance(record.get("start"), int | None):
-        return "its 'start' is not an integer"
-    return None
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """The manifest of a sweep directory.
+    """The manifest of a sweep directory, checked against its schema
+    (:class:`SweepManifest`).
 
     Raises:
-        IntervError: no manifest, a manifest that is not JSON (truncated) or lacks keys,
-            or another format.
+        IntervError: no manifest, a manifest that is not JSON (truncated), another format,
+            or a damaged field (named).
     """
     path = _as_dir(directory) / MANIFEST
-    if not _no_link(path, "sweep manifest"):
+    if not regular_file(path, "sweep manifest"):
         raise IntervError(f"{str(directory)!r} is not a sweep directory: it has no {MANIFEST}")
     manifest = read_json(path, "sweep manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise IntervError(f"{path} has format {found!r}; this interv reads {FORMAT!r}")
-    missing = [key for key in _MANIFEST_KEYS if key not in manifest]
-    if missing:
-        raise IntervError(
-            f"sweep manifest {str(path)!r} is incomplete: it lacks {missing}; the directory is "
-            "damaged (rerun the sweep into a new --out)"
-        )
-    _check_manifest(path, manifest)
-    return manifest
+    try:
+        return dataclasses.asdict(read(path, SweepManifest, "sweep manifest"))
+    except IntervError as error:
+        raise _damaged(error) from None
 
 
 def read_baselines(directory: str | Path) -> dict[str, Any] | None:
-    """The stored baselines of a sweep directory, or None before the first unit.
+    """The stored baselines of a sweep directory (:class:`SweepBaselines`), or None before
+    the first unit.
 
     Raises:
-        IntervError: a baselines file that is not JSON or lacks keys.
+        IntervError: a baselines file that is not JSON, or a damaged field (named).
     """
     path = _as_dir(directory) / BASELINES
-    if not _no_link(path, "sweep baselines"):
+    if not regular_file(path, "sweep baselines"):
         return None
     baselines = read_json(path, "sweep baselines")
-    missing = [
-        key for key in _BASELINE_KEYS if not isinstance(baselines, dict) or key not in baselines
-    ]
-    if missing:
-        raise IntervError(
-            f"sweep baselines {str(path)!r} are incomplete: they lack {missing}; the directory "
-            "is damaged (rerun the sweep into a new --out)"
-        )
-    _check_baselines(path, baselines)
+    try:
+        parse(SweepBaselines, baselines, "sweep baselines")
+    except IntervError as error:
+        raise _damaged(IntervError(f"{str(path)!r} is damaged: {error}")) from None
     return baselines
 
 
 def read_units(directory: str | Path, config_hash: str) -> dict[str, dict[str, Any]]:
-    """Completed unit records by id, from ``units.jsonl``; a torn last line is ignored.
+    """Completed unit records by id, from ``units.jsonl``, each checked against its schema
+    (:data:`RECORDS`); a torn last line is ignored.
 
     Raises:
-        IntervError: a complete line that is not JSON, a record of another config,
-            or two different records with the same id.
+        IntervError: a complete line that is not JSON or not a record (the damaged field
+            named), a record of another config, or two different records with the same id.
     """
     path = _as_dir(directory) / UNITS
-    if not _no_link(path, "sweep units"):
+    if not regular_file(path, "sweep units"):
         return {}
     records: dict[str, dict[str, Any]] = {}
-    for line_number, line in _complete_lines(path.read_bytes()):
+    for line_number, line in complete_lines(path.read_bytes()):
+        where = f"{path}: line {line_number}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise IntervError(
-                f"{path}: line {line_number} is not a JSON record ({error}); the directory is "
-                "damaged: delete that line and rerun the same command to recompute its unit"
+                f"{where} is not a JSON record ({error}); the directory is damaged: delete "
+                "that line and rerun the same command to recompute its unit"
             ) from None
-        if not isinstance(record, dict) or not isinstance(record.get("unit"), str):
+        unit = record.get("unit") if isinstance(record, dict) else None
+        schema = RECORDS.get(unit[:1]) if isinstance(unit, str) else None
+        if schema is None:
             raise IntervError(
-                f"{path}: line {line_number} is not a unit record (a JSON object with 'unit'); "
-                "the directory is damaged"
+                f"{where} is not a unit record (a JSON object whose 'unit' id starts with one "
+                f"of {sorted(RECORDS)}); the directory is damaged"
             )
-        problem = _record_problem(record)
-        if problem is not None:
+        try:
+            parse(schema, record, f"unit {unit}")
+        except IntervError as error:
             raise IntervError(
-                f"{path}: line {line_number} (unit {record['unit']}) is damaged: {problem}; "
-                "delete that line and rerun the same command to recompute the unit"
-            )
-        if record.get("config_hash") != config_hash:
+                f"{where} is damaged: {error}; delete that line and rerun the same command "
+                "to recompute the unit"
+            ) from None
+        if record["config_hash"] != config_hash:
             raise IntervError(
-                f"{path}: line {line_number} belongs to config {record.get('config_hash')!r}, "
-                f"not to this sweep's config {config_hash!r}"
+                f"{where} belongs to config {record['config_hash']!r}, not to this sweep's "
+                f"config {config_hash!r}"
             )
-        previous = records.setdefault(record["unit"], record)
+        previous = records.setdefault(unit, record)
         if previous != record:
             raise IntervError(
-                f"{path}: unit {record['unit']} is stored twice with different values "
+                f"{path}: unit {unit} is stored twice with different values "
                 f"(line {line_number}); the directory is corrupt"
             )
     return records
@@ -361,86 +327,13 @@ def rerun_advice(directory: str | Path, manifest: Mapping[str, Any]) -> str:
     return advice + ": it computes only what is missing"
 
 
-def _complete_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """Numbered newline-terminated lines of ``data`` (a torn last line is dropped)."""
-    complete = data[: data.rfind(b"\n") + 1]
-    for number, line in enumerate(complete.splitlines(), start=1):
-        if line.strip():
-            yield number, line
+LAYOUT = Layout("sweep directory", "interv sweep", read_manifest, once=(BASELINES,), log=UNITS)
+"""The files of a sweep directory (:mod:`interv._journal`)."""
 
 
-def open_locked(
-    directory: str | Path,
-    *,
-    what: str,
-    by: str,
-    files: tuple[str, ...],
-    log: str,
-    reopen: Callable[[Path], dict[str, Any]],
-    links: tuple[str, ...] = (),
-) -> tuple[Path, dict[str, Any], int, OutputDir]:
-    """Claim ``directory`` for ``by``, take its lock and reopen (or create) its manifest.
-
-    The one way a resumable store (a sweep, a circuit discovery) opens its directory: an
-    existing file, a path below a file or an unwritable place is refused by the claim; a
-    link at any of ``files`` or ``links`` is refused; the lock (``.lock``, never followed)
-    is taken without waiting, so a directory another process is writing is refused;
-    ``reopen(path)`` returns the manifest (and refuses another job's directory); a torn
-    last line of ``log`` is dropped. Everything is undone when any step fails. Returns the
-    directory, the manifest, the lock's descriptor and the claim.
-    """
-    kind = what.split()[0]
-    output = claim_dir(directory, what=what, by=by, contents=False)
-    path = output.path
-    try:
-        for name in (*files, *links):
-            _no_link(path / name, f"{kind} file")
-        new_lock = not (path / _LOCK).exists()
-        lock_fd = os.open(path / _LOCK, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-    except (IntervError, OSError) as error:
-        output.abandon()
-        if isinstance(error, OSError):
-            raise failure(error, path / _LOCK) from None
-        raise
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as error:
-        os.close(lock_fd)
-        output.abandon()
-        raise IntervError(
-            f"{what} {str(path)!r} is being written by another process; wait for it or "
-            "choose another --out"
-        ) from error
-    try:
-        manifest = reopen(path)
-        _truncate_torn_tail(path / log)
-        output.record(files)
-    except BaseException:
-        os.close(lock_fd)
-        if new_lock:
-            (path / _LOCK).unlink(missing_ok=True)
-        output.abandon()
-        raise
-    return path, manifest, lock_fd, output
-
-
-class SweepStore:
-    """Writer of one sweep directory; create it with :meth:`open`.
-
-    Holds the directory's lock until :meth:`close`; use it as a context manager.
-    """
-
-    def __init__(
-        self,
-        directory: Path,
-        manifest: dict[str, Any],
-        lock_fd: int,
-        output: OutputDir | None = None,
-    ) -> None:
-        self.directory = directory
-        self.manifest = manifest
-        self._lock_fd = lock_fd
-        self._output = output
+class SweepStore(Store):
+    """Writer of one sweep directory; create it with :meth:`open`, use it as a context
+    manager (it holds the directory's lock until it closes)."""
 
     @classmethod
     def open(
@@ -455,104 +348,30 @@ class SweepStore:
         task, a non-empty directory that is not a sweep, and a directory another process
         is writing.
         """
-        path, manifest, lock_fd, output = open_locked(
-            directory,
-            what="sweep directory",
-            by="interv sweep",
-            files=_FILES,
-            log=UNITS,
-            reopen=lambda path: cls._reopen_or_create(path, config, shard, task_fingerprint),
-        )
-        return cls(path, manifest, lock_fd, output)
-
-    @staticmethod
-    def _reopen_or_create(
-        directory: Path, config: SweepConfig, shard: Shard | None, task_fingerprint: str
-    ) -> dict[str, Any]:
         shard_text = None if shard is None or shard.count == 1 else str(shard)
-        if (directory / MANIFEST).is_file():
-            manifest = read_manifest(directory)
-            identity = (config.config_hash, shard_text, task_fingerprint)
-            stored = (manifest["config_hash"], manifest["shard"], manifest["task_fingerprint"])
-            if stored == identity:
-                if manifest["status"] != "complete":
-                    manifest["resumed"].append(now())
-                return manifest
-            if _holds_results(directory):
-                _refuse_other_sweep(directory, manifest, config, shard_text, task_fingerprint)
-            # nothing was computed under the stored config (e.g. its model failed to
-            # load): the directory starts afresh with the given one
-        else:
-            leftovers = [
-                p.name
-                for p in directory.iterdir()
-                if p.name not in (_LOCK, MARKER) and not is_scratch(p.name)
-            ]
-            if leftovers:
-                raise IntervError(
-                    f"--out {str(directory)!r} is neither empty nor a sweep directory (it "
-                    f"holds {sorted(leftovers)[:5]}); choose an empty or new directory"
-                )
-        manifest = {
-            "format": FORMAT,
-            "config": config.normalized,
-            "config_hash": config.config_hash,
-            "seed": config.sweep["seed"],
-            "shard": shard_text,
-            "task_fingerprint": task_fingerprint,
-            "versions": versions(),
-            "started": now(),
-            "resumed": [],
-            "finished": None,
-            "status": "running",
-            "n_units": None,
-            "n_interventions": None,
-            "merged_from": None,
-        }
-        write_json_atomic(directory / MANIFEST, manifest)
-        return manifest
+        identity = (config.config_hash, shard_text, task_fingerprint)
 
-    def __enter__(self) -> SweepStore:
-        return self
+        def decide(path: Path, stored: dict[str, Any] | None, holds: bool) -> dict[str, Any]:
+            if stored is not None:
+                if (stored["config_hash"], stored["shard"], stored["task_fingerprint"]) == identity:
+                    return resumed(stored)
+                if holds:
+                    _refuse_other_sweep(path, stored, config, shard_text, task_fingerprint)
+                # nothing was computed under the stored config (e.g. its model failed to
+                # load): the directory starts afresh with the given one
+            return started(
+                FORMAT,
+                config=config.normalized,
+                config_hash=config.config_hash,
+                seed=config.sweep["seed"],
+                shard=shard_text,
+                task_fingerprint=task_fingerprint,
+                n_units=None,
+                n_interventions=None,
+                merged_from=None,
+            )
 
-    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
-        try:
-            if exc_type is not None and self.manifest.get("status") != "complete":
-                self.fail(exc)
-        finally:
-            self.close()
-
-    def fail(self, error: BaseException | None) -> None:
-        """Record that the run stopped on ``error``: status ``"interrupted"`` (Ctrl-C) or
-        ``"failed"`` with the error, kept until a rerun resumes. A directory this run
-        created that holds no result yet is removed instead (no partial output)."""
-        if self._output is not None and not _holds_results(self.directory):
-            self._output.abandon()
-            if not (self.directory / MANIFEST).is_file():
-                return  # the directory is as it was before this run
-        interrupted = isinstance(error, KeyboardInterrupt)
-        self.manifest.update(
-            status="interrupted" if interrupted else "failed",
-            error=None if error is None else f"{type(error).__name__}: {error}",
-            stopped=now(),
-        )
-        # on a full disk this write fails too: the error that stopped the run is the one
-        # to show, and the stored status ("running") is resumed by a rerun all the same
-        with contextlib.suppress(IntervError):
-            write_json_atomic(self.directory / MANIFEST, self.manifest)
-
-    def close(self) -> None:
-        """List the directory's files in its marker with the hashes of their present
-        content (so ``interv report DIR`` may write beside them), then release the lock."""
-        if self._lock_fd < 0:
-            return
-        try:
-            if self._output is not None and (self.directory / MANIFEST).is_file():
-                with contextlib.suppress(IntervError, OSError):  # e.g. a full disk
-                    self._output.record(_FILES)
-        finally:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        return cls(Journal.open(directory, LAYOUT, decide))
 
     def record_plan(self, n_units: int, n_interventions: int) -> None:
         """Store the size of the planned sweep in the manifest."""
@@ -564,7 +383,7 @@ class SweepStore:
                     "under the same config; choose another --out"
                 )
             self.manifest[key] = value
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
+        self.journal.write_manifest()
 
     def completed(self) -> dict[str, dict[str, Any]]:
         """Records of the units already stored, by id."""
@@ -576,25 +395,11 @@ class SweepStore:
 
     def write_baselines(self, baselines: Mapping[str, Any]) -> None:
         """Store the baselines (once: later calls are ignored)."""
-        if not (self.directory / BASELINES).is_file():
-            write_json_atomic(self.directory / BASELINES, baselines)
+        self.journal.write_once(BASELINES, baselines)
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Append one unit record as one complete line, flushed and fsync-ed."""
-        data = (json.dumps(record, sort_keys=True) + "\n").encode()
-        path = self.directory / UNITS
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
-            try:
-                _only_name(fd, path)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as error:  # a torn line is cut off when the directory is reopened
-            raise failure(error, path) from None
+        self.journal.append(record)
 
     def is_whole(self) -> bool:
         """Whether every unit of the plan (this shard's share) and the baselines are stored."""
@@ -609,23 +414,13 @@ class SweepStore:
         baselines (a file cut or edited) as running again, so the rerun completes it."""
         self.manifest["resumed"].append(now())
         self.manifest.update(status="running", finished=None)
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
+        self.journal.write_manifest()
 
     def note_no_work(self) -> None:
         """Record that a rerun found the sweep complete and computed nothing."""
         if self.manifest.get("computed_in_last_run") != 0:
             self.manifest["computed_in_last_run"] = 0
-            write_json_atomic(self.directory / MANIFEST, self.manifest)
-
-    def finish(self, **extra: Any) -> None:
-        """Mark the sweep complete, with its end time (and ``extra`` manifest entries)."""
-        self.manifest.update(extra, status="complete", finished=now())
-        write_json_atomic(self.directory / MANIFEST, self.manifest)
-
-
-def _holds_results(directory: Path) -> bool:
-    units = directory / UNITS
-    return (directory / BASELINES).is_file() or (units.is_file() and units.stat().st_size > 0)
+            self.journal.write_manifest()
 
 
 def _refuse_other_sweep(
@@ -655,31 +450,3 @@ def _refuse_other_sweep(
         f"(None = all units), not {shard_text}; rerun with --shard "
         f"{manifest['shard']} to resume, or choose another --out"
     )
-
-
-def _only_name(fd: int, path: Path) -> None:
-    """The unit log is changed in place, so it must have no other name: a hard link
-    planted there (to a file elsewhere) would be written through as a symbolic link would."""
-    if os.fstat(fd).st_nlink > 1:
-        raise IntervError(
-            f"sweep units {str(path)!r} has other hard links; interv changes it in place and "
-            "writes only a file that is nowhere else (copy the directory without hard links)"
-        )
-
-
-def _truncate_torn_tail(path: Path) -> None:
-    """Cut a torn last line (no trailing newline) off ``path``, so appends start clean."""
-    try:
-        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
-    except FileNotFoundError:
-        return
-    except OSError as error:
-        raise failure(error, path) from None
-    with os.fdopen(fd, "rb+") as handle:
-        _only_name(handle.fileno(), path)
-        data = handle.read()
-        keep = data.rfind(b"\n") + 1
-        if keep != len(data):
-            handle.truncate(keep)
-            handle.flush()
-            os.fsync(handle.fileno())

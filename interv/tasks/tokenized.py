@@ -26,8 +26,9 @@ from interv.errors import IntervError
 __all__ = [
     "TokenizedPairs",
     "check_context",
-    "check_same_prompts",
+    "check_distinct",
     "check_token_ids",
+    "pairs_fingerprint",
     "prompts_fingerprint",
 ]
 
@@ -88,16 +89,51 @@ def prompts_fingerprint(tokens: torch.Tensor, mask: torch.Tensor) -> str:
     return digest.hexdigest()[:16]
 
 
-def check_same_prompts(
-    first: str, second: str, what: str = "concentration", of: str = "the effects"
-) -> None:
-    """Raise :class:`IntervError` when two fingerprints (:func:`prompts_fingerprint`) are
-    both known and differ: the one check of every join of two results."""
-    if first and second and first != second:
-        raise IntervError(
-            f"{what} comes from other prompts than {of} (prompt fingerprints {second} and "
-            f"{first}); compute both on the same prompts"
-        )
+def pairs_fingerprint(
+    corrupted: torch.Tensor,
+    mask: torch.Tensor,
+    answer_positions: torch.Tensor,
+    target_ids: torch.Tensor,
+    foil_ids: torch.Tensor | None,
+) -> str:
+    """First 16 hex digits of the SHA-256 of each pair's other half, in order: the corrupted
+    prompt's real token ids, the answer position counted from the prompt's first real token,
+    the target id and the foil id (-1 without foils). Padding does not enter it."""
+    digest = hashlib.sha256()
+    first_real = mask.to("cpu").int().argmax(-1)
+    foils = [-1] * len(target_ids) if foil_ids is None else foil_ids.tolist()
+    rows = zip(
+        corrupted.to("cpu", torch.int64),
+        mask.to("cpu"),
+        (answer_positions.to("cpu") - first_real).tolist(),
+        target_ids.tolist(),
+        foils,
+        strict=True,
+    )
+    for row, real, answer, target, foil in rows:
+        ids = row[real]
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids.numpy().astype("<i8").tobytes())
+        digest.update(repr((int(answer), int(target), int(foil))).encode())
+    return digest.hexdigest()[:16]
+
+
+def check_distinct(tokens: torch.Tensor, mask: torch.Tensor, what: str) -> None:
+    """Refuse a repeated prompt (the same real token ids twice): repeated prompts are not
+    independent samples, and every bootstrap over prompts would count them as such. The
+    message names the first repeat and what it repeats."""
+    seen: dict[bytes, int] = {}
+    for i, (row, real) in enumerate(
+        zip(tokens.to("cpu", torch.int64), mask.to("cpu"), strict=True)
+    ):
+        key = row[real].numpy().tobytes()
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise IntervError(
+                f"{what} {i} repeats {what} {first} (the same tokens): repeated prompts are not "
+                "independent samples, and every interval over prompts would count them as if "
+                "they were; drop the repeats"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,6 +153,8 @@ class TokenizedPairs:
             task has no foil (then logit-difference metrics are unavailable).
         padding_side: ``"right"`` or ``"left"``.
         name: the task's name, carried into the scope of every result.
+        resampled: True for a bootstrap resample of a task (:meth:`resample`), whose
+            repeated prompts are its point; every other task repeats no prompt.
         d_vocab: the vocabulary size of the model the ids are for (every id is below
             it), or None when not known (a hand-built task; checked by :meth:`fitted`).
         n_ctx: the context length of that model (no prompt is longer), or None.
@@ -132,6 +170,7 @@ class TokenizedPairs:
     name: str = "custom"
     d_vocab: int | None = None
     n_ctx: int | None = None
+    resampled: bool = False
 
     def __post_init__(self) -> None:
         for field in (
@@ -185,6 +224,8 @@ class TokenizedPairs:
             if getattr(self, field) is not None:
                 check_token_ids(getattr(self, field), self.d_vocab, field)
         check_context(self.attention_mask.sum(1), self.n_ctx, "prompt pair")
+        if not self.resampled:
+            check_distinct(self.clean_tokens, self.attention_mask, "clean prompt")
         if self.foil_ids is not None and bool((self.target_ids == self.foil_ids).any()):
             i = int((self.target_ids == self.foil_ids).nonzero()[0, 0])
             raise IntervError(
@@ -225,6 +266,17 @@ class TokenizedPairs:
         return prompts_fingerprint(self.clean_tokens, self.attention_mask)
 
     @property
+    def pairs_fingerprint(self) -> str:
+        """The fingerprint of the pairs' other half (:func:`pairs_fingerprint`)."""
+        return pairs_fingerprint(
+            self.corrupted_tokens,
+            self.attention_mask,
+            self.answer_positions,
+            self.target_ids,
+            self.foil_ids,
+        )
+
+    @property
     def n_positions(self) -> int:
         """Padded sequence length."""
         return int(self.clean_tokens.shape[1])
@@ -255,7 +307,14 @@ class TokenizedPairs:
             "query_positions explicitly"
         )
 
-    def select(self, index: torch.Tensor | slice | list[int]) -> TokenizedPairs:
+    def resample(self, index: torch.Tensor | list[int]) -> TokenizedPairs:
+        """The pairs at ``index``, drawn with replacement (a bootstrap resample): repeated
+        prompts are allowed, and the task says so (:attr:`resampled`)."""
+        return self.select(index, resampled=True)
+
+    def select(
+        self, index: torch.Tensor | slice | list[int], *, resampled: bool = False
+    ) -> TokenizedPairs:
         """The subset of pairs at ``index`` (along the batch axis)."""
         return TokenizedPairs(
             clean_tokens=self.clean_tokens[index],
@@ -268,6 +327,7 @@ class TokenizedPairs:
             name=self.name,
             d_vocab=self.d_vocab,
             n_ctx=self.n_ctx,
+            resampled=resampled or self.resampled,
         )
 
     def fitted(self, cfg: Any) -> TokenizedPairs:

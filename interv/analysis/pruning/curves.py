@@ -17,6 +17,7 @@ from interv.analysis.pruning.rankings import (
     check_seeds,
     random_order_name,
     rank_heads,
+    ranking_rule,
 )
 from interv.engine.sites import head_label
 from interv.errors import IntervError
@@ -245,6 +246,7 @@ def pruning_curves(
     attribution_task: TokenizedPairs | None = None,
     seed: int = 0,
     random_seeds: Sequence[int] | None = None,
+    off_row_sink: str | None = None,
 ) -> PruningCurves:
     """Mean-ablate the first ``k`` heads of each order together, for each ``k`` in ``ks``.
 
@@ -262,6 +264,7 @@ def pruning_curves(
         attribution_task, seed: passed to :func:`rank_heads`.
         random_seeds: passed to :func:`rank_heads`: one random order per seed (named
             ``"random (seed s)"``) instead of one ``"random"`` order of ``seed``.
+        off_row_sink: passed to :func:`rank_heads` (a learned off-row sink, gpt-oss).
 
     Returns:
         :class:`PruningCurves`, with every item's value (:attr:`PruningCurves.item_values`)
@@ -289,9 +292,12 @@ def pruning_curves(
             attribution_task=attribution_task,
             seed=seed,
             random_seeds=seeds,
+            off_row_sink=off_row_sink,
         )
         seeded = {random_order_name(s): f"{RANKINGS['random']}, seed {s}" for s in (seeds or ())}
-        rules = {name: seeded.get(name) or RANKINGS[name] for name in given}
+        rules = {
+            name: seeded.get(name) or ranking_rule(model, name, off_row_sink) for name in given
+        }
     shortest = min(len(order) for order in given.values())
     if max_heads is None:
         max_heads = shortest

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from interv.analysis._patterns import attention_rows
 from interv.analysis.concentration import concentration
 from interv.analysis.pruning.evaluations import Evaluation, Head, TaskEvaluation
+from interv.engine.architecture import architecture_of
 from interv.engine.attribution_patching import approximate_head_patching_scores
 from interv.engine.sites import check_head
 from interv.errors import IntervError
-from interv.metrics.sink import sink_split
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
@@ -25,6 +24,7 @@ __all__ = [
     "check_seeds",
     "random_order_name",
     "rank_heads",
+    "ranking_rule",
 ]
 
 RANKINGS: dict[str, str] = {
@@ -103,42 +103,29 @@ def check_rankings(rankings: Sequence[str]) -> None:
 
 
 def _per_head_concentration(
-    model: Any, evaluation: Evaluation, rankings: Sequence[str]
+    model: Any, evaluation: Evaluation, rankings: Sequence[str], off_row_sink: str | None
 ) -> dict[str, torch.Tensor]:
-    """Per ranking, its concentration number per head, ``[layer, head_index]``.
+    """Per ranking, its concentration number per head, ``[layer, head_index]``: from
+    :func:`interv.concentration` (each layer's own admitted keys: causal or bidirectional,
+    padding, sliding window or chunk), mean over each prompt's query rows, then over
+    prompts, sink = position 0; ``off_row_sink`` as in :func:`interv.concentration`."""
+    with torch.no_grad():
+        heads = concentration(model, **evaluation.concentration_input(), off_row_sink=off_row_sink)
+    return {name: heads.per_head(_CONCENTRATION_METRIC[name]) for name in rankings}
 
-    Mean over each prompt's query rows, then over prompts, sink = position 0. Causal
-    models use :func:`interv.concentration` (reduced inside hooks). Bidirectional
-    encoders (``cfg.attention_dir == "bidirectional"``, e.g. MiniLM), which
-    :func:`interv.concentration` does not cover yet, use their full patterns from
-    :func:`interv.analysis.attention_rows` and :func:`interv.metrics.sink_split` (no
-    ``"contribution"``).
-    """
-    inputs = evaluation.concentration_input()
-    if getattr(model.cfg, "attention_dir", "causal") != "bidirectional":
-        with torch.no_grad():
-            heads = concentration(model, **inputs)
-        return {name: heads.per_head(_CONCENTRATION_METRIC[name]) for name in rankings}
-    if "contribution" in rankings:
-        allowed = tuple(name for name in RANKINGS if name != "contribution")
-        raise IntervError(
-            "ranking 'contribution' needs interv.concentration, which covers causal models "
-            f"only; for this bidirectional model choose from {allowed}"
-        )
-    rows = attention_rows(model, **inputs)
-    split = sink_split(
-        rows.pattern,
-        sink=rows.sink_mask[:, None, None, None, :],
-        key_mask=rows.key_mask[:, None, None],
+
+def ranking_rule(model: Any, name: str, off_row_sink: str | None = None) -> str:
+    """What ranking ``name`` (of :data:`RANKINGS`) ranks by on ``model``: its description,
+    and for the concentration rankings the keys each layer admits (the model's mask rule,
+    e.g. ``"causal AND padding AND sliding window 4 (layers 0, 2); ..."``) and how an
+    off-row sink was counted."""
+    if name not in _CONCENTRATION_METRIC:
+        return RANKINGS[name]
+    sink = "; off-row sink counted as an extra sink key" if off_row_sink == "as_key" else ""
+    return (
+        f"{RANKINGS[name]}; over the keys each layer admits: "
+        f"{architecture_of(model).mask_rule}{sink}"
     )
-    included = rows.included[:, None, None, :]
-    return {
-        name: getattr(split, _CONCENTRATION_METRIC[name])
-        .where(included, torch.nan)
-        .nanmean(-1)
-        .nanmean(0)
-        for name in rankings
-    }
 
 
 def rank_heads(
@@ -150,12 +137,13 @@ def rank_heads(
     attribution_task: TokenizedPairs | None = None,
     seed: int = 0,
     random_seeds: Sequence[int] | None = None,
+    off_row_sink: str | None = None,
 ) -> dict[str, tuple[Head, ...]]:
     """Orders of ``heads``, least important first, under each ranking of :data:`RANKINGS`.
 
-    Concentration rankings average the head's numbers over every query position of
-    the evaluation's inputs, then over prompts (sink = position 0; see
-    :func:`_per_head_concentration` for bidirectional encoders).
+    Concentration rankings average the head's numbers (:func:`interv.concentration`, over
+    the keys each layer admits) over every query position of the evaluation's inputs, then
+    over prompts (sink = position 0).
     ``"exact_effect"`` mean-ablates each head alone under ``evaluation`` (one
     evaluation per head). ``"attribution"`` uses
     :func:`interv.engine.attribution_patching.approximate_head_patching_scores` on
@@ -171,6 +159,9 @@ def rank_heads(
         random_seeds: several seeds instead of ``seed``: ``"random"`` then gives one
             order per seed, named by :func:`random_order_name` (``"random (seed 3)"``),
             in the place of ``"random"``.
+        off_row_sink: for the concentration rankings on a model with a learned off-row
+            sink (gpt-oss): None (default) refuses it, ``"as_key"`` counts the deficit as
+            an extra sink key (:func:`interv.concentration`).
 
     Returns:
         Ranking name -> every candidate head, least important first.
@@ -187,7 +178,7 @@ def rank_heads(
     orders: dict[str, tuple[Head, ...]] = {}
     needs_concentration = [name for name in rankings if name in _CONCENTRATION_METRIC]
     if needs_concentration:
-        per_head = _per_head_concentration(model, evaluation, needs_concentration)
+        per_head = _per_head_concentration(model, evaluation, needs_concentration, off_row_sink)
         for name in needs_concentration:
             orders[name] = _order(candidates, per_head[name][rows, cols], name in _DESCENDING)
     if "exact_effect" in rankings:

@@ -89,7 +89,7 @@
       var sink = new Uint8Array(real.length);
       prompt.sink.forEach(function (s) { sink[s] = 1; });
       return {
-        real: real, sink: sink, tokens: prompt.tokens, n: prompt.n, index: prompt.index,
+        real: real, sink: sink, tokens: prompt.tokens, first: prompt.first, index: prompt.index,
         length: prompt.length
       };
     });
@@ -112,11 +112,14 @@
     var key = p + ":" + k;
     if (!this.cache[key]) {
       var raw = this.data.cells[p][k], n = this.n, metrics = this.data.metrics;
+      var head = this.data.heads[k];
       var codes = bytesOf(raw.codes);
       this.cache[key] = (raw.z ? inflate(codes) : Promise.resolve(codes)).then(function (c) {
         var all = new Float64Array(bytesOf(raw.metrics).buffer), byName = {};
         metrics.forEach(function (name, m) { byName[name] = all.subarray(m * n, (m + 1) * n); });
         return {
+          head: head,
+          n: raw.n,
           codes: c,
           metrics: byName,
           topIndex: new Int32Array(bytesOf(raw.topIndex).buffer),
@@ -127,9 +130,19 @@
     return this.cache[key];
   };
 
+  /* Whether the cell's head (its layer's rule: causal, sliding window, chunk) lets query t
+     of prompt see key j. */
+  Viewer.prototype.admits = function (cell, prompt, t, j) {
+    var head = cell.head;
+    if (!prompt.real[t] || !prompt.real[j] || (this.data.causal && j > t)) return false;
+    if (head.window && t - j >= head.window) return false;
+    if (head.chunk && Math.floor((j - prompt.first) / head.chunk) !==
+        Math.floor((t - prompt.first) / head.chunk)) return false;
+    return true;
+  };
+
   Viewer.prototype.code = function (cell, t, j) {
-    var prompt = this.prompts[this.p];
-    if (!prompt.real[t] || !prompt.real[j] || (this.data.causal && j > t)) return -1;
+    if (!this.admits(cell, this.prompts[this.p], t, j)) return -1;
     return cell.codes[this.index(t, j)];
   };
 
@@ -149,7 +162,7 @@
       for (var j = 0; j < n; j++) {
         var o = (t * n + j) * 4, colour = null, i = 0;
         if (!rowReal || !real[j]) colour = padding;
-        else if (causal && j > t) colour = masked;
+        else if (!this.admits(cell, prompt, t, j)) colour = masked;
         else {
           var c = codes[base + j];
           if (mode === "log") i = c;
@@ -273,10 +286,11 @@
 
   /* Bar scales: 1 for the fractions, log(max n - |S|) nats for the content entropy. */
   Viewer.prototype.limits = function () {
-    var prompt = this.prompts[this.p], most = 2;
-    for (var t = 0; t < prompt.n.length; t++) {
-      var content = prompt.n[t];
-      for (var j = 0; j <= t && j < this.n; j++) if (prompt.sink[j]) content -= 1;
+    var prompt = this.prompts[this.p], cell = this.current, most = 2;
+    if (!cell) return [1, 1, Math.log(most)];
+    for (var t = 0; t < cell.n.length; t++) {
+      var content = cell.n[t];
+      for (var j = 0; j < this.n; j++) if (prompt.sink[j] && this.admits(cell, prompt, t, j)) content -= 1;
       if (content > most) most = content;
     }
     return [1, 1, Math.log(most)];
@@ -406,7 +420,7 @@
       return;
     }
     var list = el("dl", "iv-metrics");
-    line(list, "available keys n", String(prompt.n[t]), "(" + (data.causal ? "causal AND padding" : "padding") + ")");
+    line(list, "available keys n", String(cell.n[t]), "(" + cell.head.rule + ")");
     data.metrics.forEach(function (name) {
       var v = cell.metrics[name][t];
       line(list, name.replace(/_/g, " "), isNaN(v) ? UNDEFINED[name] : fmt(v), isNaN(v) ? "" : data.units[name], v);
@@ -426,7 +440,7 @@
     if (this.j >= 0) {
       var j = this.j, code = this.code(cell, t, j), text;
       if (!prompt.real[j]) text = "padding: not a key";
-      else if (code < 0) text = "causally masked (after the query)";
+      else if (code < 0) text = j > t ? "causally masked (after the query)" : "masked (" + cell.head.rule + ")";
       else if (code === 0) text = "weight < 1e-5 (display code 0)";
       else text = "weight ≈ " + fmt(this.weight[code]) + " (8-bit display code " + code + ")";
       panel.appendChild(el("p", "iv-key", "key " + j + " “" + shown(prompt.tokens[j]) + "”: " + text));

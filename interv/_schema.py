@@ -1,0 +1,261 @@
+"""The one typed reader of the files interv stores: a dataclass is a file's schema.
+
+>>> @dataclass(frozen=True)
+... class Record:
+...     indices: list[Annotated[int, AtLeast(0)]]
+...     status: Literal["running", "complete"]
+>>> parse(Record, {"indices": [3, -1], "status": "running"}, "record")
+Traceback (most recent call last):
+interv.errors.IntervError: record.indices[1] must be an integer >= 0; got -1
+
+Every JSON file interv writes and reads back (a circuit, its curve and mission link, a
+screen's scores, the exact log, a report, a sweep's manifest, baselines and units) has one
+schema: a dataclass whose annotations say what each field holds. :func:`parse` checks the
+JSON value against it field by field, recursively, and builds the dataclass (whose
+``__post_init__`` checks what spans fields, e.g. equal lengths); :func:`read` and
+:func:`read_lines` do it for a file and a log, naming the file. A damaged field is named by
+its path (``circuit.audit.screen.top_k``) in a one-line :class:`~interv.errors.IntervError`;
+nothing that is read imports code or builds anything the schema does not name.
+
+Annotations understood: ``int`` (not bool), ``float`` (an int or a float; JSON null is NaN,
+the way interv writes NaN: :func:`json_ready`), ``str``, ``bool``, ``Literal[...]``,
+``X | None`` (null stays None), ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``,
+``dict[str, X]``, nested dataclasses, ``Any``, and ``Annotated[X, rule]`` with the rules
+:class:`AtLeast`, :class:`Finite` and :class:`NonEmpty`. Fields whose names start with ``_``
+are never read. No torch here. Internal to interv; no stability promise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from interv._checks import read_json, read_text
+from interv.errors import IntervError
+
+__all__ = [
+    "AtLeast",
+    "Finite",
+    "NonEmpty",
+    "json_ready",
+    "parse",
+    "read",
+    "read_lines",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """A number at least ``minimum``."""
+
+    minimum: float
+
+    def check(self, value: Any, where: str) -> None:
+        if value is not None and not value >= self.minimum:
+            kind = "an integer" if isinstance(value, int) else "a number"
+            raise IntervError(f"{where} must be {kind} >= {self.minimum:g}; got {_shown(value)}")
+
+
+@dataclass(frozen=True)
+class Finite:
+    """A finite number (null, NaN and the infinities refused); on a list, every item."""
+
+    def check(self, value: Any, where: str) -> None:
+        items = value if isinstance(value, list | tuple) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, float) and not math.isfinite(item):
+                at = f"{where}[{i}]" if isinstance(value, list | tuple) else where
+                raise IntervError(f"{at} must be a finite number; got {_shown(item)}")
+
+
+@dataclass(frozen=True)
+class NonEmpty:
+    """A list, mapping or text with at least one item."""
+
+    def check(self, value: Any, where: str) -> None:
+        if value is not None and len(value) == 0:
+            raise IntervError(f"{where} must not be empty")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` (nested dicts, lists, tuples and numbers) as strict JSON data: NaN and the
+    infinities as null (the way :func:`parse` reads a float's null back as NaN), tuples as
+    lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def parse(cls: type[T], data: Any, what: str) -> T:
+    """An instance of the dataclass ``cls`` from its JSON form, each field checked against
+    its annotation ("parse, don't validate"). A missing field without a default, an unknown
+    field or a value of another type or range raises :class:`IntervError` naming the field's
+    path from ``what`` (``header.n_prompts``)."""
+    if not isinstance(data, dict):
+        raise IntervError(f"{what} must be a JSON object; got {type(data).__name__}")
+    fields = {
+        spec.name: spec
+        for spec in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if not spec.name.startswith("_")
+    }
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise IntervError(f"{what} has unknown fields {unknown[:5]}; expected {sorted(fields)}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    values = {}
+    for name, spec in fields.items():
+        if name not in data:
+            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise IntervError(f"{what}: missing field {name!r}")
+            continue
+        values[name] = _value(data[name], hints[name], f"{what}.{name}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:  # IntervError (a ValueError) included
+        raise IntervError(f"{what}: {error}") from None
+
+
+def read(path: Path, cls: type[T], what: str) -> T:
+    """The file ``path`` (JSON) parsed as ``cls``; a damaged field is named with the file."""
+    data = read_json(path, what)
+    try:
+        return parse(cls, data, what)
+    except IntervError as error:
+        raise IntervError(f"{str(path)!r} is damaged: {error}") from None
+
+
+def read_lines(path: Path, cls: type[T], what: str) -> Iterator[tuple[int, T]]:
+    """Each complete line of the log ``path`` parsed as ``cls``, with its number (a torn
+    last line, which a kill while appending leaves, is left out)."""
+    text = read_text(path, what)
+    complete = text[: text.rfind("\n") + 1]
+    for number, line in enumerate(complete.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{str(path)!r}: line {number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise IntervError(f"{where} is not JSON ({error.msg})") from None
+        try:
+            yield number, parse(cls, data, what)
+        except IntervError as error:
+            raise IntervError(f"{where} is damaged: {error}") from None
+
+
+_NUMBERS = frozenset((int, float))
+
+
+def _floats(value: Any, where: str, *, finite: bool = False) -> list[float]:
+    """A list of numbers (null as NaN unless ``finite``), checked in one pass: a C-level scan
+    first (every item an int or a float, every one finite if asked), item by item only when
+    that fails, to name the first bad item."""
+    if not isinstance(value, list):
+        raise IntervError(f"{where} must be a list; got {_shown(value)}")
+    if all(map(_NUMBERS.__contains__, map(type, value))) and (
+        not finite or all(map(math.isfinite, value))
+    ):
+        return value
+    out = []
+    for i, item in enumerate(value):
+        kind = type(item)
+        if kind is float or kind is int:
+            if finite and not math.isfinite(item):
+                raise IntervError(f"{where}[{i}] must be a finite number; got {_shown(item)}")
+            out.append(float(item))
+        elif item is None and not finite:
+            out.append(math.nan)
+        else:
+            raise IntervError(f"{where}[{i}] must be a number; got {_shown(item)}")
+    return out
+
+
+@functools.cache
+def _form(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(origin, args)`` of an annotation (cached: a long list asks for it per item)."""
+    return typing.get_origin(hint), typing.get_args(hint)
+
+
+def _value(value: Any, hint: Any, where: str) -> Any:
+    origin, args = _form(hint)
+    if origin is Annotated:
+        if args[0] == list[float] and args[1:] == (Finite(),):  # long numeric lists
+            return _floats(value, where, finite=True)
+        checked = _value(value, args[0], where)
+        for rule in args[1:]:
+            rule.check(checked, where)
+        return checked
+    if hint is Any:
+        return value
+    if origin is Literal:
+        if value not in args or isinstance(value, bool) != any(isinstance(a, bool) for a in args):
+            raise IntervError(f"{where} must be one of {list(args)}; got {_shown(value)}")
+        return value
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in args if a is not type(None)]
+        if value is None and len(options) < len(args):
+            return None
+        if len(options) != 1:
+            return value
+        return _value(value, options[0], where)
+    if dataclasses.is_dataclass(hint):
+        return parse(hint, value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise IntervError(f"{where} must be true or false; got {_shown(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise IntervError(f"{where} must be an integer; got {_shown(value)}")
+        return value
+    if hint is float:
+        if value is None:
+            return math.nan
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise IntervError(f"{where} must be a number; got {_shown(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise IntervError(f"{where} must be a string; got {_shown(value)}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise IntervError(f"{where} must be a list; got {_shown(value)}")
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(value) != len(args):
+                raise IntervError(f"{where} must hold {len(args)} values; got {_shown(value)}")
+            return tuple(
+                _value(v, a, f"{where}[{i}]")
+                for i, (v, a) in enumerate(zip(value, args, strict=True))
+            )
+        item = args[0] if args else Any
+        if item is float:  # long numeric lists: one tight pass
+            items: list[Any] = _floats(value, where)
+        else:
+            items = [_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise IntervError(f"{where} must be a JSON object; got {_shown(value)}")
+        item = args[1] if len(args) == 2 else Any
+        return {str(k): _value(v, item, f"{where}.{k}") for k, v in value.items()}
+    return value

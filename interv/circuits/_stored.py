@@ -1,0 +1,240 @@
+"""The schemas of the files a circuit directory holds, read by interv's one typed reader
+(internal: the file format, not the public face).
+
+>>> stored = read(path / "scores.json", StoredScores, "edge scores")  # doctest: +SKIP
+
+One dataclass per stored file (:mod:`interv._schema`): ``scores.json``
+(:class:`StoredScores`, ``EdgeScores.to_dict()``), ``circuit.json`` (:class:`StoredCircuit`,
+``CircuitResult.to_dict()``), ``faithfulness.json`` (:class:`StoredCurve`), each line of
+``exact.jsonl`` (:class:`ExactRecord`) and ``manifest.json`` (:class:`CircuitManifest`);
+``mission.json`` is read as :class:`~interv.circuits.mission.MissionLink` itself. Each
+field's type and range is its annotation; what spans fields (equal lengths, the edges in the
+graph's canonical order, statuses that agree with the audit) is checked by the dataclass.
+A damaged field is named by its path in one line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from interv._journal import STATUSES
+from interv._schema import AtLeast, Finite
+from interv.audit import StoredAudit
+from interv.circuits.graph import Graph
+from interv.errors import IntervError
+from interv.provenance import Provenance
+
+__all__ = [
+    "CircuitManifest",
+    "ExactRecord",
+    "StoredCircuit",
+    "StoredCurve",
+    "StoredScores",
+    "StoredStability",
+]
+
+Count = Annotated[int, AtLeast(0)]
+Finites = Annotated[list[float], Finite()]
+METHODS = Literal["eap", "eap-ig"]
+
+
+def _same_length(owner: Any, names: tuple[str, ...], n: int, of: str) -> None:
+    for name in names:
+        found = len(getattr(owner, name))
+        if found != n:
+            raise IntervError(f"'{name}' holds {found} entries for {n} {of}")
+
+
+@dataclass(frozen=True)
+class StoredScores:
+    """``scores.json``: a screen's estimate of every edge (``EdgeScores.to_dict()``)."""
+
+    format: Literal["interv.edge_scores/1"]
+    graph: Graph
+    scores: Finites
+    per_prompt: list[Finites] | None
+    method: METHODS
+    steps: Annotated[int, AtLeast(1)]
+    metric: str
+    fingerprint: str
+    sentence: str
+    direction: Literal["noise", "denoise"]
+    qk_fix: bool
+    provenance: Provenance
+    unit: str
+
+    def __post_init__(self) -> None:
+        n = self.graph.n_edges
+        _same_length(self, ("scores",), n, "edges of the graph")
+        if self.per_prompt is not None:
+            _same_length(self, ("per_prompt",), n, "edges of the graph")
+            widths = {len(row) for row in self.per_prompt}
+            if len(widths) > 1:
+                raise IntervError(f"'per_prompt' rows hold different numbers of prompts {widths}")
+
+
+@dataclass(frozen=True)
+class StoredInclusion:
+    """Per circuit size, the edges some resample's circuit held and the share that did."""
+
+    edges: list[Count]
+    share: list[float]
+
+    def __post_init__(self) -> None:
+        _same_length(self, ("share",), len(self.edges), "edges")
+
+
+@dataclass(frozen=True)
+class StoredStability:
+    """A circuit's stability over bootstrap resamples (``CircuitStability.to_dict()``)."""
+
+    format: Literal["interv.circuit_stability/1"]
+    graph: Graph
+    sizes: list[Annotated[int, AtLeast(1)]]
+    circuits: list[list[Count]]
+    jaccard: list[list[float]]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    inclusion: list[StoredInclusion]
+    n_resamples: Annotated[int, AtLeast(1)]
+    seed: int
+    level: float
+    stable_at: float
+    n_prompts: Count
+    n_verified: Count
+    n_exact_computed: Count
+    sentence: str
+
+    def __post_init__(self) -> None:
+        names = ("circuits", "jaccard", "mean", "low", "high", "inclusion")
+        _same_length(self, names, len(self.sizes), "circuit sizes")
+        n_edges = self.graph.n_edges
+        outside = [
+            i
+            for group in (*self.circuits, *(row.edges for row in self.inclusion))
+            for i in group
+            if i >= n_edges
+        ]
+        if outside:
+            raise IntervError(f"edge index {outside[0]} is outside the graph's {n_edges} edges")
+
+
+@dataclass(frozen=True)
+class StoredCircuit:
+    """``circuit.json``: a screened, verified and audited ranking (``CircuitResult.to_dict()``):
+    the edges' labels, scores, exact values and statuses beside the audit and the scores
+    they repeat, which must agree."""
+
+    format: Literal["interv.circuit/1"]
+    model: str
+    task: str
+    fingerprint: str
+    method: METHODS
+    steps: Annotated[int, AtLeast(1)]
+    qk_fix: bool
+    metric: str
+    edges: list[str]
+    scores: Finites
+    exact: list[float]
+    status: list[Literal["exact (verified)", "exact (audit)", "estimated"]]
+    audit: StoredAudit
+    sentence: str
+    edge_scores: StoredScores
+    stability: StoredStability | None = None
+
+    def __post_init__(self) -> None:
+        graph = self.edge_scores.graph
+        _same_length(self, ("edges", "scores", "exact", "status"), graph.n_edges, "edges")
+        for i, (label, edge) in enumerate(zip(self.edges, graph.edges, strict=True)):
+            if label != edge.label:
+                raise IntervError(
+                    f"edges[{i}] is {label!r}; the graph's canonical order has {edge.label!r}"
+                )
+        _same_length(self.audit, ("estimates",), graph.n_edges, "edges")
+        for name, mine, audits in (
+            ("status", self.status, self.audit.status),
+            ("scores", self.scores, self.edge_scores.scores),
+            ("exact", self.exact, self.audit.exact),
+        ):
+            for i, (a, b) in enumerate(zip(mine, audits, strict=True)):
+                if a != b and not (isinstance(a, float) and math.isnan(a) and math.isnan(b)):
+                    raise IntervError(
+                        f"{name}[{i}] (edge {self.edges[i]!r}) is {a!r} but the stored audit "
+                        f"or scores say {b!r}"
+                    )
+
+
+@dataclass(frozen=True)
+class StoredCurve:
+    """``faithfulness.json``: a faithfulness curve (``FaithfulnessCurve.to_dict()``)."""
+
+    format: Literal["interv.faithfulness/1"]
+    fingerprint: str
+    fractions: Finites
+    n_edges_kept: list[Annotated[int, AtLeast(1)]]
+    per_prompt: list[list[float]]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    signed_mean: list[float]
+    m_full: Annotated[float, Finite()]
+    m_empty: Annotated[float, Finite()]
+    cpr: float
+    cmd: float
+    cpr_interval: tuple[float, float]
+    cmd_interval: tuple[float, float]
+    complement: Literal["corrupted", "mean"]
+    sentence: str
+    provenance: Provenance
+    ranking: Provenance | None
+    greedy: bool = False
+    convention: Literal["interv", "mib"] = "interv"
+    n_edges_pruned: tuple[list[Count], list[Count]] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.fractions)
+        for pruned in self.n_edges_pruned or ():
+            if len(pruned) != n:
+                raise IntervError(f"'n_edges_pruned' holds {len(pruned)} entries for {n} fractions")
+        names = ("n_edges_kept", "per_prompt", "mean", "low", "high", "signed_mean")
+        _same_length(self, names, n, "fractions")
+        widths = {len(row) for row in self.per_prompt}
+        if len(widths) > 1:
+            raise IntervError(f"'per_prompt' rows hold different numbers of prompts {widths}")
+        bad = [f for f in self.fractions if not 0 < f <= 1]
+        if bad:
+            raise IntervError(f"fractions must lie in (0, 1]; got {bad[0]!r}")
+        if any(b <= a for a, b in itertools.pairwise(self.fractions)):
+            raise IntervError(f"fractions must increase; got {self.fractions}")
+
+
+@dataclass(frozen=True)
+class ExactRecord:
+    """One line of ``exact.jsonl``: a batch of exact edge effects."""
+
+    indices: list[Count]
+    values: Finites
+
+    def __post_init__(self) -> None:
+        _same_length(self, ("values",), len(self.indices), "indices")
+
+
+@dataclass(frozen=True)
+class CircuitManifest:
+    """``manifest.json`` of a circuit directory (:mod:`interv._journal`)."""
+
+    format: Literal["interv-circuit-run/1"]
+    identity: dict[str, Any]
+    versions: dict[str, str]
+    started: str
+    status: Literal[STATUSES]  # type: ignore[valid-type]
+    resumed: list[str] = field(default_factory=list)
+    finished: str | None = None
+    error: str | None = None
+    stopped: str | None = None
+    computed_in_last_run: Count | None = None
+    stored_before: Count | None = None

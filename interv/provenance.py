@@ -1,0 +1,273 @@
+"""Where a number came from: one frozen value every result carries, and the one join.
+
+>>> a = Provenance("induction-2l", dtype="float32", prompts="1f2e", n_prompts=8)
+>>> join(a, a).prompts
+'1f2e'
+>>> join(a, Provenance("induction-2l", dtype="float32", prompts="9abc", n_prompts=8))
+Traceback (most recent call last):
+interv.errors.IntervError: the first and the second come from different prompts (...)
+
+A :class:`Provenance` names the model (name, revision, dtype), the prompts (a fingerprint of
+the clean prompts' real token ids and their number), the prompt pairs where a result has
+them (corrupted prompts, answer positions, targets, foils), and the metric, the direction
+and the settings where they apply. A field that does not apply to a value is None: a head's
+concentration has no metric, a circuit's screen has settings, an effect has no direction of
+its own. Every result type of interv carries one (``result.provenance``), and every function
+that combines two results, or a result with the model and prompts it is given, goes through
+:func:`join`: it returns the joined value or refuses, naming the field that differs.
+
+A function that compares two *conditions* on purpose (two checkpoints, two context lengths)
+declares the fields it compares across with :func:`compares`; those may differ, every other
+field must agree. ``tests/test_provenance.py`` finds every public function that takes two
+results by its signature and checks that it refuses a pair that differs anywhere else.
+
+The revision is a digest of the weights (each parameter's name, shape and a strided sample of
+its values), so two checkpoints of one model, or a model whose weights were edited, differ;
+no file or hub is consulted. No torch import here: the model's tensors are read through their
+own methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from interv.errors import IntervError
+
+__all__ = [
+    "FIELDS",
+    "Provenance",
+    "compared_across",
+    "compares",
+    "join",
+    "model_identity",
+    "provenance_of",
+]
+
+FIELDS: dict[str, str] = {
+    "model": "models",
+    "dtype": "dtypes",
+    "revision": "weights (revision: a digest of the parameters)",
+    "n_prompts": "numbers of prompts",
+    "prompts": "prompts (fingerprint of the clean prompts' real token ids)",
+    "pairs": "prompt pairs (fingerprint of the corrupted prompts, answer positions, targets "
+    "and foils)",
+    "metric": "metrics",
+    "direction": "directions",
+    "settings": "settings",
+}
+"""Every field of a :class:`Provenance` in the order :func:`join` compares them, with the
+words its refusal uses ("... come from different prompts")."""
+
+_SAMPLES = 16
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a result came from (module docstring). None: the field does not apply.
+
+    Attributes:
+        model: the model's name (``model.cfg.model_name``).
+        revision: a digest of the model's weights (:func:`model_identity`).
+        dtype: the dtype the model ran in (``"float32"``).
+        prompts: fingerprint of the clean prompts' real token ids
+            (:func:`interv.tasks.tokenized.prompts_fingerprint`).
+        n_prompts: how many prompts.
+        pairs: fingerprint of the prompt pairs' other half: corrupted prompts, answer
+            positions (counted from each prompt's first real token), targets and foils.
+        metric: the target metric's name.
+        direction: ``"noise"`` or ``"denoise"`` where a result has one direction.
+        settings: the settings of the computation others derive from (a circuit's screen),
+            as ``key=value`` text.
+    """
+
+    model: str
+    revision: str | None = None
+    dtype: str | None = None
+    prompts: str | None = None
+    n_prompts: int | None = None
+    pairs: str | None = None
+    metric: str | None = None
+    direction: str | None = None
+    settings: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise IntervError(f"a provenance's model must be a non-empty name; got {self.model!r}")
+        for name in FIELDS:
+            value = getattr(self, name)
+            if name == "n_prompts":
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0
+                ):
+                    raise IntervError(f"a provenance's n_prompts must be a count; got {value!r}")
+            elif value is not None and not isinstance(value, str):
+                raise IntervError(f"a provenance's {name} must be text or None; got {value!r}")
+
+    @classmethod
+    def of(
+        cls,
+        model: Any,
+        task: Any = None,
+        *,
+        metric: str | None = None,
+        direction: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        prompts: str | None = None,
+        n_prompts: int | None = None,
+    ) -> Provenance:
+        """The provenance of a run of ``model`` on ``task`` (a
+        :class:`~interv.TokenizedPairs`: its prompts and pairs), or on prompts given by their
+        fingerprint and number."""
+        name, revision, dtype = model_identity(model)
+        pairs = None
+        if task is not None:
+            prompts = task.prompts_fingerprint
+            n_prompts = task.n_pairs
+            pairs = task.pairs_fingerprint
+        return cls(
+            model=name,
+            revision=revision,
+            dtype=dtype,
+            prompts=prompts,
+            n_prompts=n_prompts,
+            pairs=pairs,
+            metric=metric,
+            direction=direction,
+            settings=None if settings is None else settings_text(settings),
+        )
+
+    def replace(self, **changes: Any) -> Provenance:
+        """This provenance with ``changes`` (e.g. ``metric=None`` for a value without one)."""
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line: model (dtype, revision), prompts and the fields that apply."""
+        parts = [f"model {self.model}"]
+        detail = ", ".join(
+            x for x in (self.dtype, self.revision and f"weights {self.revision}") if x
+        )
+        if detail:
+            parts[0] += f" ({detail})"
+        if self.n_prompts is not None or self.prompts is not None:
+            parts.append(f"{self.n_prompts} prompts (fingerprint {self.prompts})")
+        if self.pairs is not None:
+            parts.append(f"pairs {self.pairs}")
+        for name in ("metric", "direction", "settings"):
+            if getattr(self, name) is not None:
+                parts.append(f"{name} {getattr(self, name)}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (every field, None where it does not apply)."""
+        return dataclasses.asdict(self)
+
+
+def settings_text(settings: Mapping[str, Any]) -> str:
+    """``key=value`` pairs, sorted by key, joined by ``", "``: settings as comparable text."""
+    return ", ".join(f"{key}={settings[key]!r}" for key in sorted(settings))
+
+
+def model_identity(model: Any) -> tuple[str, str, str | None]:
+    """``(name, revision, dtype)`` of a model: ``cfg.model_name``, a 16-hex digest of its
+    parameters (each one's name, shape and :data:`_SAMPLES` values at evenly spaced flat
+    indices, as float32), and ``cfg.dtype`` without ``torch.`` (None if unknown)."""
+    cfg = getattr(model, "cfg", None)
+    name = str(getattr(cfg, "model_name", "") or type(model).__name__)
+    dtype = getattr(cfg, "dtype", None)
+    digest = hashlib.sha256()
+    named = getattr(model, "named_parameters", None)
+    for key, parameter in sorted(named() if named is not None else (), key=lambda kv: kv[0]):
+        flat = parameter.detach().reshape(-1)
+        step = max(1, flat.numel() // _SAMPLES)
+        sample = flat[::step][:_SAMPLES].float().cpu().numpy()
+        digest.update(f"{key}:{tuple(parameter.shape)}:".encode())
+        digest.update(sample.astype("<f4").tobytes())
+        if dtype is None:
+            dtype = parameter.dtype
+    dtype_text = None if dtype is None else str(dtype).removeprefix("torch.")
+    return name, digest.hexdigest()[:16], dtype_text
+
+
+def provenance_of(value: Any) -> Provenance:
+    """``value`` itself if it is a :class:`Provenance`, else its ``provenance``."""
+    if isinstance(value, Provenance):
+        return value
+    found = getattr(value, "provenance", None)
+    if not isinstance(found, Provenance):
+        raise IntervError(
+            f"a {type(value).__name__} carries no provenance; join interv results (from "
+            "interv.run, interv.concentration, interv.circuits, ...) only"
+        )
+    return found
+
+
+def join(
+    first: Any,
+    second: Any,
+    *,
+    what: tuple[str, str] = ("the first", "the second"),
+    across: tuple[str, ...] = (),
+) -> Provenance:
+    """The provenance of a value made from ``first`` and ``second`` (results or
+    :class:`Provenance` values), or an :class:`~interv.errors.IntervError` naming the first
+    field (in :data:`FIELDS` order) where both are known and differ.
+
+    Args:
+        first, second: the two values joined.
+        what: how the message names them (``("the circuit", "the concentration")``).
+        across: fields the caller compares across on purpose (two checkpoints: ``revision``);
+            they may differ, and the joined value has None there.
+
+    The joined value keeps every field both agree on, and a field only one of them has.
+    """
+    unknown = [name for name in across if name not in FIELDS]
+    if unknown:
+        raise IntervError(f"unknown provenance fields {unknown}; choose from {tuple(FIELDS)}")
+    a, b = provenance_of(first), provenance_of(second)
+    joined: dict[str, Any] = {}
+    for name, noun in FIELDS.items():
+        mine, theirs = getattr(a, name), getattr(b, name)
+        if mine is not None and theirs is not None and mine != theirs:
+            if name in across:
+                joined[name] = None
+                continue
+            raise IntervError(
+                f"{what[0]} and {what[1]} come from different {noun} ({_shown(mine)} and "
+                f"{_shown(theirs)}); join results of the same model and prompts only: "
+                f"recompute one of them"
+            )
+        joined[name] = mine if mine is not None else theirs
+    if joined["model"] is None:
+        joined["model"] = f"{a.model} vs {b.model}"
+    return Provenance(**joined)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def compares(*fields: str) -> Callable[[F], F]:
+    """Declare that the decorated function compares two results across ``fields`` on
+    purpose (it joins them with ``join(..., across=fields)``); read by
+    :func:`compared_across`."""
+    unknown = [name for name in fields if name not in FIELDS]
+    if unknown:
+        raise IntervError(f"unknown provenance fields {unknown}; choose from {tuple(FIELDS)}")
+
+    def mark(function: F) -> F:
+        function.__interv_compares__ = tuple(fields)  # type: ignore[attr-defined]
+        return function
+
+    return mark
+
+
+def compared_across(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The fields ``function`` declared with :func:`compares` (empty: it joins like with
+    like)."""
+    return tuple(getattr(function, "__interv_compares__", ()))
