@@ -17,7 +17,13 @@ of the pattern-free rows against the model's own):
 - ``exact``: the ``rows`` numbers with the fused kernel in float64 (the row numbers of the
   same queries and keys without float32 rounding), at the comparison length only;
 - ``smollm2``: SmolLM2-135M at its full 8,192-token context (a text repeated), concentration
-  of every head without the pattern.
+  of every head without the pattern;
+- ``streaming`` (``--streaming LENGTH ...``): StreamingLLM's perplexity, ``text_loss`` of one
+  chunk of ``LENGTH`` tokens unedited, under ``WindowAttention(1024, sink_tokens=4)`` and under
+  ``WindowAttention(1024)``, the windows applied inside the attention without the pattern
+  (``attention="rows"``); ``streaming_pattern``: the same with the model's own attention
+  (the windows written at the z level from each layer's pattern), at lengths up to
+  ``--compare`` only.
 
 Reported: per length, time and peak memory above the model of each method, the time ratio
 ``rows / hf_forward`` and ``rows / interv_forward``, the growth exponent of the peak memory
@@ -26,7 +32,9 @@ the largest difference of every metric between ``rows``, ``pattern`` and ``exact
 machine, the date and the load (``uptime``) before and after.
 
 Run: ``python benchmarks/bench_long_context.py [--lengths 4096 8192 16384 32768]
-[--compare 4096] [--no-smollm2] [--out figures.json]`` (about 25 minutes on 2 loaded cores).
+[--compare 4096] [--no-smollm2] [--streaming 16384] [--out figures.json]`` (about 25 minutes
+on 2 loaded cores; ``--lengths`` with no value and ``--no-smollm2 --streaming 16384``: the
+streaming figure alone).
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ CONFIG = {
     "pad_token_id": 1,
 }
 WARM_UP = 256
+STREAMING_WINDOW = 1024
 SMOLLM2_TOKENS = 8192
 GIB = 2**30
 
@@ -140,6 +149,25 @@ def worker(job: str, directory: str, length: int, repeats: int, save: str | None
             length,
             repeats,
         )
+    elif job in ("streaming", "streaming_pattern"):
+        from interv.analysis import text_loss
+        from interv.engine.masks import WindowAttention
+
+        attention = "pattern" if job == "streaming_pattern" else "rows"
+        bridge = _bridge(directory)
+        edits = [
+            WindowAttention(STREAMING_WINDOW, sink_tokens=4),
+            WindowAttention(STREAMING_WINDOW),
+        ]
+        figures = _measured(
+            lambda tokens: text_loss(bridge, tokens, edits, attention=attention), length, repeats
+        )
+        loss = figures.pop("result")
+        figures["loss_nats_per_token"] = {
+            "unedited": loss.mean(),
+            **{sentence: loss.mean(i) for i, sentence in enumerate(loss.descriptions)},
+        }
+        figures["scope"] = loss.scope
     elif job == "smollm2":
         from interv.models.smollm2 import load_smollm2
 
@@ -205,10 +233,11 @@ def _differences(files: dict[str, Path]) -> dict[str, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=5, metavar=("JOB", "DIR", "LENGTH", "REPEATS", "SAVE"))
-    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
+    parser.add_argument("--lengths", type=int, nargs="*", default=[4096, 8192, 16384, 32768])
     parser.add_argument("--compare", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--no-smollm2", action="store_true")
+    parser.add_argument("--streaming", type=int, nargs="*", default=[], metavar="LENGTH")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.worker:
@@ -263,13 +292,18 @@ def main() -> None:
             length: row["rows"].get("peak_above_model_gib")
             for length, row in report["lengths"].items()
         }
-        ends = [length for length in (min(peaks), max(peaks)) if peaks[length]]
+        ends = [length for length in (min(peaks), max(peaks)) if peaks[length]] if peaks else []
         if len(ends) == 2 and ends[0] != ends[1]:
             report["peak_growth_exponent"] = math.log(peaks[ends[1]] / peaks[ends[0]]) / math.log(
                 ends[1] / ends[0]
             )
         if not args.no_smollm2:
             report["smollm2"] = run("smollm2", SMOLLM2_TOKENS)
+        for length in args.streaming:
+            row = {"streaming": run("streaming", length)}
+            if length <= args.compare:  # the pattern path: each layer's pattern, z-level edits
+                row["streaming_pattern"] = run("streaming_pattern", length)
+            report.setdefault("streaming", {})[length] = row
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report["load_at_end"] = _measure.load()

@@ -135,6 +135,7 @@ def text_loss(
     *,
     first_position: int = 0,
     max_batch_size: int = 16,
+    attention: str = "auto",
 ) -> TextLoss:
     """Next-token loss of every chunk of ``text``, unedited and under each intervention.
 
@@ -147,6 +148,14 @@ def text_loss(
         first_position: the first query position whose next-token prediction is scored
             (``0 <= first_position <= chunk_len - 2``).
         max_batch_size: most rows (chunk copies) per forward.
+        attention: how the forwards compute attention
+            (:func:`~interv.engine.forward.choose_attention`): ``"auto"`` (default) without
+            the pattern from :data:`~interv.engine.rows.LONG_CONTEXT` positions on, where a
+            mask edit (a window with sinks, hidden keys) is applied inside each layer's
+            attention and no pattern is materialized; ``"rows"`` so at any length;
+            ``"pattern"`` the model's own attention, mask edits written at the z level from
+            the observed pattern (refused above
+            :data:`~interv.engine.rows.MAX_PATTERN_BYTES` per layer).
 
     Returns:
         A :class:`TextLoss`.
@@ -191,11 +200,19 @@ def text_loss(
         return losses.reshape(copies, *targets.shape).to(torch.float64).mean(dim=-1)
 
     reads = planned_reads(model, checked, reuse_prefix=True)
-    base = capture_base_runs(model, {"clean": prompts}, reads, readout="logits")
+    base = capture_base_runs(
+        model, {"clean": prompts}, reads, readout="logits", attention=attention
+    )
     clean = loss(base.readouts["clean"])[0]
     values = torch.empty(len(checked), tokens.shape[0], dtype=torch.float64)
     for indices, logits in intervened_readouts(
-        model, checked, base, readout="logits", max_batch_size=max_batch_size, reuse_prefix=True
+        model,
+        checked,
+        base,
+        readout="logits",
+        max_batch_size=max_batch_size,
+        reuse_prefix=True,
+        attention=attention,
     ):
         values[indices] = loss(logits)
     return TextLoss(

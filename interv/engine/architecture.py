@@ -126,7 +126,10 @@ class KeyRule:
         return " AND ".join(words)
 
     def admitted(
-        self, real: torch.Tensor, queries: torch.Tensor | slice | None = None
+        self,
+        real: torch.Tensor,
+        queries: torch.Tensor | slice | None = None,
+        keys: slice | None = None,
     ) -> torch.Tensor:
         """The ``[batch, query, key]`` bool mask: True where the key is admitted.
 
@@ -137,6 +140,8 @@ class KeyRule:
                 ``[query]`` int tensor shared by every prompt; or ``[batch, query]`` per
                 prompt. Only these rows are built, so a chunk of queries of a long prompt
                 costs ``chunk x key``, never ``key x key``.
+            keys: the key positions to build columns for, ``slice(low, high)`` (None = every
+                position): the mask's ``[..., low:high]``, without building the rest.
         """
         if real.ndim != 2 or real.dtype != torch.bool:
             raise IntervError(
@@ -159,9 +164,10 @@ class KeyRule:
                     f"queries must be a [query] or [batch, query] int tensor; got shape "
                     f"{tuple(queries.shape)}"
                 )
-        key = torch.arange(n_keys, device=device)[None, None, :]
+        low, high, _ = (keys or slice(0, n_keys)).indices(n_keys)
+        key = torch.arange(low, high, device=device)[None, None, :]
         t = query[:, :, None]  # [batch or 1, query, 1]
-        mask = real[:, None, :].expand(real.shape[0], query.shape[1], n_keys)
+        mask = real[:, None, low:high].expand(real.shape[0], query.shape[1], high - low)
         if self.causal:
             mask = mask & (key <= t)
         if self.window is not None:

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from interv.engine.restrictions import KeyRestriction
 from interv.engine.rows import (
     ATTENTION_MODES,
     LONG_CONTEXT,
@@ -271,6 +272,7 @@ def forward(
     grad_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
     attention: str = "auto",
     rows: RowRequest | None = None,
+    key_restrictions: Sequence[tuple[slice, KeyRestriction]] = (),
 ) -> ForwardOutput:
     """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
 
@@ -306,6 +308,12 @@ def forward(
         rows: what to report about each layer's rows when attention runs without the
             pattern (:class:`~interv.engine.rows.RowRequest`; ignored otherwise: see
             :func:`choose_attention`).
+        key_restrictions: ``(rows, KeyRestriction)`` pairs: the keys the heads of a layer
+            may still attend to in the rows ``rows`` of the batch (a stacked copy), ANDed
+            with the layer's own rule inside the attention
+            (:mod:`interv.engine.restrictions`); only where attention runs without the
+            pattern (refused otherwise: the model's own attention runs the z-level edits
+            of :func:`~interv.engine.stacking.edit_hooks` instead).
 
     Returns:
         A :class:`ForwardOutput`.
@@ -331,6 +339,12 @@ def forward(
     sites = [site for site, _ in hooks] + list(capture) + list(grad_at)
     mode = choose_attention(model, inputs, attention, rows=rows, sites=sites)
     real = _attention_mask(inputs)
+    if key_restrictions and (mode != "rows" or real is None):
+        raise IntervError(
+            "key restrictions are applied inside attention computed without the pattern, but "
+            "this forward runs the model's own attention; edit the pattern at the z level "
+            "instead (interv.engine.stacking.edit_hooks)"
+        )
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
@@ -361,7 +375,7 @@ def forward(
     logits = None
     # entered after the hooks, so that interv's own hooks run after the caller's
     without_pattern = (
-        pattern_free(model, real.to(device), rows or RowRequest())
+        pattern_free(model, real.to(device), rows or RowRequest(), key_restrictions)
         if mode == "rows" and real is not None
         else nullcontext()
     )
@@ -439,10 +453,13 @@ def choose_attention(
     *,
     rows: RowRequest | None = None,
     sites: Sequence[Site] = (),
+    pattern_sites: Sequence[Site] = (),
 ) -> str:
     """How :func:`forward` computes attention for ``inputs``: ``"pattern"`` or ``"rows"``
-    (see its ``attention``; ``sites`` are the hooked and captured sites), after the checks
-    (a pattern-free forward is verified against the model's own rows first).
+    (see its ``attention``; ``sites`` are the hooked and captured sites, ``pattern_sites``
+    those hooked only where the model's own attention runs: the z-level form of key
+    restrictions), after the checks (a pattern-free forward is verified against the model's
+    own rows first).
 
     Raises:
         IntervError: ``attention="rows"`` where interv cannot compute attention without the
@@ -473,6 +490,7 @@ def choose_attention(
         if attention == "rows" or rows is not None:
             raise IntervError(reason)
         fallback = f" ({reason})"
+    needs += [site for site in pattern_sites if site.component == "pattern"]
     size = pattern_bytes(model, n_rows, n_pos)
     if size > MAX_PATTERN_BYTES:
         why = (

@@ -51,6 +51,7 @@ from interv.engine.protocol import (
     patch_runs,
     register,
 )
+from interv.engine.restrictions import KeyRestriction
 from interv.engine.sites import (
     HEAD_COMPONENTS,
     RESIDUAL_COMPONENTS,
@@ -735,6 +736,34 @@ class Combined(Intervention):
 
     def for_model(self, model: Any) -> Combined:
         return Combined(tuple(part.for_model(model) for part in self.parts))
+
+    def key_restrictions(self) -> tuple[KeyRestriction, ...]:
+        """The parts' restrictions, where applying them inside the attention keeps the
+        parts' order: none (the pattern path) when an earlier part rewrites the pattern or
+        the head outputs of a layer a later part restricts (inside the attention, the
+        restriction would come first)."""
+        found: list[KeyRestriction] = []
+        for index, part in enumerate(self.parts):
+            own = part.key_restrictions()
+            layers = {restriction.layer for restriction in own}
+            earlier = {
+                site.layer
+                for before in self.parts[:index]
+                for site in before.edits()
+                if site.component in ("pattern", "z")
+            }
+            if layers & earlier:
+                return ()
+            found.extend(own)
+        return tuple(found)
+
+    def without_key_restrictions(self) -> Intervention | None:
+        rest = [
+            kept for part in self.parts if (kept := part.without_key_restrictions()) is not None
+        ]
+        if not rest:
+            return None
+        return rest[0] if len(rest) == 1 else Combined(tuple(rest))
 
     def check(self, cfg: Any, n_positions: int) -> None:
         for part in self.parts:

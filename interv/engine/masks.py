@@ -10,17 +10,22 @@ exactly masking the scores before the softmax::
 
     softmax(s)_j restricted to M, divided by its mass on M  =  exp(s_j) / sum_{i in M} exp(s_i)
 
-so the result equals a forward whose attention mask was changed (checked against the
-native model run with that mask, and against Hugging Face's 4-D masks). They are written
-at the z level, like :class:`~interv.engine.interventions.AttentionKnockout`: from each
-layer's observed pattern ``A`` and values ``V``, every head's output becomes
-``z + (A' - A) V``, with ``A'`` the masked, renormalized pattern. Later layers see the
-edited residual stream, so the edit of layer ``L`` changes the patterns of layers after
-``L`` the way a changed mask would. Positions are counted from each prompt's first real
-token; position ids (learned or rotary) are left as they were, so a window keeps every
-key's original distance to the query (StreamingLLM's rolling cache instead renumbers the
-cached keys; on prompts shorter than the model's training context both distances are ones
-the model was trained on).
+so the result equals a forward whose attention mask was changed (checked against the native
+model run with that mask, and against Hugging Face's 4-D masks). Where attention runs
+without the pattern (``attention="auto"`` from :data:`~interv.engine.rows.LONG_CONTEXT`
+positions on, or ``"rows"``), each edit is a
+:class:`~interv.engine.restrictions.KeyRestriction` per edited layer
+(:meth:`_MaskEdit.kept`) that the engine ANDs with the layer's own rule inside the
+attention, in linear memory at any length (equal to the pattern path within 1e-5,
+``tests/test_engine_restrictions.py``). With the model's own attention they are written at
+the z level, like :class:`~interv.engine.interventions.AttentionKnockout`: from each layer's
+observed pattern ``A`` and values ``V``, every head's output becomes ``z + (A' - A) V``,
+with ``A'`` the masked, renormalized pattern. Later layers see the edited residual stream,
+so the edit of layer ``L`` changes the patterns of layers after ``L`` the way a changed mask
+would. Positions are counted from each prompt's first real token; position ids (learned or
+rotary) are left as they were, so a window keeps every key's original distance to the query
+(StreamingLLM's rolling cache instead renumbers the cached keys; on prompts shorter than the
+model's training context both distances are ones the model was trained on).
 
 - :class:`WindowAttention` [``window_attention``]: each query sees its ``window`` most
   recent tokens (itself included) and the first ``sink_tokens`` tokens.
@@ -54,6 +59,7 @@ import torch
 from interv._checks import as_int, as_positions
 from interv.engine.architecture import Architecture, architecture_of, layer_list
 from interv.engine.protocol import EditContext, Intervention, register
+from interv.engine.restrictions import KeyRestriction
 from interv.engine.sites import Site, check_layer, check_positions, kv_head_of
 from interv.errors import IntervError
 
@@ -75,7 +81,8 @@ def _layers_phrase(layers: tuple[int, ...] | None) -> str:
 class _MaskEdit(Intervention):
     """A changed key mask for every head of ``layers`` (None = all), written at the z level.
 
-    Subclasses define :meth:`allowed`, the ``[n, query, key]`` bool keys that stay. With
+    Subclasses define :meth:`kept`, the ``[n, query, key]`` bool keys that stay (of a block
+    of queries and keys). With
     ``layers=None`` the sites are known only once :meth:`check` has seen the model (the
     runner checks every intervention before it asks for its sites); ``edits()`` before that
     raises a clear error.
@@ -160,13 +167,19 @@ class _MaskEdit(Intervention):
         before :meth:`for_model` and where the model has none (:func:`_own_masks_phrase`)."""
         return getattr(self, "_own_masks", ("", ""))
 
-    def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
-        """``[n, query, key]`` bool: the keys each query may still attend to, by this edit
-        alone (:meth:`edit` ANDs it with the layer's own rule).
+    def kept(self, real: torch.Tensor, queries: slice, keys: slice) -> torch.Tensor:
+        """``[n, query, key]`` bool: the keys each of ``queries`` may still attend to among
+        ``keys`` (slices of padded positions), by this edit alone (:meth:`edit` and the
+        pattern-free engine AND it with the layer's own rule).
 
         ``real`` is ``[n, pos]`` bool (True at real tokens, one contiguous run per row).
         """
         raise NotImplementedError
+
+    def key_restrictions(self) -> tuple[KeyRestriction, ...]:
+        """The edit inside the attention of every edited layer, every head (applied where
+        attention runs without the pattern; see :mod:`interv.engine.restrictions`)."""
+        return tuple(KeyRestriction(layer, self.kept) for layer in self._declared_layers())
 
     def edit(self, site: Site, activation: torch.Tensor, context: EditContext) -> torch.Tensor:
         pattern = context.observed(Site("pattern", site.layer))  # [n, head, query, key]
@@ -184,7 +197,8 @@ class _MaskEdit(Intervention):
         allowed = context.state.get(key)
         if allowed is None:
             real = context.mask.to(pattern.device)
-            allowed = self.allowed(real, pattern.shape[-1]) & own.keys.admitted(real)
+            every = slice(0, pattern.shape[-1])
+            allowed = self.kept(real, every, every) & own.keys.admitted(real)
             context.state[key] = allowed
         kept = pattern * allowed[:, None].to(pattern.dtype)
         mass = kept.sum(dim=-1, keepdim=True)
@@ -270,6 +284,12 @@ def _at_layers(layers: list[int]) -> str:
     return f"layer{'s' if len(layers) > 1 else ''} {layer_list(layers)}"
 
 
+def _grid(queries: slice, keys: slice, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[1, query, 1]`` and ``[1, 1, key]`` int64 positions of a block of rows."""
+    query = torch.arange(queries.start, queries.stop, device=device)[None, :, None]
+    return query, torch.arange(keys.start, keys.stop, device=device)[None, None, :]
+
+
 def _first_real(real: torch.Tensor) -> torch.Tensor:
     """``[n]`` position of each row's first real token."""
     return real.to(torch.int64).argmax(dim=1)
@@ -302,13 +322,12 @@ class WindowAttention(_MaskEdit):
         object.__setattr__(self, "sink_tokens", as_int(self.sink_tokens, "sink_tokens", minimum=0))
         super().__post_init__()
 
-    def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
+    def kept(self, real: torch.Tensor, queries: slice, keys: slice) -> torch.Tensor:
         first = _first_real(real)[:, None, None]  # [n, 1, 1]
-        query = torch.arange(n_positions, device=real.device)[None, :, None]
-        key = torch.arange(n_positions, device=real.device)[None, None, :]
+        query, key = _grid(queries, keys, real.device)
         recent = (key <= query) & (key > query - self.window)
         sinks = ((key - first) < self.sink_tokens) & (key <= query)
-        return (recent | sinks) & real[:, None, :]
+        return (recent | sinks) & real[:, None, keys]
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         if self.sink_tokens == 0:
@@ -357,15 +376,14 @@ class KeyKnockout(_MaskEdit):
     def prompt_positions(self) -> tuple[tuple[str, tuple[int, ...] | None, bool], ...]:
         return (*super().prompt_positions(), ("key position", self.key_positions, True))
 
-    def allowed(self, real: torch.Tensor, n_positions: int) -> torch.Tensor:
-        first = _first_real(real)[:, None]  # [n, 1]
-        key = torch.arange(n_positions, device=real.device)[None, :]  # [1, key]
-        hidden = torch.zeros(real.shape, dtype=torch.bool, device=real.device)
+    def kept(self, real: torch.Tensor, queries: slice, keys: slice) -> torch.Tensor:
+        first = _first_real(real)[:, None, None]  # [n, 1, 1]
+        query, key = _grid(queries, keys, real.device)
+        hidden = torch.zeros(real.shape[0], 1, keys.stop - keys.start, dtype=torch.bool)
+        hidden = hidden.to(real.device)
         for position in self.key_positions:
             hidden |= key - first == position
-        query = torch.arange(n_positions, device=real.device)[:, None]
-        own = query == torch.arange(n_positions, device=real.device)[None, :]  # [query, key]
-        return (~hidden[:, None, :] | own[None]) & real[:, None, :]
+        return (~hidden | (query == key)) & real[:, None, keys]
 
     def describe(self, task: TokenizedPairs | None = None) -> str:
         positions = self.key_positions

@@ -27,7 +27,10 @@ subclasses :class:`Intervention` and declares:
   the same forward it needs before it writes (:meth:`EditContext.observed`);
   :attr:`~Intervention.base_run`: the run it modifies (default ``"clean"``);
   :meth:`~Intervention.check`: extra validation against the model and the prompts;
-  :meth:`~Intervention.sweep_expansions`: how one sweep cell expands into several.
+  :meth:`~Intervention.sweep_expansions`: how one sweep cell expands into several;
+  :meth:`~Intervention.key_restrictions`: for an edit that only changes which keys a
+  layer's heads attend to, the same edit as key restrictions, which a forward without the
+  pattern applies inside the attention computation (:mod:`interv.engine.restrictions`).
 
 Register a kind with :func:`register` to name it in TOML sweeps (the lookups, built-in
 kinds included, are in :mod:`interv.engine.registry`); a sweep can also name an
@@ -43,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from interv.engine.restrictions import KeyRestriction
 from interv.engine.sites import HEAD_COMPONENTS, Site, check_site, select_head
 from interv.errors import IntervError
 
@@ -324,6 +328,25 @@ class Intervention:
         task's name.
         """
         raise NotImplementedError(f"{type(self).__name__} must define describe()")
+
+    def key_restrictions(self) -> tuple[KeyRestriction, ...]:
+        """This intervention's edit as key restrictions (default: none).
+
+        An intervention whose edit only changes which keys some heads attend to (the mask
+        before the softmax) declares it here too. A forward that computes attention without
+        the pattern (:mod:`interv.engine.rows`) then applies the restrictions inside each
+        layer's attention and installs none of this intervention's hooks; a forward with the
+        model's own attention runs :meth:`edit` at the sites of :meth:`edits` as usual. Both
+        must mean the same masked softmax (a test's business: the pattern path is the
+        reference).
+        """
+        return ()
+
+    def without_key_restrictions(self) -> Intervention | None:
+        """What this intervention still edits at its sites when its
+        :meth:`key_restrictions` are applied inside the attention: None (default: nothing,
+        when it declares any; itself otherwise)."""
+        return None if self.key_restrictions() else self
 
     def for_model(self, model: Any) -> Intervention:
         """This intervention as it applies to ``model`` (default: itself, unchanged).

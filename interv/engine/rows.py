@@ -52,13 +52,14 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from interv.engine.architecture import Architecture, KeyRule, architecture_of
+from interv.engine.restrictions import KeyRestriction
 from interv.engine.sites import Site
 from interv.errors import IntervError
 
@@ -370,7 +371,7 @@ Part = tuple[int, int, int, int, "torch.Tensor | None", bool]
 """``(query start, query stop, key low, key high, float mask or None, causal)``: one call."""
 
 
-def _tiles(parts: list[Part]) -> Iterator[Part]:
+def _tiles(parts: Iterable[Part]) -> Iterator[Part]:
     """``parts`` split into key tiles of :data:`_KEY_TILE` keys (and, for the plain causal
     part, query tiles on the same grid: the diagonal tile is causal, those below it full)."""
     for start, stop, low, high, mask, causal in parts:
@@ -467,11 +468,19 @@ class _Engine:
     """The state of one pattern-free forward: the model's rules, the prompts' real tokens,
     the request, and which layers ran."""
 
-    def __init__(self, model: Any, arch: Architecture, real: torch.Tensor, request: RowRequest):
+    def __init__(
+        self,
+        model: Any,
+        arch: Architecture,
+        real: torch.Tensor,
+        request: RowRequest,
+        restrictions: Sequence[tuple[slice, KeyRestriction]] = (),
+    ):
         self.model = model
         self.arch = arch
         self.real = real.to(torch.bool)
         self.request = request
+        self.restrictions = tuple(restrictions)
         self.ran: set[int] = set()
 
     def real_for(self, batch: int) -> torch.Tensor:
@@ -503,6 +512,12 @@ class _Engine:
             call.k = call.k.repeat_interleave(group, dim=1)
             call.v = call.v.repeat_interleave(group, dim=1)
         rule = self.arch.key_rule(call.layer)
+        restricted = self._restricted(call.layer, batch, n_heads)
+        if restricted and report:
+            raise IntervError(
+                f"layer {call.layer}: row statistics under an intervention's key restriction "
+                "are not computed; ask for the rows of an unedited forward"
+            )
         exact = (
             request.exact
             or (report and request.on_chunk is not None)
@@ -511,12 +526,58 @@ class _Engine:
             or call.bias is not None
         )
         if not exact:
-            done = self._fused(call, rule, real, report, columns)
+            done = self._fused(call, rule, real, report, columns, restricted)
             if done is not None:
                 return done
-        return self._chunks(call, rule, real, report, columns)
+        return self._chunks(call, rule, real, report, columns, restricted)
 
     # -- helpers
+
+    def _restricted(
+        self, layer: int, batch: int, n_heads: int
+    ) -> tuple[tuple[slice, KeyRestriction], ...]:
+        """The key restrictions of ``layer``'s rows (of copies that run it), checked."""
+        found = tuple((rows, r) for rows, r in self.restrictions if r.layer == layer)
+        for rows, restriction in found:
+            start, stop, step = rows.indices(batch)
+            if step != 1 or stop != rows.stop or start >= stop:
+                raise IntervError(
+                    f"layer {layer}: a key restriction of rows {rows.start}..{rows.stop} in a "
+                    f"forward of {batch} rows at that layer"
+                )
+            heads = restriction.heads or ()
+            if heads and heads[-1] >= n_heads:
+                raise IntervError(
+                    f"layer {layer}: a key restriction of heads {list(heads)}; the layer has "
+                    f"{n_heads} query heads"
+                )
+        return found
+
+    def _admitted(
+        self,
+        rule: KeyRule,
+        real: torch.Tensor,
+        restricted: tuple[tuple[slice, KeyRestriction], ...],
+        queries: slice,
+        keys: slice,
+        n_heads: int,
+    ) -> torch.Tensor:
+        """``[b, 1 or heads, query, key]`` bool: the keys the layer's rule admits for a block
+        of rows, AND every key restriction of the rows and heads it names."""
+        admitted = rule.admitted(real, queries, keys)[:, None]
+        if not restricted:
+            return admitted
+        if any(r.heads is not None for _, r in restricted):
+            admitted = admitted.expand(-1, n_heads, -1, -1)
+        admitted = admitted.clone()
+        for rows, restriction in restricted:
+            kept = restriction.kept(real[rows], queries, keys)[:, None]
+            if restriction.heads is None:
+                admitted[rows] &= kept
+            else:
+                heads = list(restriction.heads)
+                admitted[rows, heads] = admitted[rows, heads] & kept
+        return admitted
 
     def _keys(self, real: torch.Tensor) -> torch.Tensor:
         """``[b, n_keys]`` requested key positions for ``b`` rows (-1 where outside)."""
@@ -560,6 +621,7 @@ class _Engine:
         real: torch.Tensor,
         report: bool,
         columns: torch.Tensor | None,
+        restricted: tuple[tuple[slice, KeyRestriction], ...] = (),
     ) -> torch.Tensor:
         q, k, v = call.q, call.k, call.v
         batch, n_heads, n_pos, _ = q.shape
@@ -575,7 +637,9 @@ class _Engine:
         for start in range(0, n_pos, step):
             stop = min(start + step, n_pos)
             low, high = _key_range(rule, firsts, start, stop, n_pos)
-            admitted = rule.admitted(real, slice(start, stop))[..., low:high]
+            allowed = self._admitted(
+                rule, real, restricted, slice(start, stop), slice(low, high), n_heads
+            )
             scores = torch.matmul(
                 q[:, :, start:stop].to(f32), k[:, :, low:high].to(f32).transpose(-1, -2)
             )
@@ -584,15 +648,16 @@ class _Engine:
                 scores = scores + call.bias[:, :, None, low:high].to(f32)
             if call.softcap is not None:
                 scores = torch.tanh(scores / call.softcap) * call.softcap
-            scores = scores.masked_fill(~admitted[:, None], -math.inf)
+            scores = scores.masked_fill(~allowed, -math.inf)
             if call.sinks is not None:  # a learned logit joins the softmax, then is dropped
                 sink = call.sinks.to(f32).reshape(1, -1, 1, 1).expand(batch, -1, stop - start, 1)
                 weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
             else:
                 weights = torch.softmax(scores, dim=-1)
-            empty = ~admitted.any(dim=-1)  # [b, q]: no admitted key (a padding query)
-            weights = torch.where(empty[:, None, :, None], 0.0, weights)
+            empty = ~allowed.any(dim=-1, keepdim=True)  # no admitted key (a padding query)
+            weights = torch.where(empty, 0.0, weights)
             out[:, :, start:stop] = torch.matmul(weights.to(v.dtype), v[:, :, low:high])
+            admitted = allowed[:, 0]  # [b, q, k] (no restriction where rows are reported)
             if report and self.request.on_chunk is not None:
                 chunk = RowChunk(call.layer, (start, stop), (low, high), weights, admitted)
                 self.request.on_chunk(chunk)
@@ -613,36 +678,53 @@ class _Engine:
     # -- the fused path
 
     def _parts(
-        self, rule: KeyRule, real: torch.Tensor, n_pos: int
-    ) -> Iterator[tuple[int, int, int, int, torch.Tensor | None, bool]]:
-        """``(start, stop, low, high, float mask or None, causal)`` pieces of the fused call."""
+        self,
+        rule: KeyRule,
+        real: torch.Tensor,
+        n_pos: int,
+        restricted: tuple[tuple[slice, KeyRestriction], ...] = (),
+        n_heads: int = 1,
+    ) -> Iterator[tuple[Part, torch.Tensor | None]]:
+        """The pieces of the fused call, each with the rows it must leave at zero: ``[b, 1 or
+        heads, query]`` bool where a key restriction removed every key the rule admits (the
+        masked softmax of an empty row is no weight at all), or None."""
         batch = real.shape[0]
         no_left_padding = not bool(real[:, 0].logical_not().any())
-        if rule.causal and rule.window is None and rule.chunk is None and no_left_padding:
+        plain = not restricted
+        causal = rule.causal and rule.window is None and rule.chunk is None
+        if plain and causal and no_left_padding:
             # causal from the first position: padding keys lie after every real query
-            yield 0, n_pos, 0, n_pos, None, True
+            yield (0, n_pos, 0, n_pos, None, True), None
             return
-        if not rule.causal:
+        if plain and not rule.causal:
             mask = None
             if not bool(real.all()):
                 mask = torch.zeros(batch, 1, 1, n_pos, dtype=torch.float32, device=real.device)
                 mask = mask.masked_fill(~real[:, None, None, :], -math.inf)
-            yield 0, n_pos, 0, n_pos, mask, False
+            yield (0, n_pos, 0, n_pos, mask, False), None
             return
         firsts = [int(f) for f in real.to(torch.int64).argmax(dim=1).cpu()]
         span = n_pos if rule.window is None else min(n_pos, rule.window + 1)
-        step = self.request.chunk or max(1, _MASK_ELEMENTS // max(1, batch * span))
+        per_head = n_heads if any(r.heads is not None for _, r in restricted) else 1
+        step = self.request.chunk or max(1, _MASK_ELEMENTS // max(1, batch * per_head * span))
         for start in range(0, n_pos, step):
             stop = min(start + step, n_pos)
             low, high = _key_range(rule, firsts, start, stop, n_pos)
-            admitted = rule.admitted(real, slice(start, stop))[..., low:high]
-            # a query with no admitted key (padding) attends to itself: outputs stay finite
+            queries, keys = slice(start, stop), slice(low, high)
+            admitted = self._admitted(rule, real, restricted, queries, keys, n_heads)
+            # a query with no admitted key attends to itself: outputs stay finite (a padding
+            # query's are never read; a row a restriction emptied is zeroed after the call)
+            empty = ~admitted.any(dim=-1, keepdim=True)
+            dead = None
+            if restricted:
+                ruled = rule.admitted(real, queries, keys).any(dim=-1)[:, None]
+                dead = empty[..., 0] & ruled
             own = torch.arange(start, stop, device=real.device)[:, None] == torch.arange(
                 low, high, device=real.device
             )
-            admitted = admitted | (~admitted.any(dim=-1, keepdim=True) & own)
+            admitted = admitted | (empty & own)
             mask = torch.zeros(admitted.shape, dtype=torch.float32, device=real.device)
-            yield start, stop, low, high, mask.masked_fill(~admitted, -math.inf)[:, None], False
+            yield (start, stop, low, high, mask.masked_fill(~admitted, -math.inf), False), dead
 
     def _fused(
         self,
@@ -651,11 +733,16 @@ class _Engine:
         real: torch.Tensor,
         report: bool,
         columns: torch.Tensor | None,
+        restricted: tuple[tuple[slice, KeyRestriction], ...] = (),
     ) -> torch.Tensor | None:
         q, k, v = call.q, call.k, call.v
         batch, n_heads, n_pos, d_head = q.shape
         f32 = _STATS_DTYPE
-        parts = list(self._parts(rule, real, n_pos))
+
+        def pieces() -> Iterator[tuple[Part, torch.Tensor | None]]:
+            # built chunk by chunk as the calls consume them: one chunk's mask at a time
+            return self._parts(rule, real, n_pos, restricted, n_heads)
+
         if report and self.request.on_layer is not None:
             # one kernel call in float32 whose value columns are [v (float32 models), the
             # keys other than the requested ones, an indicator of those, ones, X]
@@ -674,6 +761,7 @@ class _Engine:
             if q.device.type == "cuda":  # its kernels want widths in multiples of 8
                 width = -(-width // 8) * 8
             qs, ks, vs = (_padded(t.to(f32), width) for t in (q, anchored, values))
+            parts = (part for part, _ in pieces())
             combined = _tiled_attention(qs, ks, vs, _tiles(parts), call.scale)
             if combined is None:
                 return None
@@ -683,8 +771,8 @@ class _Engine:
             if fuse:
                 return out[..., : v.shape[-1]].to(v.dtype)
         z = torch.empty(batch, n_heads, n_pos, v.shape[-1], dtype=v.dtype, device=v.device)
-        for start, stop, low, high, mask, causal in parts:
-            z[:, :, start:stop] = torch.nn.functional.scaled_dot_product_attention(
+        for (start, stop, low, high, mask, causal), dead in pieces():
+            part = torch.nn.functional.scaled_dot_product_attention(
                 q[:, :, start:stop],
                 k[:, :, low:high],
                 v[:, :, low:high],
@@ -692,6 +780,9 @@ class _Engine:
                 is_causal=causal,
                 scale=call.scale,
             )
+            if dead is not None:
+                part = torch.where(dead[..., None], 0.0, part)
+            z[:, :, start:stop] = part
         return z
 
     def _fused_sums(
@@ -982,14 +1073,22 @@ def rows_refusal(model: Any) -> str | None:
 
 
 @contextlib.contextmanager
-def pattern_free(model: Any, real: torch.Tensor, request: RowRequest) -> Iterator[_Engine]:
+def pattern_free(
+    model: Any,
+    real: torch.Tensor,
+    request: RowRequest,
+    restrictions: Sequence[tuple[slice, KeyRestriction]] = (),
+) -> Iterator[_Engine]:
     """Inside, ``model``'s attention layers compute without their pattern (see the module
     docstring) for prompts whose real tokens are ``real`` ``[n, pos]`` (a forward may stack
-    copies of them); everything installed is removed on exit, also on error."""
+    copies of them); everything installed is removed on exit, also on error.
+
+    ``restrictions``: ``(rows, KeyRestriction)`` pairs, each ANDed with its layer's own rule
+    for the rows ``rows`` of the batch (a stacked copy; :mod:`interv.engine.restrictions`)."""
     reason = rows_refusal(model)
     if reason is not None:
         raise IntervError(reason + "; attention without the pattern is not available")
-    engine = _Engine(model, architecture_of(model), real, request)
+    engine = _Engine(model, architecture_of(model), real, request, restrictions)
     undo: list[Callable[[], None]] = []
     with contextlib.ExitStack() as stack:
         try:

@@ -32,6 +32,7 @@ from interv.engine.forward import (
     Prefix,
     Prompts,
     Suffix,
+    choose_attention,
     forward,
     model_device,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "auto_batch_rows",
     "capture_base_runs",
     "edit_hooks",
+    "edited_forward",
     "forward_under",
     "head_output_layer",
     "intervened_readouts",
@@ -231,6 +233,7 @@ def capture_base_runs(
     record_prefix: bool = True,
     task: TokenizedPairs | None = None,
     reuse: BaseRuns | None = None,
+    attention: str = "auto",
 ) -> BaseRuns:
     """The base forwards: every run of ``runs``, reference set and edited run in ``reads``.
 
@@ -239,7 +242,9 @@ def capture_base_runs(
     what is read from them and stop after their latest site (an edited run starts at its
     intervention's earliest block when its run's prefix is recorded), after everything they
     read from. With ``reuse`` (earlier base runs of the same model and prompts), only what
-    it does not hold is computed.
+    it does not hold is computed. ``attention``: how the runs' forward computes attention
+    (:func:`~interv.engine.forward.choose_attention`; a suffix of their prefixes runs without
+    the pattern only once a full forward has checked the model's rows).
     """
     wanted = _wanted_sites(runs, reads)
     prompts: dict[Source, Prompts] = dict(runs)
@@ -264,6 +269,7 @@ def capture_base_runs(
             readout,
             positions,
             record_prefix,
+            attention,
         )
         for run, (prefix, value, acts) in zip(stale, out, strict=True):
             prefixes[run], readouts[run] = prefix, value
@@ -290,6 +296,7 @@ def _stacked_runs(
     readout: str | None,
     positions: torch.Tensor | None,
     record_prefix: bool,
+    attention: str = "auto",
 ) -> list[tuple[Prefix | None, torch.Tensor | None, dict[Site, torch.Tensor]]]:
     """One forward of several runs of the same padded shape, split back per run.
 
@@ -304,6 +311,7 @@ def _stacked_runs(
         readout=readout,
         positions=None if positions is None else positions.repeat(len(prompts)),
         record_prefix=record_prefix,
+        attention=attention,
     )
     split = []
     for k, run_sites in enumerate(sites):
@@ -336,14 +344,69 @@ def _edited_run(
     inputs: Prompts | Suffix = base
     if prefix is not None and start is not None and start <= sites[0].order[0]:
         inputs = Suffix((prefix,), start)
-    return forward(
+    return edited_forward(
         model,
         inputs,
-        hooks=edit_hooks(model.cfg, [(slice(0, base.n), intervention, context)]),
+        [(slice(0, base.n), intervention, context)],
         capture=sites,
         readout=None,
         stop_after=sites[-1],
     )
+
+
+def edited_forward(
+    model: Any,
+    inputs: Prompts | Suffix,
+    copies: Sequence[tuple[slice, Intervention, EditContext]],
+    *,
+    attention: str = "auto",
+    capture: Sequence[Site] = (),
+    **kwargs: Any,
+) -> ForwardOutput:
+    """One :func:`~interv.engine.forward.forward` of ``inputs`` with each copy's intervention
+    applied to its rows (``(rows, intervention, context)``, see :func:`edit_hooks`).
+
+    Interventions that declare :meth:`~interv.engine.protocol.Intervention.key_restrictions`
+    take one of two equal forms, chosen with the attention (``attention``, see
+    :func:`~interv.engine.forward.choose_attention`): without the pattern, their
+    restrictions go into the attention of their own rows and only what they still edit
+    (:meth:`~interv.engine.protocol.Intervention.without_key_restrictions`) is hooked; with
+    the model's own attention, their z-level edits from the observed pattern run, and a
+    pattern above :data:`~interv.engine.rows.MAX_PATTERN_BYTES` is refused in one line.
+    ``kwargs`` go to the forward (readout, positions, stop_after).
+    """
+    restricted = [
+        (rows, restriction)
+        for rows, intervention, _ in copies
+        for restriction in intervention.key_restrictions()
+    ]
+    hooks = edit_hooks(model.cfg, copies)
+    if not restricted:
+        return forward(model, inputs, hooks=hooks, capture=capture, attention=attention, **kwargs)
+    rest = [
+        (rows, kept, context)
+        for rows, intervention, context in copies
+        if (kept := intervention.without_key_restrictions()) is not None
+    ]
+    rest_hooks = edit_hooks(model.cfg, rest)
+    mode = choose_attention(
+        model,
+        inputs,
+        attention,
+        sites=[site for site, _ in rest_hooks] + list(capture),
+        pattern_sites=[site for site, _ in hooks],
+    )
+    if mode == "rows":
+        return forward(
+            model,
+            inputs,
+            hooks=rest_hooks,
+            capture=capture,
+            attention="rows",
+            key_restrictions=restricted,
+            **kwargs,
+        )
+    return forward(model, inputs, hooks=hooks, capture=capture, attention="pattern", **kwargs)
 
 
 def edit_hooks(
@@ -470,6 +533,7 @@ def intervened_readouts(
     max_batch_size: int,
     reuse_prefix: bool,
     task: TokenizedPairs | None = None,
+    attention: str = "auto",
 ) -> Iterator[tuple[list[int], torch.Tensor]]:
     """Per group of ``k`` stacked interventions: their indices and readout.
 
@@ -480,7 +544,8 @@ def intervened_readouts(
     touches: the interventions are taken in order of that block, ``max_batch_size`` rows
     per forward, and each copy joins its forward at its own block (a staggered
     :class:`~interv.engine.forward.Suffix`); otherwise every forward starts at the
-    embedding.
+    embedding. ``attention``: how each forward computes attention
+    (:func:`edited_forward`).
     """
     n = next(iter(base.prompts.values())).n
     per_forward = max(1, max_batch_size // n)
@@ -532,10 +597,11 @@ def intervened_readouts(
             )
         else:
             inputs = Prompts.stack([base.prompts[iv.base_run] for iv in group])
-        out = forward(
+        out = edited_forward(
             model,
             inputs,
-            hooks=edit_hooks(model.cfg, copies),
+            copies,
+            attention=attention,
             readout=readout,
             positions=None if positions is None else positions.repeat(len(group)),
         )
@@ -549,11 +615,13 @@ def forward_under(
     *,
     readout: str | None = "logits",
     capture: Sequence[Site] = (),
+    attention: str = "auto",
 ) -> ForwardOutput:
     """One full forward of ``intervention``'s base run of ``task``, with it applied.
 
-    ``capture`` sees the activations after the intervention edited them. For
-    inspection and reference tests; :func:`interv.run` is the measuring entry point.
+    ``capture`` sees the activations after the intervention edited them; ``attention``: how
+    attention is computed (:func:`edited_forward`). For inspection and reference tests;
+    :func:`interv.run` is the measuring entry point.
     """
     runs = task_runs(task)
     base = capture_base_runs(model, runs, intervention.reads(), readout=None, record_prefix=False)
@@ -564,10 +632,11 @@ def forward_under(
         captured=base.captured,
         source_masks=base.source_masks(),
     )
-    return forward(
+    return edited_forward(
         model,
         runs[intervention.base_run],
-        hooks=edit_hooks(model.cfg, [(slice(0, task.n_pairs), intervention, context)]),
+        [(slice(0, task.n_pairs), intervention, context)],
+        attention=attention,
         capture=capture,
         readout=readout,
     )
