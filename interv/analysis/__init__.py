@@ -60,6 +60,8 @@ _EXPORTS: dict[str, str] = {
     "repeated_tokens": "interv.analysis.sinks",
     "token_attention": "interv.analysis.token_flow",
     "TokenAttention": "interv.analysis.token_flow",
+    "key_shares": "interv.analysis.token_flow",
+    "KeyShares": "interv.analysis.token_flow",
     "text_loss": "interv.analysis.text_effects",
     "TextLoss": "interv.analysis.text_effects",
 }
@@ -96,5 +98,5 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.analysis.similarity import HeadSimilarity, head_similarity
     from interv.analysis.sinks import SinkProfile, random_tokens, repeated_tokens, sink_profile
     from interv.analysis.text_effects import TextLoss, text_loss
-    from interv.analysis.token_flow import TokenAttention, token_attention
+    from interv.analysis.token_flow import KeyShares, TokenAttention, key_shares, token_attention
     from interv.engine.attribution_patching import approximate_head_patching_scores

@@ -50,7 +50,7 @@ after the pattern, so such a layer's rows are reduced there); the scope says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,10 +71,11 @@ from interv.engine.architecture import (
     check_off_row_sink,
     layer_list,
 )
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.forward import Prompts, choose_attention, forward, model_device
+from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
-from interv.metrics._rows import production_dtype, sum_tolerance
+from interv.metrics._rows import sum_tolerance
 from interv.provenance import Provenance
 from interv.tasks.tokenized import prompts_fingerprint
 
@@ -99,6 +100,13 @@ METRICS: dict[str, str] = {
 
 REDUCTIONS = ("mean", "median")
 SINK_CONVENTION = "key positions counted from each prompt's first real token"
+ATTENTION_PATHS = {
+    "pattern": "pattern",
+    "rows": "recomputed from queries and keys, no pattern",
+}
+"""How :func:`concentration` obtained the rows (``attention=``), as its scope names it: each
+layer's pattern as the model computes it, or rows recomputed in query chunks from the
+queries and keys while the model runs without its pattern (:mod:`interv.engine.rows`)."""
 MASK_RULE = "causal AND padding (key j available for query t iff j <= t and j is real)"
 """The rule of a plain causal model (every result names the rule its model applied)."""
 # Upper bound on the elements of one chunk of query rows: [batch, head, chunk, key]. The
@@ -145,6 +153,7 @@ class HeadConcentration:
             an extra sink key.
         gated_layers: layers whose heads gate their output: there the contributions are
             ``a_i ||(sigmoid(g_t) * v_i) W_O^h||``, the gate included.
+        attention: how the rows were obtained, in words (:data:`ATTENTION_PATHS`).
     """
 
     entropy: torch.Tensor
@@ -166,6 +175,7 @@ class HeadConcentration:
     mask_rule: str = MASK_RULE
     off_row_sink: str | None = None
     gated_layers: tuple[int, ...] = ()
+    attention: str = "pattern"
 
     @property
     def n_prompts(self) -> int:
@@ -233,7 +243,7 @@ class HeadConcentration:
             f"model {self.model_name}; {self.n_prompts} prompts of {lengths[0]}..{lengths[-1]} "
             f"tokens; {len(self.query_positions)} query positions; sink positions "
             f"{list(self.sink_positions)} ({self.sink_convention}); mask: {self.mask_rule}; "
-            f"entropy unit {self.unit}{_gated_text(self.gated_layers)}"
+            f"rows: {self.attention}; entropy unit {self.unit}{_gated_text(self.gated_layers)}"
         )
 
     def display(self, max_rows: int = 12) -> Display:
@@ -340,6 +350,7 @@ def concentration(
     query_positions: Sequence[int] | None = None,
     off_row_sink: str | None = None,
     progress: Progress = None,
+    attention: str = "auto",
 ) -> HeadConcentration:
     """Concentration metrics of every layer and head, computed without an attention cache.
 
@@ -363,6 +374,14 @@ def concentration(
         progress: a bar over the layers as their patterns are reduced: None (default) in
             a notebook or on a terminal, not when stderr is piped; True / False; or a
             callable ``progress(done, total, label)`` (see :func:`interv.run`).
+        attention: how the rows are obtained (named in the result's scope): ``"pattern"``
+            from each layer's pattern as the model computes it (memory quadratic in the
+            prompt length); ``"rows"`` recomputed from the queries and keys in query chunks
+            while the model runs without materializing any pattern (memory linear;
+            :mod:`interv.engine.rows`, refused in one line for a family interv cannot
+            recompute exactly); ``"auto"`` (default) ``"rows"`` from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on where the family allows
+            it, else ``"pattern"``.
 
     Returns:
         A :class:`HeadConcentration` with float64 ``[batch, layer, head_index, query]``
@@ -386,23 +405,41 @@ def concentration(
     reducer = _Reducer(model, arch, batch, sink_positions, query_index, off_row_sink)
     n_layers = model.cfg.n_layers
     label = f"concentration: {n_layers} layers"
+    prompts = Prompts(batch.tokens, batch.real)
+    mode = choose_attention(model, prompts, attention)
     with counting(n_layers, label, progress=progress, unit="layer") as count:
-        hooks: list[tuple[Site, Any]] = []
-        for layer in range(n_layers):
-            hooks.append((Site("v", layer), reducer.value_hook(layer)))
-            hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
-            if layer in reducer.gated_layers:  # the rows are reduced once the gate is known
-                hooks.append((Site("gate", layer), reducer.gate_hook(layer)))
-        # the rest of the forward (last block's output, unembedding) is not needed
-        forward(
-            model,
-            Prompts(batch.tokens, batch.real),
-            hooks=hooks,
-            readout=None,
-            stop_after=Site(
-                "gate" if n_layers - 1 in reducer.gated_layers else "pattern", n_layers - 1
-            ),
-        )
+        if mode == "rows":
+
+            def reduce(layer: int, stats: RowStats) -> None:
+                reducer.from_stats(layer, stats)
+                count.advance()
+
+            request = RowRequest(keys=reducer.sink_keys, columns=reducer.columns, on_layer=reduce)
+            forward(
+                model,
+                prompts,
+                readout=None,
+                stop_after=Site("z", n_layers - 1),
+                attention="rows",
+                rows=request,
+            )
+        else:
+            hooks: list[tuple[Site, Any]] = []
+            for layer in range(n_layers):
+                hooks.append((Site("v", layer), reducer.value_hook(layer)))
+                hooks.append((Site("pattern", layer), _counted(reducer.pattern_hook(layer), count)))
+                if layer in reducer.gated_layers:  # the rows are reduced once the gate is known
+                    hooks.append((Site("gate", layer), reducer.gate_hook(layer)))
+            # the rest of the forward (last block's output, unembedding) is not needed
+            last = "gate" if n_layers - 1 in reducer.gated_layers else "pattern"
+            forward(
+                model,
+                prompts,
+                hooks=hooks,
+                readout=None,
+                stop_after=Site(last, n_layers - 1),
+                attention="pattern",
+            )
     return HeadConcentration(
         **reducer.results(),
         n_available_keys=reducer.n_available_keys,
@@ -419,6 +456,7 @@ def concentration(
         mask_rule=arch.mask_rule
         + ("; off-row sink counted as an extra sink key" if reducer.as_key_layers else ""),
         off_row_sink=off_row_sink,
+        attention=ATTENTION_PATHS[mode],
         gated_layers=tuple(sorted(reducer.gated_layers)),
     )
 
@@ -501,10 +539,14 @@ class _Reducer:
             if bool((query_abs == first).all()) and bool((first[1:] - first[:-1] == 1).all())
             else None
         )
+        # kept on the model's device until the end: no host copy per chunk
         shape = (n_batch, cfg.n_layers, cfg.n_heads, query_index.shape[1])
-        self._out = {name: torch.full(shape, torch.nan, dtype=torch.float64) for name in METRICS}
-        self.n_available_keys = torch.zeros(
-            n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64
+        self._out = {
+            name: torch.full(shape, torch.nan, dtype=torch.float64, device=device)
+            for name in METRICS
+        }
+        self._n_available = torch.zeros(
+            n_batch, cfg.n_layers, query_index.shape[1], dtype=torch.int64, device=device
         )
         self._value_norms: torch.Tensor | None = None
         self.gated_layers = frozenset(
@@ -514,6 +556,12 @@ class _Reducer:
         self._gates: torch.Tensor | None = None  # [batch, pos, head, d_head] factors
         self._pending: torch.Tensor | None = None  # a gated layer's pattern, until its gate
         self._chunk = max(1, _CHUNK_ELEMENTS // max(1, n_batch * cfg.n_heads * n_pos))
+        # the last key a causal chunk can see, read once here rather than per chunk
+        self._chunk_last = [
+            int(query_abs[:, start : start + self._chunk].max())
+            for start in range(0, query_abs.shape[1], self._chunk)
+        ]
+        self._bad: list[torch.Tensor] = []
         self._admitted: dict[tuple[KeyRule, int], torch.Tensor] = {}
         self._keep_masks = n_batch * query_index.shape[1] * n_pos <= _CHUNK_ELEMENTS * 16
 
@@ -521,16 +569,68 @@ class _Reducer:
         """Hook on the values of ``layer`` storing ``||v_i W_O^h||`` ``[batch, head, key_pos]``."""
 
         def hook(values: torch.Tensor, hook: Any) -> None:
-            w_out = self._model.blocks[layer].attn.W_O.detach().to(torch.float64)
-            # ||v W||^2 = v (W W^T) v^T with the [d_head, d_head] Gram matrix of each head
-            gram = w_out @ w_out.transpose(-1, -2)  # [head_index, d_head, d_head]
-            per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
-            squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
-            self._value_norms = squared.clamp(min=0).sqrt()
-            if layer in self.gated_layers:
-                self._gated_values = (per_head_values, gram)
+            self._value_norms = self._norms(layer, values)
 
         return hook
+
+    def _norms(self, layer: int, values: torch.Tensor) -> torch.Tensor:
+        """``[batch, head, key_pos]`` float64 ``||v_i W_O^h||`` from the values ``[batch,
+        key_pos, n_key_value_heads, d_head]``."""
+        w_out = self._model.blocks[layer].attn.W_O.detach().to(torch.float64)
+        # ||v W||^2 = v (W W^T) v^T with the [d_head, d_head] Gram matrix of each head
+        gram = w_out @ w_out.transpose(-1, -2)  # [head_index, d_head, d_head]
+        per_head_values = values.detach().to(torch.float64)[:, :, self._value_heads]
+        squared = torch.einsum("bkhd,hde,bkhe->bhk", per_head_values, gram, per_head_values)
+        if layer in self.gated_layers:
+            self._gated_values = (per_head_values, gram)
+        return squared.clamp(min=0).sqrt()
+
+    # -- rows recomputed without the pattern (attention="rows")
+
+    @property
+    def sink_keys(self) -> torch.Tensor:
+        """``[batch, sink]`` padded positions of the sink keys (-1 beyond a prompt's end)."""
+        return torch.where(self._sink_real, self._sink_abs, -1)
+
+    def columns(self, layer: int, values: torch.Tensor) -> torch.Tensor:
+        """The value norms of ``layer`` as the one per-key column ``[batch, head, key, 1]``
+        each row weights (kept for the sink contribution)."""
+        self._value_norms = self._norms(layer, values)
+        return self._value_norms[..., None]
+
+    def from_stats(self, layer: int, stats: RowStats) -> None:
+        """The metrics of the requested queries from ``layer``'s row numbers."""
+        if self._value_norms is None or stats.weighted is None:
+            raise IntervError(
+                f"the values of layer {layer} did not reach interv before its rows; this "
+                "model's attention order is not supported by interv.concentration"
+            )
+        query = self._query_abs  # [batch, query]
+        n_heads = stats.entropy.shape[1]
+        index = query[:, None, :].expand(-1, n_heads, -1)
+
+        def take(values: torch.Tensor) -> torch.Tensor:
+            return values.gather(2, index)
+
+        n_sinks = stats.at_keys.shape[-1]
+        sink_rows = stats.at_keys.gather(2, index[..., None].expand(-1, -1, -1, n_sinks))
+        rule = self._rules[layer]
+        available = admits_keys(rule, self._real, self.sink_keys)  # [batch, pos, sink]
+        n_sink = available.gather(1, query[..., None].expand(-1, -1, n_sinks)).sum(dim=-1)
+        sink_norms = self._value_norms.gather(
+            -1, self.sink_keys.clamp(min=0)[:, None, :].expand(-1, n_heads, -1)
+        )  # [batch, head, sink]: ||v W_O|| of the sink keys
+        sums = (
+            take(stats.entropy),
+            take(stats.mass),
+            sink_rows,
+            take(stats.rest),
+            take(stats.rest_entropy),
+            take(stats.weighted[..., 0]),
+            (sink_rows * sink_norms.to(torch.float64)[:, :, None, :]).sum(dim=-1),
+        )
+        self._store(layer, 0, query.shape[1], sums, stats.n.gather(1, query), n_sink[:, None])
+        self._value_norms = None
 
     def pattern_hook(self, layer: int) -> Any:
         """Hook on the pattern of ``layer`` reducing it to per-query numbers."""
@@ -545,21 +645,13 @@ class _Reducer:
             if layer in self.gated_layers and self._gates is None:
                 self._pending = pattern  # reduced by gate_hook, once the gate is known
                 return
-            n_query = self._query_abs.shape[1]
-            batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
-            rule = self._rules[layer]
-            for start in range(0, n_query, self._chunk):
-                stop = min(start + self._chunk, n_query)
-                query_abs = self._query_abs[:, start:stop]
-                # causal: keys after the chunk's last query are masked; leave them out
-                n_keys = int(query_abs.max()) + 1 if rule.causal else pattern.shape[-1]
-                if self._query_range is not None:
-                    first = self._query_range[0]
-                    rows = pattern[:, :, first + start : first + stop, :n_keys]
-                else:  # [batch, query, head, key] -> [batch, head, query, key]
-                    rows = pattern[batch_index, :, query_abs, :n_keys].transpose(1, 2)
-                admitted = self._admitted_rows(rule, start, query_abs)[..., :n_keys]
-                self._reduce(layer, start, stop, rows, admitted)
+            for start, stop, rows, admitted in self._chunks(layer, pattern):
+                self._reduce(layer, start, stop, rows, admitted, pattern.dtype)
+            # one host read per layer: did any chunk fail its checks? then say where
+            if self._bad and bool(torch.stack(self._bad).any()):
+                for start, _, rows, admitted in self._chunks(layer, pattern):
+                    self._check(layer, rows, admitted, start, pattern.dtype, explain=True)
+            self._bad.clear()
             self._value_norms = None
 
         return hook
@@ -583,6 +675,26 @@ class _Reducer:
 
         return hook
 
+    def _chunks(
+        self, layer: int, pattern: torch.Tensor
+    ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
+        """``(start, stop, rows, admitted)`` of each chunk of requested queries: rows
+        ``[batch, head, query, key]`` of ``pattern`` and the keys the layer admits."""
+        n_query = self._query_abs.shape[1]
+        batch_index = torch.arange(pattern.shape[0], device=pattern.device)[:, None]
+        rule = self._rules[layer]
+        for chunk, start in enumerate(range(0, n_query, self._chunk)):
+            stop = min(start + self._chunk, n_query)
+            query_abs = self._query_abs[:, start:stop]
+            # causal: keys after the chunk's last query are masked; leave them out
+            n_keys = self._chunk_last[chunk] + 1 if rule.causal else pattern.shape[-1]
+            if self._query_range is not None:
+                first = self._query_range[0]
+                rows = pattern[:, :, first + start : first + stop, :n_keys]
+            else:  # [batch, query, head, key] -> [batch, head, query, key]
+                rows = pattern[batch_index, :, query_abs, :n_keys].transpose(1, 2)
+            yield start, stop, rows, self._admitted_rows(rule, start, query_abs)[..., :n_keys]
+
     def _admitted_rows(self, rule: KeyRule, start: int, query_abs: torch.Tensor) -> torch.Tensor:
         """``[batch, query, key]`` keys ``rule`` admits for this chunk (kept per rule and chunk
         while they are small, since layers share rules)."""
@@ -595,25 +707,28 @@ class _Reducer:
         return found
 
     def _reduce(
-        self, layer: int, start: int, stop: int, rows: torch.Tensor, admitted: torch.Tensor
+        self,
+        layer: int,
+        start: int,
+        stop: int,
+        rows: torch.Tensor,
+        admitted: torch.Tensor,
+        produced: torch.dtype,
     ) -> None:
         """Reduce ``rows`` ``[batch, head, query, key]`` (queries ``start:stop``) over the
         keys ``admitted`` ``[batch, query, key]``.
 
         One elementwise pass ``a log a`` in the pattern's dtype; every sum over keys is
-        accumulated in float64, and the content numbers come from sums, not differences
-        of rows: ``H(q) = log c - (sum_content a log a) / c`` with ``c`` the content mass.
-        Rows must put no mass on keys ``admitted`` excludes and (without an off-row sink)
-        sum to 1: both are checked here, naming the offending layer, head and key.
+        accumulated in float64. Rows must put no mass on keys ``admitted`` excludes and
+        (without an off-row sink) sum to 1: both are checked here, naming the offending
+        layer, head and key.
         """
         f64 = torch.float64
         if rows.dtype.itemsize < 4:  # bfloat16 / float16 patterns: their own values, exactly
             rows = rows.float()
-        real = self._real_query[:, start:stop]  # [batch, query]
-        inside = torch.einsum("bhqk,bqk->bhq", rows, admitted.to(rows.dtype)).to(f64)
         mass = rows.sum(dim=-1, dtype=f64)
         n = admitted.sum(dim=-1)  # [batch, query]
-        self._check(layer, rows, admitted, inside, mass, n, real, start)
+        self._check(layer, rows, admitted, start, produced, mass=mass)
         plogp = torch.special.xlogy(rows, rows)
         entropy = -plogp.sum(dim=-1, dtype=f64)
         # sink keys of each prompt that the layer admits for the query
@@ -623,45 +738,78 @@ class _Reducer:
         in_reach = self._sink_real & (self._sink_abs < n_keys)  # keys past n_keys: excluded
         available = available & in_reach[:, None, :]  # [batch, query, sink]
         gather = index[:, None, None, :].expand(*rows.shape[:-1], -1)
-        weight = available[:, None].to(f64)  # [batch, 1, query, sink]
-        sink_rows = rows.gather(-1, gather).to(f64) * weight
-        sink_mass = sink_rows.sum(dim=-1)
-        sink_plogp = (plogp.gather(-1, gather).to(f64) * weight).sum(dim=-1)
-        n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
-        if layer in self.as_key_layers:  # the deficit is one more sink key
-            deficit = (1.0 - mass).clamp(min=0)
-            off_plogp = torch.special.xlogy(deficit, deficit)
-            entropy = entropy - off_plogp
-            sink_mass = sink_mass + deficit
-            sink_plogp = sink_plogp + off_plogp
-            mass = mass + deficit
-            n = n + 1
-            n_sink = n_sink + 1
-        content_mass = mass - sink_mass
-        has_content = content_mass > 0
-        safe_content = torch.where(has_content, content_mass, 1.0)
-        content_entropy = torch.where(
-            has_content,
-            torch.log(safe_content) - (-entropy - sink_plogp) / safe_content,
-            torch.nan,
-        )
-        n = torch.where(real, n, 0)
-        log_n = n[:, None].to(f64).clamp(min=1).log()  # [batch, 1, query]
-        n_content = (n[:, None] - n_sink).to(f64)
+        sink_rows = rows.gather(-1, gather).to(f64) * available[:, None].to(f64)
+        # the content keys, summed directly (precise when the sink takes almost all the mass)
+        marks = torch.zeros(admitted.shape[0], n_keys, dtype=torch.int64, device=rows.device)
+        is_sink = marks.scatter_add_(1, index, in_reach.to(torch.int64)) > 0  # [batch, key]
+        content = (admitted & ~is_sink[:, None, :])[:, None].to(rows.dtype)
+        content_mass = (rows * content).sum(dim=-1, dtype=f64)
+        content_entropy = -(plogp * content).sum(dim=-1, dtype=f64)
         if self._gates is None:
-            norms = self._value_norms[:, :, None, : rows.shape[-1]]  # [batch, head, 1, key]
-            total = torch.einsum("bhqk,bhk->bhq", rows, norms[:, :, 0].to(rows.dtype)).to(f64)
-            from_sink = (
-                sink_rows * self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
-            ).sum(dim=-1)
+            norms = self._value_norms[:, :, :n_keys]  # [batch, head, key]
+            total = torch.einsum("bhqk,bhk->bhq", rows, norms.to(rows.dtype)).to(f64)
+            at_sinks = self._value_norms.gather(-1, gather[:, :, 0, :]).to(f64)[:, :, None, :]
+            from_sink = (sink_rows * at_sinks).sum(dim=-1)
         else:  # gated heads: each key's norm depends on the query's gate too
             values, gram = self._gated_values
             query_abs = self._query_abs[:, start:stop]
             batch_index = torch.arange(query_abs.shape[0], device=query_abs.device)[:, None]
             gates = self._gates[batch_index, query_abs]
-            norms = gated_value_norms(gates, values[:, : rows.shape[-1]], gram)
-            total = (rows.to(f64) * norms).sum(dim=-1)  # [batch, head, query]
-            from_sink = (sink_rows * norms.gather(-1, gather)).sum(dim=-1)
+            gated = gated_value_norms(gates, values[:, :n_keys], gram)  # [batch, head, q, key]
+            total = (rows.to(f64) * gated).sum(dim=-1)  # [batch, head, query]
+            from_sink = (sink_rows * gated.gather(-1, gather)).sum(dim=-1)
+        n_sink = available.sum(dim=-1)[:, None]  # [batch, 1, query]
+        sums = (entropy, mass, sink_rows, content_mass, content_entropy, total, from_sink)
+        self._store(layer, start, stop, sums, n, n_sink)
+
+    def _store(
+        self,
+        layer: int,
+        start: int,
+        stop: int,
+        sums: tuple[torch.Tensor, ...],
+        n: torch.Tensor,
+        n_sink: torch.Tensor,
+    ) -> None:
+        """The metrics of queries ``start:stop`` from their rows' sums (float64): entropy
+        ``-sum a log a`` and mass ``sum a`` over the admitted keys (``[batch, head, query]``),
+        the weights at the sink keys (``[batch, head, query, sink]``, 0 where not admitted),
+        the content mass ``c = sum a`` and entropy part ``-sum a log a`` over the admitted
+        keys outside the sink set, the contribution ``sum a ||v W_O||`` and its part from the
+        sink keys; ``n`` ``[batch,
+        query]`` admitted keys and ``n_sink`` ``[batch, 1, query]`` admitted sink keys.
+
+        The content numbers come from sums over the content keys, not differences of rows or
+        of totals: ``H(q) = log c - (sum_content a log a) / c``.
+        """
+        f64 = torch.float64
+        entropy, mass, sink_rows, content_mass, content_part, total, from_sink = sums
+        real = self._real_query[:, start:stop]
+        if layer not in self.as_key_layers:
+            # re-closed in float64, as interv.metrics does: each weight divided by the row's
+            # sum (the float32 rounding of the softmax's normalizer cancels; a row within
+            # tolerance of 1 was checked above); the content entropy is a ratio, unchanged
+            safe = torch.where(mass > 0, mass, 1.0)
+            entropy = entropy / safe + torch.log(safe)
+            sink_rows = sink_rows / safe[..., None]
+            total = total / safe
+            from_sink = from_sink / safe
+        sink_mass = sink_rows.sum(dim=-1)
+        if layer in self.as_key_layers:  # the deficit is one more sink key
+            deficit = (1.0 - mass).clamp(min=0)
+            entropy = entropy - torch.special.xlogy(deficit, deficit)
+            sink_mass = sink_mass + deficit
+            n = n + 1
+            n_sink = n_sink + 1
+        # no content where every admitted key is a sink (however the sums round)
+        has_content = (content_mass > 0) & (n[:, None] > n_sink)
+        safe_content = torch.where(has_content, content_mass, 1.0)
+        content_entropy = torch.where(
+            has_content, torch.log(safe_content) + content_part / safe_content, torch.nan
+        )
+        n = torch.where(real, n, 0)
+        log_n = n[:, None].to(f64).clamp(min=1).log()  # [batch, 1, query]
+        n_content = (n[:, None] - n_sink).to(f64)
         values = {
             "entropy": entropy,
             "normalized_entropy": torch.where(log_n > 0, entropy / log_n, torch.nan),
@@ -673,27 +821,43 @@ class _Reducer:
             "contribution_norm": total,
             "sink_contribution_share": torch.where(total > 0, from_sink / total, torch.nan),
         }
-        self.n_available_keys[:, layer, start:stop] = n.cpu()
+        self._n_available[:, layer, start:stop] = n
         for name, value in values.items():
-            self._out[name][:, layer, :, start:stop] = torch.where(
-                real[:, None], value, torch.nan
-            ).cpu()
+            self._out[name][:, layer, :, start:stop] = torch.where(real[:, None], value, torch.nan)
 
     def _check(
         self,
         layer: int,
         rows: torch.Tensor,
         admitted: torch.Tensor,
-        inside: torch.Tensor,
-        mass: torch.Tensor,
-        n: torch.Tensor,
-        real: torch.Tensor,
         start: int,
+        produced: torch.dtype,
+        *,
+        mass: torch.Tensor | None = None,
+        explain: bool = False,
     ) -> None:
-        """Refuse mass on excluded keys, and rows that do not sum to 1 (or, with an off-row
-        sink counted as a key, to at most 1), at real queries."""
-        tolerance = sum_tolerance(production_dtype(rows[:, :, :1]), n)[:, None]
+        """Flag mass on excluded keys, and rows that do not sum to 1 (or, with an off-row
+        sink counted as a key, to at most 1), at real queries: without a host read (the flag
+        joins :attr:`_bad`), or with ``explain`` raising the error that names the offending
+        layer, head and key."""
+        f64 = torch.float64
+        if rows.dtype.itemsize < 4:
+            rows = rows.float()
+        if mass is None:
+            mass = rows.sum(dim=-1, dtype=f64)
+        real = self._real_query[:, start : start + rows.shape[2]]  # [batch, query]
+        inside = torch.einsum("bhqk,bqk->bhq", rows, admitted.to(rows.dtype)).to(f64)
+        n = admitted.sum(dim=-1)
+        precision = produced if produced.is_floating_point else torch.float32
+        tolerance = sum_tolerance(precision, n)[:, None]
         leaked = ((mass - inside) > tolerance) & real[:, None]
+        if layer in self.as_key_layers:
+            off = (mass > 1 + tolerance) & real[:, None]
+        else:
+            off = ((mass - 1).abs() > tolerance) & real[:, None]
+        if not explain:
+            self._bad.append(leaked.any() | off.any())
+            return
         if bool(leaked.any()):
             check_admitted(
                 torch.where(real[:, None, :, None], rows, 0),
@@ -702,10 +866,6 @@ class _Reducer:
                 queries=self._query_abs[:, start : start + rows.shape[2]],
                 tolerance=float(tolerance.min()),
             )
-        if layer in self.as_key_layers:
-            off = (mass > 1 + tolerance) & real[:, None]
-        else:
-            off = ((mass - 1).abs() > tolerance) & real[:, None]
         if bool(off.any()):
             b, h, q = (int(i) for i in off.nonzero()[0])
             position = int(self._query_abs[b, start + q])
@@ -720,5 +880,10 @@ class _Reducer:
             )
 
     def results(self) -> dict[str, torch.Tensor]:
-        """The filled ``[batch, layer, head_index, query]`` metric tensors."""
-        return dict(self._out)
+        """The filled ``[batch, layer, head_index, query]`` metric tensors, on the CPU."""
+        return {name: value.cpu() for name, value in self._out.items()}
+
+    @property
+    def n_available_keys(self) -> torch.Tensor:
+        """``[batch, layer, query]`` int64 admitted keys, on the CPU."""
+        return self._n_available.cpu()

@@ -27,7 +27,8 @@ import torch
 from interv._checks import as_int
 from interv.analysis._inputs import prompt_batch
 from interv.engine.architecture import architecture_of, check_off_row_sink
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import Prompts, choose_attention, forward
+from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.metrics.sink_heads import GU_EPS, check_eps, sink_scores
@@ -164,6 +165,7 @@ def sink_profile(
     eps: float = GU_EPS,
     inputs: str | None = None,
     off_row_sink: str | None = None,
+    attention: str = "auto",
 ) -> SinkProfile:
     """Sink scores of every head for one key position, and that key's key and value norms.
 
@@ -180,6 +182,11 @@ def sink_profile(
         off_row_sink: None (default) refuses rows that sum to less than 1 (gpt-oss's
             off-row sink); ``"as_key"`` accepts them (a key's score is still the mean
             weight on it; the deficit is a sink of its own, not key ``key``).
+        attention: ``"pattern"`` reads each layer's pattern; ``"rows"`` computes the weights
+            on the key from the queries and keys without any pattern (memory linear in the
+            prompt length, :mod:`interv.engine.rows`); ``"auto"`` (default) the latter from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on where the family allows it.
+            Both count the queries that see the key the same way (the layer's own mask).
 
     Returns:
         A :class:`SinkProfile`.
@@ -218,44 +225,72 @@ def sink_profile(
         return hook
 
     deficit = off_row_sink == "as_key"
-    admitted = {
-        rule: (rule.admitted(real) & real[:, :, None])[:, None]  # [batch, 1, query, key]
-        for rule in set(arch.key_rules)
-    }
-
-    def pattern_hook(layer: int) -> Any:
-        key_mask = admitted[arch.key_rule(layer)]
-        options = {"causal": causal, "allow_deficit": deficit}
-
-        def hook(activation: torch.Tensor, hook: Any) -> None:
-            pattern = activation.detach().cpu()  # [batch, head, query, key]
-            if bool((key_abs == key_abs[0]).all()):  # the same key in every prompt: one call
-                scores.append(sink_scores(pattern, int(key_abs[0]), key_mask=key_mask, **options))
-                return
-            per_prompt = [
-                sink_scores(
-                    pattern[b : b + 1], int(key_abs[b]), key_mask=key_mask[b : b + 1], **options
-                )[0]
-                for b in range(pattern.shape[0])
-            ]
-            scores.append(torch.stack(per_prompt))  # [batch, head]
-
-        return hook
-
+    prompts = Prompts(batch.tokens, real)
+    mode = choose_attention(model, prompts, attention)
     hooks = []
     for layer in range(n_layers):
-        hooks += [
-            (Site("k", layer), norm_hook("k")),
-            (Site("v", layer), norm_hook("v")),
-            (Site("pattern", layer), pattern_hook(layer)),
-        ]
-    forward(
-        model,
-        Prompts(batch.tokens, real),
-        hooks=hooks,
-        readout=None,
-        stop_after=Site("pattern", n_layers - 1),
-    )
+        hooks += [(Site("k", layer), norm_hook("k")), (Site("v", layer), norm_hook("v"))]
+    if mode == "rows":
+
+        def rows_hook(layer: int, stats: RowStats) -> None:
+            # the weight on the key (re-closed as sink_scores does, unless the row's deficit
+            # is a sink of its own), averaged over the real queries the layer lets see it
+            device = stats.at_keys.device
+            weight = stats.at_keys[..., 0]
+            if not deficit:
+                weight = weight / torch.where(stats.mass > 0, stats.mass, 1.0)
+            rule = arch.key_rule(layer)
+            sees = admits_keys(rule, real, key_abs[:, None])[..., 0] & real  # [batch, query]
+            sees = sees.to(device)
+            count = sees.sum(dim=-1, keepdim=True).to(torch.float64)  # [batch, 1]
+            total = (weight * sees[:, None, :]).sum(dim=-1)
+            scores.append(torch.where(count > 0, total / count.clamp(min=1), torch.nan).cpu())
+
+        forward(
+            model,
+            prompts,
+            hooks=hooks,
+            readout=None,
+            stop_after=Site("z", n_layers - 1),
+            attention="rows",
+            rows=RowRequest(keys=key_abs[:, None], on_layer=rows_hook),
+        )
+    else:
+        admitted = {
+            rule: (rule.admitted(real) & real[:, :, None])[:, None]  # [batch, 1, query, key]
+            for rule in set(arch.key_rules)
+        }
+
+        def pattern_hook(layer: int) -> Any:
+            key_mask = admitted[arch.key_rule(layer)]
+            options = {"causal": causal, "allow_deficit": deficit}
+
+            def hook(activation: torch.Tensor, hook: Any) -> None:
+                pattern = activation.detach()  # [batch, head, query, key], on the device
+                mask = key_mask.to(pattern.device)
+                if bool((key_abs == key_abs[0]).all()):  # the same key everywhere: one call
+                    found = sink_scores(pattern, int(key_abs[0]), key_mask=mask, **options)
+                    scores.append(found.cpu())
+                    return
+                per_prompt = [
+                    sink_scores(
+                        pattern[b : b + 1], int(key_abs[b]), key_mask=mask[b : b + 1], **options
+                    )[0]
+                    for b in range(pattern.shape[0])
+                ]
+                scores.append(torch.stack(per_prompt).cpu())  # [batch, head]
+
+            return hook
+
+        hooks += [(Site("pattern", layer), pattern_hook(layer)) for layer in range(n_layers)]
+        forward(
+            model,
+            prompts,
+            hooks=hooks,
+            readout=None,
+            stop_after=Site("pattern", n_layers - 1),
+            attention="pattern",
+        )
     return SinkProfile(
         scores=torch.stack(scores, dim=1),
         key_norms=torch.stack(norms["k"], dim=1),

@@ -46,7 +46,8 @@ from interv.engine.architecture import (
     check_off_row_sink,
     layer_list,
 )
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import Prompts, choose_attention, forward
+from interv.engine.rows import RowChunk, RowRequest
 from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
 from interv.metrics.rollout import attention_rollout
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
     from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["TokenAttention", "token_attention"]
+__all__ = ["KeyShares", "TokenAttention", "key_shares", "token_attention"]
 
 ROLLOUT_CAVEAT = (
     "attention rollout (Abnar & Zuidema 2020) multiplies head-averaged attention matrices "
@@ -168,6 +169,20 @@ class TokenAttention:
         )
 
 
+def _transformed_values(
+    model: TransformerBridge, layer: int, heads: list[int], store: dict[int, torch.Tensor]
+) -> Any:
+    """Hook on ``layer``'s values storing ``f^h(x_j) = v^h_j W_O^h`` ``[batch, head, key,
+    d_model]`` per query head (query head ``h`` reads key/value head ``heads[h]``)."""
+
+    def hook(values: torch.Tensor, hook: Any) -> None:
+        w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
+        per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
+        store[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
+
+    return hook
+
+
 def token_attention(
     model: TransformerBridge,
     prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
@@ -206,13 +221,12 @@ def token_attention(
     gated_patterns: dict[int, torch.Tensor] = {}  # a gated layer's pattern, until its gate
 
     def value_hook(layer: int) -> Any:
-        def hook(values: torch.Tensor, hook: Any) -> None:
+        if layer not in gated:
+            return _transformed_values(model, layer, heads, transformed)
+
+        def hook(values: torch.Tensor, hook: Any) -> None:  # the pattern waits for the gate
             w_out = model.blocks[layer].attn.W_O.detach()  # [head, d_head, d_model]
-            per_head = values.detach()[:, :, heads]  # [batch, key, head, d_head]
-            if layer in gated:  # the pattern waits for the gate (gate_hook)
-                gated_values[layer] = (per_head, w_out.to(values))
-                return
-            transformed[layer] = torch.einsum("bkhd,hdm->bhkm", per_head, w_out.to(values))
+            gated_values[layer] = (values.detach()[:, :, heads], w_out.to(values))
 
         return hook
 
@@ -287,3 +301,139 @@ def token_attention(
         off_row_sink=off_row_sink,
         gated_layers=gated,
     )
+
+
+@dataclass(frozen=True, eq=False)
+class KeyShares:
+    """Each prompt's mean share of its attention rows on chosen keys, per layer, by weight
+    and by norm: :meth:`TokenAttention.shares_on` without the ``[pos, pos]`` arrays.
+
+    Attributes:
+        weight: ``[batch, layer]`` float64 mean over the prompt's real queries (that see a
+            key) of ``sum_{j in keys} w_tj`` (fraction of the row, head-averaged weights).
+        norm: ``[batch, layer]`` float64 the same for the norm-based shares
+            ``n_tj / sum_j' n_tj'`` (fraction of the row's norm-based weights).
+        keys: ``[batch, pos]`` bool, the chosen keys.
+        real: ``[batch, pos]`` bool, the real tokens.
+        model_name: name of the model (scope).
+        attention: how the rows were obtained (``"pattern"`` or ``"rows"``, see
+            :func:`key_shares`).
+    """
+
+    weight: torch.Tensor
+    norm: torch.Tensor
+    keys: torch.Tensor
+    real: torch.Tensor
+    model_name: str
+    attention: str
+
+    @property
+    def scope(self) -> str:
+        """Model, prompts, keys, how the rows were obtained, and units."""
+        lengths = sorted(int(n) for n in self.real.sum(dim=1))
+        return (
+            f"model {self.model_name}; {self.real.shape[0]} prompts of {lengths[0]}..{lengths[-1]} "
+            f"tokens; {int(self.keys.sum())} chosen keys; per prompt and layer, the mean over "
+            "real queries of the row's share on the chosen keys by head-averaged weight and by "
+            f"norm (||sum_h a^h_tj v^h_j W_O^h||, Kobayashi et al.), fractions; rows: "
+            f"{self.attention}"
+        )
+
+
+# Upper bound on the elements of one chunk [batch, query, key, d_model] of the norm-based
+# contributions on the pattern-free path (float32: 64 MiB).
+_KEY_SHARE_ELEMENTS = 1 << 24
+
+
+def key_shares(
+    model: TransformerBridge,
+    prompts_or_tokens: str | Sequence[str] | torch.Tensor | TokenizedPairs,
+    keys: torch.Tensor,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    off_row_sink: str | None = None,
+    attention: str = "auto",
+) -> KeyShares:
+    """Each prompt's mean share of its rows on ``keys``, per layer, by weight and by norm.
+
+    The numbers of :meth:`TokenAttention.shares_on`, in memory linear in the prompt length
+    on the pattern-free path: with ``attention="rows"`` (and by default from
+    :data:`~interv.engine.rows.LONG_CONTEXT` positions on) every layer's rows are recomputed
+    in query chunks from its queries and keys (:mod:`interv.engine.rows`) and reduced as they
+    come, the norm-based contributions ``sum_h a^h_tj f^h(x_j)`` chunk by chunk
+    (``chunk x pos x d_model``); ``"pattern"`` goes through :func:`token_attention`.
+
+    Args:
+        model: a transformer-lens ``TransformerBridge``.
+        prompts_or_tokens: strings, a ``[batch, pos]`` int token tensor or a
+            :class:`~interv.TokenizedPairs`.
+        keys: ``[batch, pos]`` bool, the keys of interest of each prompt (e.g. its BOS).
+        attention_mask: ``[batch, pos]`` bool for a padded token tensor.
+        off_row_sink: as in :func:`token_attention`.
+        attention: ``"auto"``, ``"pattern"`` or ``"rows"`` (named in the result).
+
+    Returns:
+        A :class:`KeyShares`.
+    """
+    check_off_row_sink(architecture_of(model), off_row_sink)
+    batch = prompt_batch(model, prompts_or_tokens, attention_mask)
+    real = batch.real
+    if not isinstance(keys, torch.Tensor) or keys.dtype != torch.bool or keys.shape != real.shape:
+        raise IntervError(
+            f"keys must be a bool tensor of shape {tuple(real.shape)} [batch, key_pos]; got "
+            f"{getattr(keys, 'dtype', type(keys).__name__)} of shape "
+            f"{tuple(getattr(keys, 'shape', ()))}"
+        )
+    prompts = Prompts(batch.tokens, real)
+    mode = choose_attention(model, prompts, attention)
+    name = str(getattr(model.cfg, "model_name", "unknown"))
+    if mode == "pattern":
+        flow = token_attention(model, batch.tokens, attention_mask=real, off_row_sink=off_row_sink)
+        weight, norm = flow.shares_on(keys)
+        return KeyShares(weight, norm, keys, real, name, "pattern")
+    weight, norm = _key_shares_without_pattern(model, prompts, keys)
+    return KeyShares(weight, norm, keys, real, name, "recomputed from queries and keys, no pattern")
+
+
+def _key_shares_without_pattern(
+    model: TransformerBridge, prompts: Prompts, keys: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    cfg = model.cfg
+    n_batch, n_pos = prompts.tokens.shape
+    heads = [kv_head_of(cfg, h) for h in range(cfg.n_heads)]
+    transformed: dict[int, torch.Tensor] = {}
+    f64 = torch.float64
+    sums = torch.zeros(2, n_batch, cfg.n_layers, dtype=f64)
+    counts = torch.zeros(n_batch, cfg.n_layers, dtype=f64)
+
+    def reduce(chunk: RowChunk) -> None:
+        (start, stop), (low, high) = chunk.queries, chunk.keys
+        weights = chunk.weights  # [batch, head, query, key]
+        device = weights.device
+        f = transformed[chunk.layer][:, :, low:high].to(weights)
+        chosen = keys[:, low:high].to(device)[:, None, :].to(f64)  # [batch, 1, key]
+        summed = torch.einsum("bhqk,bhkm->bqkm", weights, f)
+        norms = summed.norm(dim=-1).to(f64)  # [batch, query, key]
+        total = norms.sum(dim=-1)
+        norm_share = torch.where(total > 0, (norms * chosen).sum(dim=-1) / total, 0.0)
+        weight_share = (weights.to(f64).mean(dim=1) * chosen).sum(dim=-1)
+        # the queries TokenAttention.shares_on counts: the real ones (each sees itself)
+        counted = prompts.mask[:, start:stop].to(device=device, dtype=f64)
+        sums[0, :, chunk.layer] += (weight_share * counted).sum(dim=-1).cpu()
+        sums[1, :, chunk.layer] += (norm_share * counted).sum(dim=-1).cpu()
+        counts[:, chunk.layer] += counted.sum(dim=-1).cpu()
+
+    step = max(1, _KEY_SHARE_ELEMENTS // max(1, n_batch * n_pos * cfg.d_model))
+    forward(
+        model,
+        prompts,
+        hooks=[
+            (Site("v", layer), _transformed_values(model, layer, heads, transformed))
+            for layer in range(cfg.n_layers)
+        ],
+        readout=None,
+        stop_after=Site("z", cfg.n_layers - 1),
+        attention="rows",
+        rows=RowRequest(on_chunk=reduce, chunk=step),
+    )
+    return sums[0] / counts, sums[1] / counts

@@ -52,6 +52,17 @@ from typing import Any
 
 import torch
 
+from interv.engine.rows import (
+    ATTENTION_MODES,
+    LONG_CONTEXT,
+    MAX_PATTERN_BYTES,
+    RowRequest,
+    pattern_bytes,
+    pattern_free,
+    rows_refusal,
+    verified,
+    verify,
+)
 from interv.engine.sites import Site, block_output_hook, hook_name
 from interv.engine.writes import Writes
 from interv.errors import IntervError
@@ -64,6 +75,7 @@ __all__ = [
     "Prefix",
     "Prompts",
     "Suffix",
+    "choose_attention",
     "forward",
     "model_device",
 ]
@@ -141,11 +153,13 @@ class Prefix:
         kwargs: per block ``L``, the other keyword arguments it was called with
             (attention mask, position ids, position embeddings), cache arguments removed.
         n_prompts: the batch size of the recorded forward.
+        mask: ``[n_prompts, pos]`` bool, True at real tokens (None when not recorded).
     """
 
     residuals: tuple[torch.Tensor, ...]
     kwargs: tuple[dict[str, Any], ...]
     n_prompts: int
+    mask: torch.Tensor | None = None
 
     def rows(self, rows: slice) -> Prefix:
         """The prefix of the prompts in ``rows`` of the recorded batch."""
@@ -160,6 +174,7 @@ class Prefix:
                 for kw in self.kwargs
             ),
             n,
+            None if self.mask is None else self.mask[rows],
         )
 
 
@@ -225,12 +240,16 @@ class ForwardOutput:
             called every block once), else None.
         gradients: ``grad_at`` site -> the gradient of ``grad_of``'s sum with respect to
             its activation (empty without ``grad_at``).
+        attention: how attention was computed: ``"pattern"`` (the model's own, every
+            layer's pattern materialized) or ``"rows"`` (without the pattern,
+            :mod:`interv.engine.rows`).
     """
 
     readout: torch.Tensor | None
     captured: dict[Site, torch.Tensor]
     prefix: Prefix | None
     gradients: dict[Site, torch.Tensor] = field(default_factory=dict)
+    attention: str = "pattern"
 
 
 class _Stopped(Exception):
@@ -250,6 +269,8 @@ def forward(
     grad: bool = False,
     grad_at: Sequence[Site] = (),
     grad_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    attention: str = "auto",
+    rows: RowRequest | None = None,
 ) -> ForwardOutput:
     """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
 
@@ -274,6 +295,17 @@ def forward(
             no ``.grad``; the readout and captures come back detached.
         grad_of: readout -> the values to differentiate (e.g. each prompt's metric: rows
             are independent, so the gradient of the sum holds every prompt's own).
+        attention: one of :data:`~interv.engine.rows.ATTENTION_MODES`: ``"auto"`` (default)
+            computes attention without the pattern from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on, when no hook or capture
+            needs the pattern and the family allows it (checked against the model's own
+            rows first), else as the model does; ``"pattern"`` as the model does (refused
+            when one layer's pattern would exceed
+            :data:`~interv.engine.rows.MAX_PATTERN_BYTES`); ``"rows"`` without the pattern
+            (refused in one line where interv cannot).
+        rows: what to report about each layer's rows when attention runs without the
+            pattern (:class:`~interv.engine.rows.RowRequest`; ignored otherwise: see
+            :func:`choose_attention`).
 
     Returns:
         A :class:`ForwardOutput`.
@@ -296,6 +328,9 @@ def forward(
     if readout == "position_logits" or (readout == "logits" and isinstance(inputs, Suffix)):
         writes = Writes.of(model)  # logits from the final residual stream: the model's own
         writes.check_logits()
+    sites = [site for site, _ in hooks] + list(capture) + list(grad_at)
+    mode = choose_attention(model, inputs, attention, rows=rows, sites=sites)
+    real = _attention_mask(inputs)
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
@@ -324,7 +359,19 @@ def forward(
     if record_prefix and readout not in ("position_logits", "final_residual"):
         fwd_hooks.append((last_block, _keeper(last_block, seen, grad)))
     logits = None
-    with context, recording as recorded, _scale_edits_expected(), model.hooks(fwd_hooks=fwd_hooks):
+    # entered after the hooks, so that interv's own hooks run after the caller's
+    without_pattern = (
+        pattern_free(model, real.to(device), rows or RowRequest())
+        if mode == "rows" and real is not None
+        else nullcontext()
+    )
+    with (
+        context,
+        recording as recorded,
+        _scale_edits_expected(),
+        model.hooks(fwd_hooks=fwd_hooks),
+        without_pattern,
+    ):
         try:
             if isinstance(inputs, Suffix):
                 hidden = _run_suffix(model, inputs)
@@ -368,9 +415,109 @@ def forward(
     prefix = None
     if len(residuals) == model.cfg.n_layers and last_block in seen:
         prefix = Prefix(
-            (*residuals, seen[last_block].detach()), tuple(block_kwargs), len(residuals[0])
+            (*residuals, seen[last_block].detach()),
+            tuple(block_kwargs),
+            len(residuals[0]),
+            inputs.mask if isinstance(inputs, Prompts) else None,
         )
-    return ForwardOutput(readout=out, captured=captured, prefix=prefix, gradients=gradients)
+    return ForwardOutput(
+        readout=out, captured=captured, prefix=prefix, gradients=gradients, attention=mode
+    )
+
+
+def _attention_mask(inputs: Prompts | Suffix) -> torch.Tensor | None:
+    """``[n_prompts, pos]`` real tokens of the prompts (of one copy for a suffix), if known."""
+    if isinstance(inputs, Prompts):
+        return inputs.mask
+    return inputs.prefixes[0].mask
+
+
+def choose_attention(
+    model: Any,
+    inputs: Prompts | Suffix,
+    attention: str = "auto",
+    *,
+    rows: RowRequest | None = None,
+    sites: Sequence[Site] = (),
+) -> str:
+    """How :func:`forward` computes attention for ``inputs``: ``"pattern"`` or ``"rows"``
+    (see its ``attention``; ``sites`` are the hooked and captured sites), after the checks
+    (a pattern-free forward is verified against the model's own rows first).
+
+    Raises:
+        IntervError: ``attention="rows"`` where interv cannot compute attention without the
+            pattern, or a forward whose pattern would exceed
+            :data:`~interv.engine.rows.MAX_PATTERN_BYTES` (both in one line, with the reason).
+    """
+    real = _attention_mask(inputs)
+    if attention not in ATTENTION_MODES:
+        raise IntervError(f"attention must be one of {ATTENTION_MODES}; got {attention!r}")
+    if rows is not None and attention == "pattern":
+        raise IntervError(
+            "rows= asks for attention without the pattern; attention='pattern' refuses it"
+        )
+    if isinstance(inputs, Prompts):
+        n_rows, n_pos = inputs.tokens.shape
+    else:
+        n_rows, n_pos = inputs.n, int(inputs.prefixes[0].residuals[0].shape[1])
+    needs = [site for site in sites if site.component == "pattern"]
+    fallback = ""
+    if (
+        attention == "rows"
+        or rows is not None
+        or (attention == "auto" and n_pos >= LONG_CONTEXT and not needs)
+    ):
+        reason = _rows_unavailable(model, inputs, real, needs)
+        if reason is None:
+            return "rows"
+        if attention == "rows" or rows is not None:
+            raise IntervError(reason)
+        fallback = f" ({reason})"
+    size = pattern_bytes(model, n_rows, n_pos)
+    if size > MAX_PATTERN_BYTES:
+        why = (
+            f"a hook or capture of block {needs[0].layer}'s attention pattern (pattern patching, "
+            "a pattern-level edit, rollout) needs it"
+            if needs
+            else "the model's own attention materializes it"
+        )
+        raise IntervError(
+            f"one layer's attention pattern would hold {size / 2**30:.1f} GiB ({n_rows} rows x "
+            f"{model.cfg.n_heads} heads x {n_pos}^2 positions), above interv's limit of "
+            f"{MAX_PATTERN_BYTES / 2**30:.0f} GiB; {why}{fallback}: use fewer or shorter "
+            "prompts, or computations that need no pattern (attention='rows')"
+        )
+    return "pattern"
+
+
+def _rows_unavailable(
+    model: Any, inputs: Prompts | Suffix, real: torch.Tensor | None, needs: list[Site]
+) -> str | None:
+    """Why this forward cannot run without the pattern (one line), or None after
+    :func:`~interv.engine.rows.verify` accepted the model."""
+    if needs:
+        return (
+            f"the {needs[0].phrase} is hooked or captured, which needs the full pattern "
+            "(attention='pattern')"
+        )
+    if real is None:
+        return "prefixes recorded without their mask (a suffix) cannot run without the pattern"
+    reason = rows_refusal(model)
+    if reason is not None:
+        return reason + "; attention without the pattern is not available"
+    if isinstance(inputs, Suffix):  # checked when the model last ran a full pattern-free forward
+        return None if verified(model) else "the model's pattern-free attention is not verified yet"
+    tokens = inputs.tokens
+    try:
+        verify(
+            model,
+            tokens,
+            real,
+            lambda prefix, **kwargs: forward(model, Prompts.of(prefix), readout=None, **kwargs),
+        )
+    except IntervError as error:
+        return str(error)
+    return None
 
 
 def _final_norm(model: Any, x: torch.Tensor) -> torch.Tensor:

@@ -80,7 +80,11 @@ REVISION_FORM = (
 
 
 def load_model(
-    spec: str | Path, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32"
+    spec: str | Path,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    device_map: str | dict[str, str | int] | None = None,
 ) -> TransformerBridge:
     """Load a real model as a transformer-lens 4.x ``TransformerBridge`` in eval mode.
 
@@ -90,6 +94,10 @@ def load_model(
         device: torch device for the weights.
         dtype: ``torch.float32`` (default), ``torch.bfloat16``, ``torch.float16`` or
             the same names as strings.
+        device_map: for a model larger than one device, Hugging Face's device map
+            (``"auto"``, ``"balanced"``, or ``{module name: device}``), passed through the
+            bridge to ``from_pretrained`` (needs the ``accelerate`` package); instead of
+            ``device``. Local directories and hub names only.
 
     Raises:
         IntervError: unknown spec (the message lists the valid ones), unknown dtype, a
@@ -99,8 +107,39 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     resolve_device(device)  # refused here, before any weights load
     kind, name, revision = _resolve_spec(spec)
+    placement: dict[str, object] = {"device": device}
+    if device_map is not None:
+        placement = {"device_map": _checked_device_map(device_map, device, kind)}
     with _library_bars_only_on_a_terminal():
-        return _load(kind, name, revision, device=device, dtype=torch_dtype)
+        return _load(kind, name, revision, dtype=torch_dtype, **placement)
+
+
+def _checked_device_map(
+    device_map: object, device: str | torch.device, kind: str
+) -> str | dict[str, str | int]:
+    """``device_map`` when the bridge can take it (see :func:`load_model`)."""
+    if not isinstance(device_map, str | dict):
+        raise IntervError(
+            f"device_map must be 'auto', 'balanced', ... or a {{module name: device}} dict; got "
+            f"{type(device_map).__name__}"
+        )
+    if str(device) != "cpu":
+        raise IntervError(
+            f"pass either device ({device!r}) or device_map, not both: a device map places "
+            "every module itself"
+        )
+    if kind not in ("dir", "hub"):
+        raise IntervError(
+            f"device_map applies to Hugging Face models loaded from a directory or the hub; "
+            f"this spec is a {kind} model (use device=)"
+        )
+    try:
+        import accelerate  # noqa: F401  (only checked: transformers needs it for a device map)
+    except ImportError:
+        raise IntervError(
+            "device_map needs the accelerate package: pip install accelerate"
+        ) from None
+    return device_map
 
 
 @contextlib.contextmanager
@@ -122,9 +161,21 @@ def _library_bars_only_on_a_terminal() -> Iterator[None]:
 
 
 def _load(
-    kind: str, name: str, revision: str | None, *, device: str | torch.device, dtype: torch.dtype
+    kind: str,
+    name: str,
+    revision: str | None,
+    *,
+    dtype: torch.dtype,
+    device: str | torch.device | None = None,
+    device_map: str | dict[str, str | int] | None = None,
 ) -> TransformerBridge:
     torch_dtype = dtype
+    if device_map is not None:  # a directory or a hub name (checked by load_model)
+        if kind == "dir":
+            directory = Path(name).expanduser()
+            return _load_local_dir(directory, device=None, dtype=dtype, device_map=device_map)
+        return _load_from_hub(name, revision, device=None, dtype=dtype, device_map=device_map)
+    device = "cpu" if device is None else device
     if kind == "smollm2":
         return smollm2.load_smollm2(device=device, dtype=torch_dtype)
     if kind == "minilm":
@@ -321,7 +372,11 @@ def _offline_options() -> str:
 
 
 def _load_local_dir(
-    directory: Path, *, device: str | torch.device, dtype: torch.dtype
+    directory: Path,
+    *,
+    device: str | torch.device | None,
+    dtype: torch.dtype,
+    device_map: str | dict[str, str | int] | None = None,
 ) -> TransformerBridge:
     from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
@@ -331,7 +386,9 @@ def _load_local_dir(
             "(as written by save_pretrained for the model and for its tokenizer)"
         )
     try:
-        bridge = TransformerBridge.boot_transformers(str(directory), device=device, dtype=dtype)
+        bridge = TransformerBridge.boot_transformers(
+            str(directory), device=device, dtype=dtype, device_map=device_map
+        )
     except (pickle.UnpicklingError, EOFError) as error:  # torch.load(weights_only=True)
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise IntervError(
@@ -399,7 +456,12 @@ def _offline_error(name: str, revision: str | None = None) -> IntervError:
 
 
 def _load_from_hub(
-    name: str, revision: str | None, *, device: str | torch.device, dtype: torch.dtype
+    name: str,
+    revision: str | None,
+    *,
+    device: str | torch.device | None,
+    dtype: torch.dtype,
+    device_map: str | dict[str, str | int] | None = None,
 ) -> TransformerBridge:
     from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
 
@@ -409,7 +471,7 @@ def _load_from_hub(
     spec = name if revision is None else f"{name}@{revision}"
     try:
         bridge = TransformerBridge.boot_transformers(
-            name, device=device, dtype=dtype, revision=revision
+            name, device=device, dtype=dtype, revision=revision, device_map=device_map
         )
     except OSError as error:
         if _hub_unreachable(error):

@@ -1,0 +1,285 @@
+"""Concentration at long context without the pattern: peak memory, time and values.
+
+Model: a 2-layer random Llama-shaped model (8 query heads, 2 key/value heads, d_model 128,
+d_head 16, MLP 512, rotary, 32,768-token context, Hugging Face's initialization, seed 0) with
+the zoo's 64-token tokenizer; prompts of random tokens (BOS first, seed 1). Float32, CPU.
+
+Each measurement runs in its own fresh process (``benchmarks/_measure.py`` gives the memory
+method: peak RSS above the resident model, after a warm-up that also runs the one-time check
+of the pattern-free rows against the model's own):
+
+- ``hf_forward``: the model's own forward in Hugging Face with ``attn_implementation="sdpa"``
+  (a forward that materializes no pattern; logits of every position);
+- ``interv_forward``: interv's pattern-free forward (``attention="rows"``, no readout);
+- ``rows``: ``interv.concentration(attention="rows")``, every head at every position;
+- ``pattern``: ``interv.concentration(attention="pattern")`` (each layer's pattern, as the
+  model computes it), at the comparison length only;
+- ``exact``: the ``rows`` numbers with the fused kernel in float64 (the row numbers of the
+  same queries and keys without float32 rounding), at the comparison length only;
+- ``smollm2``: SmolLM2-135M at its full 8,192-token context (a text repeated), concentration
+  of every head without the pattern.
+
+Reported: per length, time and peak memory above the model of each method, the time ratio
+``rows / hf_forward`` and ``rows / interv_forward``, the growth exponent of the peak memory
+(``log(peak(32k) / peak(4k)) / log(8)``, 1 = linear, 2 = quadratic); at the comparison length,
+the largest difference of every metric between ``rows``, ``pattern`` and ``exact``; the
+machine, the date and the load (``uptime``) before and after.
+
+Run: ``python benchmarks/bench_long_context.py [--lengths 4096 8192 16384 32768]
+[--compare 4096] [--no-smollm2] [--out figures.json]`` (about 25 minutes on 2 loaded cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _measure  # the benchmarks folder is not a package
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = ROOT / "interv" / "zoo" / "data" / "induction-2l"
+CONFIG = {
+    "vocab_size": 64,
+    "hidden_size": 128,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 512,
+    "max_position_embeddings": 32768,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "pad_token_id": 1,
+}
+WARM_UP = 256
+SMOLLM2_TOKENS = 8192
+GIB = 2**30
+
+
+def build_model(directory: Path) -> None:
+    """Save the random model and the zoo's tokenizer into ``directory``."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.LlamaConfig(**CONFIG), attn_implementation="eager"
+        )
+    model.save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER / name, directory / name)
+
+
+def prompt(length: int) -> torch.Tensor:
+    """``[1, length]`` random tokens 2..63, BOS (0) first."""
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(2, CONFIG["vocab_size"], (1, length), generator=generator)
+    tokens[0, 0] = 0
+    return tokens
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def _bridge(directory: str) -> Any:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return TransformerBridge.boot_transformers(directory, device="cpu").eval()
+
+
+def _measured(run: Any, length: int, repeats: int) -> dict[str, Any]:
+    """Warm up on a short prompt, then time ``run(tokens)`` (best of ``repeats``) and its peak."""
+    with torch.no_grad():
+        run(prompt(WARM_UP))
+        times = []
+        resident = _measure.reset_peak()
+        result = None
+        for _ in range(repeats):
+            start = time.perf_counter()
+            result = run(prompt(length))
+            times.append(time.perf_counter() - start)
+        top = _measure.peak()
+    return {
+        "seconds": min(times),
+        "peak_above_model_gib": (top - resident) / GIB,
+        "peak_gib": top / GIB,
+        "resident_gib": resident / GIB,
+        "result": result,
+    }
+
+
+def worker(job: str, directory: str, length: int, repeats: int, save: str | None) -> None:
+    warnings.simplefilter("ignore")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    from interv.analysis.concentration import METRICS, concentration
+
+    if job == "hf_forward":
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            directory, attn_implementation="sdpa"
+        ).eval()
+        figures = _measured(lambda tokens: model(tokens).logits.shape, length, repeats)
+    elif job == "interv_forward":
+        from interv.engine.forward import Prompts, forward
+
+        bridge = _bridge(directory)
+        figures = _measured(
+            lambda tokens: forward(bridge, Prompts.of(tokens), readout=None, attention="rows"),
+            length,
+            repeats,
+        )
+    elif job == "smollm2":
+        from interv.models.smollm2 import load_smollm2
+
+        model = load_smollm2(device="cpu", dtype=torch.float32)
+        text = (ROOT / "interv" / "data" / "text_sample.txt").read_text()
+        tokens = model.to_tokens(text * 200, prepend_bos=True)[:, :length]
+        with torch.no_grad():
+            concentration(model, tokens[:, :WARM_UP], attention="rows")
+            resident = _measure.reset_peak()
+            start = time.perf_counter()
+            heads = concentration(model, tokens, attention="rows")
+            seconds = time.perf_counter() - start
+            top = _measure.peak()
+        figures = {
+            "seconds": seconds,
+            "peak_above_model_gib": (top - resident) / GIB,
+            "peak_gib": top / GIB,
+            "resident_gib": resident / GIB,
+            "tokens": int(tokens.shape[1]),
+            "heads": int(model.cfg.n_layers * model.cfg.n_heads),
+            "scope": heads.scope,
+        }
+    else:
+        import interv.engine.rows as rows
+
+        if job == "exact":
+            rows._STATS_DTYPE = torch.float64
+        attention = "pattern" if job == "pattern" else "rows"
+        bridge = _bridge(directory)
+        figures = _measured(
+            lambda tokens: concentration(bridge, tokens, attention=attention), length, repeats
+        )
+        heads = figures["result"]
+        figures["scope"] = heads.scope
+        if save:
+            torch.save({name: heads.metric(name) for name in METRICS}, save)
+    figures.pop("result", None)
+    figures.update(job=job, length=length, load_after=_measure.load())
+    print(json.dumps(figures))
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _differences(files: dict[str, Path]) -> dict[str, dict[str, float]]:
+    """Per pair of methods, the largest |difference| of each metric (NaNs must agree)."""
+    loaded = {name: torch.load(path) for name, path in files.items() if path.exists()}
+    out: dict[str, dict[str, float]] = {}
+    for a, b in (("rows", "pattern"), ("rows", "exact"), ("pattern", "exact")):
+        if a not in loaded or b not in loaded:
+            continue
+        pair = {}
+        for metric, x in loaded[a].items():
+            y = loaded[b][metric]
+            if not torch.equal(x.isnan(), y.isnan()):
+                pair[metric] = math.inf
+                continue
+            pair[metric] = float((x - y).abs().nan_to_num(0).max())
+        out[f"{a} vs {b}"] = pair
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", nargs=5, metavar=("JOB", "DIR", "LENGTH", "REPEATS", "SAVE"))
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
+    parser.add_argument("--compare", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--no-smollm2", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.worker:
+        job, directory, length, repeats, save = args.worker
+        worker(job, directory, int(length), int(repeats), None if save == "-" else save)
+        return
+    script = str(Path(__file__).resolve())
+    report: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": _measure.machine(),
+        "model": CONFIG,
+        "lengths": {},
+    }
+    scratch = Path(tempfile.mkdtemp(prefix="interv-bench-long-"))
+    try:
+        build_model(scratch / "model")
+        model_dir = str(scratch / "model")
+
+        def run(job: str, length: int, save: str = "-") -> dict[str, Any]:
+            figures = _measure.run_worker(
+                script, [job, model_dir, str(length), str(args.repeats), save]
+            )
+            if "error" in figures:
+                line = figures["error"]
+            else:
+                line = (
+                    f"{figures['seconds']:8.1f} s  peak {figures['peak_above_model_gib']:6.3f} "
+                    f"GiB above the model; load {figures['load_after']}"
+                )
+            print(f"{job:>15} {length:>6}: {line}", flush=True)
+            return figures
+
+        files = {name: scratch / f"{name}.pt" for name in ("rows", "pattern", "exact")}
+        for length in args.lengths:
+            row = {job: run(job, length) for job in ("hf_forward", "interv_forward")}
+            row["rows"] = run("rows", length, str(files["rows"]) if length == args.compare else "-")
+            if length == args.compare:
+                row["pattern"] = run("pattern", length, str(files["pattern"]))
+                row["exact"] = run("exact", length, str(files["exact"]))
+            ok = all("seconds" in row[job] for job in ("rows", "hf_forward", "interv_forward"))
+            if ok:
+                row["ratio_rows_to_hf_forward"] = (
+                    row["rows"]["seconds"] / row["hf_forward"]["seconds"]
+                )
+                row["ratio_rows_to_interv_forward"] = (
+                    row["rows"]["seconds"] / row["interv_forward"]["seconds"]
+                )
+            report["lengths"][length] = row
+        report["differences_at"] = args.compare
+        report["differences"] = _differences(files)
+        peaks = {
+            length: row["rows"].get("peak_above_model_gib")
+            for length, row in report["lengths"].items()
+        }
+        ends = [length for length in (min(peaks), max(peaks)) if peaks[length]]
+        if len(ends) == 2 and ends[0] != ends[1]:
+            report["peak_growth_exponent"] = math.log(peaks[ends[1]] / peaks[ends[0]]) / math.log(
+                ends[1] / ends[0]
+            )
+        if not args.no_smollm2:
+            report["smollm2"] = run("smollm2", SMOLLM2_TOKENS)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report["load_at_end"] = _measure.load()
+    text = json.dumps(report, indent=1, default=str)
+    print(text)
+    if args.out:
+        from interv._outputs import write_file
+
+        write_file(args.out, text.encode())
+
+
+if __name__ == "__main__":
+    main()
