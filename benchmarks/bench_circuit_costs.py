@@ -70,7 +70,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
-from bench_circuits import matmul_gflops, random_pairs  # the sibling benchmark (sys.path[0])
+from _measure import MIB, peak, reset_peak  # the sibling benchmarks (sys.path[0])
+from bench_circuits import matmul_gflops, random_pairs
 
 from interv._outputs import write_file
 from interv.circuits import Graph, edge_effects, edge_scores, faithfulness, greedy_order
@@ -78,7 +79,6 @@ from interv.circuits import Graph, edge_effects, edge_scores, faithfulness, gree
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "interv" / "zoo" / "data" / "induction-2l"
 VOCAB = 1000
-MIB = 2**20
 OPS = ("eap", "greedy", "exact", "faithfulness")
 FRACTIONS = (0.001, 0.01, 0.1, 0.5, 1.0)
 PRELOAD = ["torch", "transformers", "transformer_lens.model_bridge", "interv.circuits.curves"]
@@ -199,17 +199,11 @@ def default_copies(shape: Shape, n_circuits: int) -> int:
 # ----------------------------------------------------------------------------- the child
 
 
-def _status_mib(field: str) -> float:
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(rf"{field}:\s+(\d+) kB", status).group(1)) / 1024
-
-
 def _settle() -> float:
     """Free what can be freed, reset the peak; the resident set now (MiB)."""
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    Path("/proc/self/clear_refs").write_text("5")
-    return _status_mib("VmRSS")
+    return reset_peak() / MIB
 
 
 def build(shape: Shape, folder: Path):
@@ -311,7 +305,7 @@ def measure(job: Job) -> dict:
         out["ops"][name] = {
             "seconds": seconds,
             "min_seconds": min(seconds),
-            "peak_mib": _status_mib("VmHWM") - base,
+            "peak_mib": peak() / MIB - base,
             "before_mib": base,
         }
     out["load_after"] = list(os.getloadavg())
