@@ -87,22 +87,26 @@ def build(args: argparse.Namespace, folder: str):
     if not os.path.exists(os.path.join(folder, "config.json")):
         hf.save_pretrained(folder)
     model = TransformerBridge.boot_transformers(folder, device="cpu", hf_model=hf).eval()
+    return model, random_pairs(args.pairs, args.positions, vocab=1000)
+
+
+def random_pairs(n: int, positions: int, *, vocab: int, low: int = 0) -> TokenizedPairs:
+    """``n`` random clean/corrupted pairs of ``positions`` token ids in ``[low, vocab)``,
+    random target and foil at the last position (generator seed 1)."""
     generator = torch.Generator().manual_seed(1)
-    n, pos = args.pairs, args.positions
 
-    def draw(*shape):
-        return torch.randint(0, 1000, shape, generator=generator)
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(low, vocab, shape, generator=generator)
 
-    task = TokenizedPairs(
-        draw(n, pos),
-        draw(n, pos),
-        torch.ones(n, pos, dtype=torch.bool),
-        torch.full((n,), pos - 1),
+    return TokenizedPairs(
+        draw(n, positions),
+        draw(n, positions),
+        torch.ones(n, positions, dtype=torch.bool),
+        torch.full((n,), positions - 1),
         draw(n),
         draw(n),
-        name=f"random pairs ({n} x {pos})",
+        name=f"random pairs ({n} x {positions})",
     )
-    return model, task
 
 
 def tl_edge_scores(model, task, graph):

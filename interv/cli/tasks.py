@@ -24,7 +24,7 @@ __all__ = ["PAIRS_HELP", "add_task_options", "command_pairs", "first_pairs", "re
 
 PAIRS_HELP = (
     "your own prompt pairs: a JSONL file, one object a line with keys clean, corrupted, "
-    "target (strings), optional foil and answer_position (see the README, 'Tasks'); "
+    "target (strings), optional foil and answer_position (see the README, 'Models and tasks'); "
     "instead of --task"
 )
 

@@ -53,8 +53,8 @@ def get_kind(
 ) -> Kind:
     """The kind registered as ``name``, or a class named by import path ``"module:Class"``.
 
-    interv imports no module because a file names it (the trust model, README "What interv
-    imports"). An import path resolves:
+    interv imports no module because a file names it (the trust model,
+    ``docs/trust.md``). An import path resolves:
 
     - against the kinds already registered (built-in, or ``interv.register`` in the user's
       own code) and the modules already imported (by the user's own code, before the
