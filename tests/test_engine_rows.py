@@ -233,7 +233,8 @@ def test_a_pattern_free_forward_leaves_the_model_as_it_was(name):
             for attn in modules()
         ]
 
-    clean = state()
+    forward(model, Prompts(fam.tokens, fam.real), attention="pattern")  # Hugging Face installs
+    clean = state()  # its output-capturing hooks on a model's first forward
 
     def boom(activation, hook):
         raise RuntimeError("boom")
@@ -332,6 +333,8 @@ def test_a_head_sweep_at_long_context_runs_without_the_pattern(monkeypatch):
         return out
 
     monkeypatch.setattr(forward_module, "LONG_CONTEXT", 8)
+    # the one-time check of the rows (it runs the model's own attention) before the spy
+    forward(fam.bridge, Prompts(task.clean_tokens, task.attention_mask), attention="rows")
     monkeypatch.setattr(forward_module, "forward", spy)
     import interv.engine.stacking as stacking
 
