@@ -29,7 +29,7 @@ from selenium.webdriver.support.ui import Select
 
 import interv
 
-pytestmark = _browser.needs_chromium
+pytestmark = [_browser.needs_chromium, pytest.mark.slow]  # a browser: out of the quick loop
 
 _FLAGS = (
     "--headless",

@@ -567,6 +567,7 @@ def test_a_hub_name_offline_fails_at_once_with_the_offline_options(workdir):
     assert time.perf_counter() - start < 10  # no 35 s of download retries
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -1054,6 +1055,7 @@ def test_allow_import_imports_the_named_module_and_says_so(trust_workdir, capsys
     (trust_workdir / f"IMPORTED-{EVIL}").unlink()  # imported because it was allowed
 
 
+@pytest.mark.slow
 def test_python_dash_m_interv_imports_nothing_from_the_working_directory(tmp_path):
     shadows = ("json", "typing", "argparse", "decimal", "tomllib", "pathlib", "dataclasses")
     for name in shadows:
@@ -1070,6 +1072,7 @@ def test_python_dash_m_interv_imports_nothing_from_the_working_directory(tmp_pat
     assert not list(tmp_path.glob("SHADOWED-*"))
 
 
+@pytest.mark.slow
 def test_a_demo_or_report_killed_while_writing_leaves_a_directory_the_rerun_repairs(
     trust_workdir, monkeypatch
 ):

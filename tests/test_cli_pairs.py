@@ -44,6 +44,7 @@ def test_pruning_takes_the_users_pairs(own_pairs, capsys):
     assert "scope:" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_demo_reports_on_the_users_pairs(own_pairs, capsys):
     argv = ["demo", "--pairs", "agree.jsonl", "--n-prompts", "3", "--layers", "1", "--out", "r"]
     assert main(argv) == 0

@@ -16,6 +16,8 @@ from interv.cli import main
 from interv.models.loading import load_model
 from interv.report.table import Report
 
+pytestmark = pytest.mark.slow  # whole demo runs: out of the quick loop
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):

@@ -58,6 +58,7 @@ def test_screened_sweep_example_reports_its_audits_and_flags_its_estimates(tmp_p
     assert len(estimated) == sum(s.n_candidates - s.n_checked for s in report.screens)
 
 
+@pytest.mark.slow
 def test_investigation_example_runs_every_step_on_the_zoo_with_smoke(tmp_path, monkeypatch, capsys):
     out = tmp_path / "report"
     argv = ["investigation.py", "--smoke", "--out", str(out), "--n-bootstrap", "20"]

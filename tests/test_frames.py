@@ -162,6 +162,7 @@ def test_without_pandas_to_pandas_says_how_to_install_it(toy, monkeypatch):
         toy[2].to_pandas()
 
 
+@pytest.mark.slow
 def test_importing_the_classes_with_frames_does_not_import_pandas():
     import subprocess
 

@@ -97,12 +97,14 @@ def test_every_face_shows_type_checkers_exactly_its_lazy_exports(package):
         assert getattr(module, name) is getattr(importlib.import_module(owner), name)
 
 
+@pytest.mark.slow
 def test_subpackages_and_their_modules_resolve_as_attributes():
     code = "import interv; print(interv.engine.stacking.BaseRunCache.__name__, interv.report.table)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("BaseRunCache <module 'interv.report.table'")
 
 
+@pytest.mark.slow
 def test_the_readme_cache_line_runs_after_a_plain_import():
     # docs/performance.md: `cache = interv.engine.stacking.BaseRunCache()`, as written
     code = (

@@ -33,7 +33,7 @@ from selenium.webdriver.support.ui import Select
 from interv.demo import run_demo
 from interv.report.render import to_html
 
-pytestmark = _browser.needs_chromium
+pytestmark = [_browser.needs_chromium, pytest.mark.slow]  # a browser: out of the quick loop
 
 _FLAGS = (
     "--headless",

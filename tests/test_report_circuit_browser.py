@@ -19,7 +19,7 @@ from selenium.webdriver.common.by import By
 from interv.circuits.mission import mission_link
 from interv.report.circuit_page import circuit_page
 
-pytestmark = _browser.needs_chromium
+pytestmark = [_browser.needs_chromium, pytest.mark.slow]  # a browser: out of the quick loop
 
 
 @pytest.fixture(scope="module")

@@ -196,6 +196,7 @@ def test_full_smollm2_sized_page_stays_under_three_megabytes(all_layers):
     assert size < 3_000_000, f"{size / 1e6:.2f} MB"
 
 
+@pytest.mark.slow
 def test_jupyter_displays_the_page(report, tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -269,6 +270,7 @@ def test_csv_has_one_line_per_row_with_the_report_numbers(report):
     assert "entropy_mean (nats)" in lines[0]
 
 
+@pytest.mark.slow
 def test_save_report_writes_every_format(report, tmp_path):
     paths = save_report(report, tmp_path / "out")
     for key in ("markdown", "html", "json", "csv", "figure:heatmaps"):
@@ -306,6 +308,7 @@ def test_heatmaps_need_four_axes(report):
         plots.head_heatmaps(report, axes=Figure().subplots(1, 2))
 
 
+@pytest.mark.slow
 def test_importing_interv_and_its_report_does_not_import_matplotlib():
     code = (
         "import sys, interv, interv.report.table, interv.report.render, interv.report.plots; "
@@ -378,6 +381,7 @@ def test_scatter_labels_every_head_of_a_tight_cluster_without_overlap(zoo_like):
     assert _overlapping(labels) == []
 
 
+@pytest.mark.slow
 def test_scatter_thins_labels_of_270_heads_and_says_so(all_layers):
     figure = _drawn(plots.concentration_vs_effect(all_layers))
     ax = figure.axes[0]
@@ -397,6 +401,7 @@ def test_place_labels_never_overlaps_and_leaves_out_what_does_not_fit():
         place_labels([(0, 0), (1, 1)], [(1, 1)], Box(0, 0, 9, 9))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["report", "zoo_like", "three_layers", "all_layers"])
 def test_every_figure_keeps_its_text_inside_readable_and_apart(name, request):
     report = request.getfixturevalue(name)
