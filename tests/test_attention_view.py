@@ -215,7 +215,9 @@ def test_a_result_from_another_model_or_task_is_refused_naming_both(zoo, task, r
 def test_a_view_of_a_bigger_model_than_a_page_can_hold_is_refused(zoo, monkeypatch):
     monkeypatch.setattr(attention_module, "forward", _no_forward)
     monkeypatch.setattr(attention_module, "MAX_CELLS", 90)
-    with pytest.raises(IntervError, match=r"1 prompts x 2 heads x 7\^2 positions .* at most 90"):
+    with pytest.raises(
+        IntervError, match=r"1 prompts x 2 heads x 7 query rows x 7 keys .* at most 90"
+    ):
         interv.view_attention(zoo, "A B C D E F", heads=[(0, 0), (0, 1)])
 
 

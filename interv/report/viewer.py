@@ -22,6 +22,12 @@ plain JavaScript written for interv, MIT licence) are inlined: no CDN, no server
 
 :func:`view_attention` is the one function here that runs the model (through
 :mod:`interv.analysis`); :class:`AttentionViewer` only renders data.
+
+The page draws full query x key squares. A view that keeps only some query rows (a long
+prompt's subsample, :func:`~interv.analysis.attention_view.attention_view`'s
+``query_positions``) is refused by the page in one line; its PNG and SVG export draw it
+(rows labelled by their true positions, the subsampling stated), and the view itself holds
+the rows and their numbers in Python.
 """
 
 from __future__ import annotations
@@ -115,8 +121,14 @@ class AttentionViewer:
 
     # ---- the page ----
     def payload(self) -> dict[str, Any]:
-        """The data the page's script reads (JSON-ready; patterns as base64 codes)."""
+        """The data the page's script reads (JSON-ready; patterns as base64 codes).
+
+        Raises:
+            IntervError: a view that keeps only some query rows (the page draws full
+                squares; :meth:`to_png` and :meth:`to_svg` draw it).
+        """
         view = self.view
+        _require_page(view)
         n = view.n_positions
         lower = np.tril_indices(n) if view.causal else None
         cells = []
@@ -325,21 +337,27 @@ class AttentionViewer:
             f"<title>{escape(title)}</title></head><body>{self.fragment()}</body></html>\n"
         )
 
-    def _repr_html_(self) -> str:
-        return self.fragment()
+    def _repr_html_(self) -> str | None:
+        # a subsampled view has no page: the notebook shows its repr (which says so)
+        return None if self.view.subsampled else self.fragment()
 
     def __repr__(self) -> str:
         view = self.view
         effects = "" if self.report is None else f", effects of {len(self.report.rows)} rows"
+        rows = (
+            f"; {view.rows_text} (no HTML page: to_png/to_svg draw it)" if view.subsampled else ""
+        )
         return (
             f"AttentionViewer({', '.join(view.head_labels)} on {view.source}, "
-            f"{view.n_positions} positions{effects})"
+            f"{view.n_positions} positions{rows}{effects})"
         )
 
     # ---- files ----
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the page to ``path``: a new file, or one interv wrote and nobody changed
-        since (``overwrite=True`` replaces any file). Returns the path."""
+        since (``overwrite=True`` replaces any file). Returns the path. A view that keeps
+        only some query rows is refused (before any file is touched)."""
+        _require_page(self.view)
         return _write(path, lambda: self.html().encode("utf-8"), overwrite, "viewer page")
 
     def to_png(
@@ -385,6 +403,17 @@ class AttentionViewer:
         for k in chosen:
             check_index(k, len(view.heads), "head", f"the viewer shows {len(view.heads)} heads")
         return prompt, chosen
+
+
+def _require_page(view: AttentionView) -> None:
+    """Refuse a view that keeps only some query rows: the page's script draws squares."""
+    if view.subsampled:
+        raise IntervError(
+            "the HTML attention viewer page (save, the notebook display) draws full query x key "
+            f"squares; this view keeps {view.rows_text}: draw it with to_png or to_svg (rows at "
+            "their true positions), read its rows in Python (view.pattern[p, k, r] is query "
+            "position view.query_positions[r]), or build a full view (query_positions='all')"
+        )
 
 
 LOG_COLOUR_ABOVE = 128
@@ -495,6 +524,7 @@ def view_attention(
         prompt_indices=prompt_indices,
         sink=sink,
         off_row_sink=off_row_sink,
+        query_positions="all",  # the page draws full squares
     )
     report = effects if isinstance(effects, Report) or effects is None else None
     if report is None and effects is not None:

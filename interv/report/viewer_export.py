@@ -8,6 +8,10 @@ with their units; with a report, each head's effects and semantics sentences ben
 The colour scale (:data:`RAMP`) is the page's. An SVG draws up to
 :data:`VECTOR_CELLS_UP_TO` positions as vector cells and embeds longer patterns as one PNG
 raster (1 pixel per cell), since a million vector cells would make an unusable file.
+
+A view that keeps only some query rows (:attr:`~interv.analysis.attention_view.AttentionView.
+query_positions`) is drawn as its ``rows x keys`` rectangle: each row labelled with its true
+query position, the subsampling stated in the scope printed above the pictures.
 """
 
 from __future__ import annotations
@@ -96,16 +100,16 @@ def ramp_rgb(values: np.ndarray) -> np.ndarray:
 
 
 def pattern_rgb(view: AttentionView, prompt: int, k: int) -> np.ndarray:
-    """``[N, N, 3]`` uint8 picture of shown head ``k`` on shown prompt ``prompt``: the exact
-    weight on :data:`RAMP` at available cells, :data:`MASKED_RGB` at cells the head's layer
-    masks (after the query, outside a sliding window or chunk),
-    :data:`PADDING_RGB` in the rows and columns of padding."""
+    """``[R, N, 3]`` uint8 picture of shown head ``k`` on shown prompt ``prompt`` (its kept
+    query rows by every key): the exact weight on :data:`RAMP` at available cells,
+    :data:`MASKED_RGB` at cells the head's layer masks (after the query, outside a sliding
+    window or chunk), :data:`PADDING_RGB` in the rows and columns of padding."""
     real = view.real[prompt].numpy()
     weights = view.pattern[prompt, k].numpy()
     available = view.key_mask[prompt, k].numpy()
     rgb = ramp_rgb(np.where(available, weights, 0.0))
     rgb[~available] = MASKED_RGB
-    padding = ~(real[:, None] & real[None, :])
+    padding = ~(real[list(view.query_positions), None] & real[None, :])
     rgb[padding] = PADDING_RGB
     return rgb
 
@@ -166,10 +170,16 @@ def _effect_lines(report: Report | None, view: AttentionView, k: int, limit: int
 
 
 def _padding_bands(real: np.ndarray) -> list[tuple[int, int]]:
-    """The ``[start, stop)`` runs of padding positions (before and after the real tokens)."""
-    index = np.flatnonzero(real)
-    first, last = int(index[0]), int(index[-1])
-    return [(a, b) for a, b in ((0, first), (last + 1, len(real))) if b > a]
+    """The ``[start, stop)`` runs of padding entries of ``real`` (positions, or kept rows)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[1], real.astype(np.int8), [1]])))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def _row_ticks(view: AttentionView, limit: int = 9) -> list[int]:
+    """Up to ``limit`` evenly spaced row indices (first and last included) to label with
+    their query positions."""
+    n_rows = view.n_rows
+    return sorted({round(i * (n_rows - 1) / max(limit - 1, 1)) for i in range(limit)})
 
 
 def _strip_limit(view: AttentionView, name: str) -> float:
@@ -197,7 +207,7 @@ def png_bytes(
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    n = view.n_positions
+    n, n_rows = view.n_positions, view.n_rows
     lines = [_effect_lines(report, view, k, 4) for k in heads]
     # inches: the pattern, its tick labels, then the effect lines beneath
     tick_room = 1.1 if n <= 40 else 0.5
@@ -208,6 +218,7 @@ def png_bytes(
         :, 0
     ]
     real = view.real[prompt].numpy()
+    row_real = real[list(view.query_positions)]
     scope = "\n".join(textwrap.wrap(view.scope, 150))
     parts[0].text(
         0.02,
@@ -217,7 +228,6 @@ def png_bytes(
         fontsize=8,
         va="top",
     )
-    rows = np.arange(n)
     for slot, k in enumerate(heads):
         block = blocks[slot]
         grid = parts[slot + 1].add_gridspec(
@@ -226,27 +236,34 @@ def png_bytes(
         )  # fmt: skip
         axis = parts[slot + 1].add_subplot(grid[0, 0])
         axis.imshow(pattern_rgb(view, prompt, k), interpolation="nearest", aspect="auto")
-        for start, stop in _padding_bands(real):
-            for rect in (
-                (start - 0.5, -0.5, stop - start, n),
-                (-0.5, start - 0.5, n, stop - start),
-            ):
-                axis.add_patch(
-                    Rectangle(rect[:2], rect[2], rect[3], fill=False, hatch="///", lw=0,
-                              edgecolor=(0.7, 0.5, 0.5))
-                )  # fmt: skip
+        bands = [(start - 0.5, -0.5, stop - start, n_rows) for start, stop in _padding_bands(real)]
+        bands += [(-0.5, start - 0.5, n, stop - start) for start, stop in _padding_bands(row_real)]
+        for rect in bands:
+            axis.add_patch(
+                Rectangle(rect[:2], rect[2], rect[3], fill=False, hatch="///", lw=0,
+                          edgecolor=(0.7, 0.5, 0.5))
+            )  # fmt: skip
         for position in view.sink_mask[prompt].nonzero()[:, 0].tolist():
             axis.plot([position], [-0.5], marker="v", color=np.array(SINK_RGB) / 255,
                       markersize=5, clip_on=False)  # fmt: skip
         axis.set_title(f"{view.head_labels[k]} · {view.kv_label(k)}", fontsize=9, loc="left")
         axis.set_xlabel("key position", fontsize=7)
-        axis.set_ylabel("query position", fontsize=7)
+        axis.set_ylabel(
+            "query position" if not view.subsampled else "query position (kept rows only)",
+            fontsize=7,
+        )
         if n <= 40:
             labels = [_clean(t) for t in view.tokens[prompt]]
-            axis.set_xticks(rows, labels, rotation=90, fontsize=6)
-            axis.set_yticks(rows, labels, fontsize=6)
+            axis.set_xticks(np.arange(n), labels, rotation=90, fontsize=6)
+            rows = [
+                f"{t} {labels[t]}" if view.subsampled else labels[t] for t in view.query_positions
+            ]
+            axis.set_yticks(np.arange(n_rows), rows, fontsize=6)
         else:
             axis.tick_params(labelsize=6)
+            if view.subsampled:  # rows are labelled by their query positions
+                ticks = _row_ticks(view)
+                axis.set_yticks(ticks, [str(view.query_positions[r]) for r in ticks])
         if lines[slot]:
             parts[slot + 1].text(
                 0.02, 0.02 + 0.14 * len(lines[slot]) / block,
@@ -257,7 +274,7 @@ def png_bytes(
             strip = parts[slot + 1].add_subplot(grid[0, column], sharey=axis)
             values = view.metric(name)[prompt, k].numpy()
             # one step polygon, not N bar patches (a 1024-token prompt draws in milliseconds)
-            edges = np.repeat(np.arange(n + 1) - 0.5, 2)[1:-1]
+            edges = np.repeat(np.arange(n_rows + 1) - 0.5, 2)[1:-1]
             strip.fill_betweenx(
                 edges, 0, np.repeat(np.nan_to_num(values, nan=0.0), 2), color=(0.2, 0.44, 0.7), lw=0
             )
@@ -286,7 +303,7 @@ def _hex(rgb: tuple[int, int, int] | np.ndarray) -> str:
 
 
 def _svg_pattern(view: AttentionView, prompt: int, k: int, x: float, y: float, size: float) -> str:
-    n = view.n_positions
+    n, n_rows = view.n_positions, view.n_rows
     rgb = pattern_rgb(view, prompt, k)
     if n > VECTOR_CELLS_UP_TO:
         uri = "data:image/png;base64," + base64.b64encode(png_rgb(rgb)).decode("ascii")
@@ -294,15 +311,15 @@ def _svg_pattern(view: AttentionView, prompt: int, k: int, x: float, y: float, s
             f"<image x='{x}' y='{y}' width='{size}' height='{size}' preserveAspectRatio='none' "
             f"style='image-rendering:pixelated' href='{uri}'/>"
         )
-    cell = size / n
+    cell, height = size / n, size / n_rows
     parts = [f"<rect x='{x}' y='{y}' width='{size}' height='{size}' fill='#ffffff'/>"]
-    for t in range(n):
+    for t in range(n_rows):
         for j in range(n):
             colour = _hex(rgb[t, j])
             if colour != "#ffffff":
                 parts.append(
-                    f"<rect x='{x + j * cell:.2f}' y='{y + t * cell:.2f}' width='{cell:.2f}' "
-                    f"height='{cell:.2f}' fill='{colour}'/>"
+                    f"<rect x='{x + j * cell:.2f}' y='{y + t * height:.2f}' width='{cell:.2f}' "
+                    f"height='{height:.2f}' fill='{colour}'/>"
                 )
     return "".join(parts)
 
@@ -314,14 +331,16 @@ def svg_text(
     _check_joined(view, report)
     n = view.n_positions
     size = 480.0
-    cell = size / n
-    strip_w, gap, left = 90.0, 12.0, 20.0
+    cell, row = size / n, size / view.n_rows
+    strip_w, gap = 90.0, 12.0
+    left = 20.0 if not view.subsampled else 48.0  # room for the rows' query positions
     effect_lines = [_effect_lines(report, view, k, 4) for k in heads]
     block = [70 + size + 16 + 13 * len(lines) for lines in effect_lines]
     width = left + size + 3 * (strip_w + gap) + 20
     height = 70 + sum(block)
     title = f"interv attention · {view.model_name} · prompt {view.prompt_indices[prompt]}"
     real = view.real[prompt].numpy()
+    row_real = real[list(view.query_positions)]
     sinks = view.sink_mask[prompt].nonzero()[:, 0].tolist()
     out = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
@@ -348,9 +367,18 @@ def svg_text(
             out.append(
                 f"<rect x='{left + start * cell:.2f}' y='{top}' width='{(stop - start) * cell:.2f}'"
                 f" height='{size}' fill='url(#iv-hatch)'/>"
-                f"<rect x='{left}' y='{top + start * cell:.2f}' width='{size}' "
-                f"height='{(stop - start) * cell:.2f}' fill='url(#iv-hatch)'/>"
             )
+        for start, stop in _padding_bands(row_real):
+            out.append(
+                f"<rect x='{left}' y='{top + start * row:.2f}' width='{size}' "
+                f"height='{(stop - start) * row:.2f}' fill='url(#iv-hatch)'/>"
+            )
+        if view.subsampled:  # each labelled row at its true query position
+            for r in _row_ticks(view):
+                out.append(
+                    f"<text x='{left - 3}' y='{top + (r + 0.5) * row + 3:.2f}' font-size='8' "
+                    f"text-anchor='end'>{view.query_positions[r]}</text>"
+                )
         for position in sinks:
             out.append(
                 f"<rect x='{left + position * cell:.2f}' y='{top - 6}' width='{max(cell, 2):.2f}' "
@@ -369,8 +397,8 @@ def svg_text(
             for t, value in enumerate(values):
                 if value == value and value > 0:  # not NaN
                     bars.append(
-                        f"M{x:.1f},{top + t * cell:.2f}h{strip_w * min(value / limit, 1):.2f}"
-                        f"v{max(cell, 0.5):.2f}h{-strip_w * min(value / limit, 1):.2f}z"
+                        f"M{x:.1f},{top + t * row:.2f}h{strip_w * min(value / limit, 1):.2f}"
+                        f"v{max(row, 0.5):.2f}h{-strip_w * min(value / limit, 1):.2f}z"
                     )
             out.append(f"<path d='{''.join(bars)}' fill='#3370b3'/>")
         for i, line in enumerate(effect_lines[slot]):
