@@ -134,6 +134,7 @@ def test_patch_estimates_are_attribution_patching(model, task):
     torch.testing.assert_close(estimates, expected.double(), atol=1e-9, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_integrated_gradients_add_up_to_the_joint_intervention(model, task):
     # completeness: along the joint path the estimates of every site sum to the exact
     # effect of all the interventions together (a left Riemann sum: error O(1 / steps))

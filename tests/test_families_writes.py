@@ -43,6 +43,10 @@ from interv.engine.architecture import architecture_of
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
 
+# the write-path matrix (circuits, EAP and faithfulness on 30 families, ~15 s): out of the quick
+# loop, in the README's test command
+pytestmark = pytest.mark.slow
+
 TARGET, FOIL = 7, 11
 FRACTIONS = (0.05, 0.25)
 ATOL = 1e-6

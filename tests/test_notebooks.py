@@ -63,8 +63,9 @@ def shows_a_widget(notebook) -> bool:
     )
 
 
-# zoo-only notebooks among the quick loop's slowest tests (issue 32): in the full suite only
-SLOW_NOTEBOOKS = ("03_intervention_semantics.ipynb",)
+# executing a notebook starts a kernel (a subprocess): out of the quick loop (issue 32), in the
+# full suite
+SLOW_NOTEBOOKS = ("01_concentration.ipynb", "03_intervention_semantics.ipynb")
 
 
 def _executed(path: Path) -> pytest.param:
