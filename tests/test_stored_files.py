@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from _circuit_fixtures import make_circuit, make_concentration, make_curve
+from _circuit_fixtures import make_circuit, make_concentration, make_curve, with_stability
 from _synthetic_reports import synthetic_report
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from interv._journal import started
 from interv._schema import parse
 from interv.audit import Screen, verify_screen
-from interv.circuits import CircuitResult, CircuitStability, EdgeScores, FaithfulnessCurve
+from interv.circuits import CircuitResult, EdgeScores, FaithfulnessCurve
 from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.mission import MissionLink, mission_link
 from interv.circuits.store import FORMAT as CIRCUIT_RUN
@@ -92,29 +92,6 @@ _ROWS = {
 }
 
 
-def _stability(circuit: CircuitResult) -> CircuitStability:
-    inclusion = torch.zeros(2, circuit.graph.n_edges, dtype=torch.float64)
-    inclusion[:, :5] = 0.75
-    return CircuitStability(
-        graph=circuit.graph,
-        sizes=(3, 5),
-        circuits=((0, 1, 2), (0, 1, 2, 3, 4)),
-        jaccard=torch.tensor([[1.0, 0.5, 0.5, 1.0], [1.0, 0.6, 0.8, 1.0]], dtype=torch.float64),
-        mean=[0.75, 0.85],
-        low=[0.5, 0.6],
-        high=[1.0, 1.0],
-        inclusion=inclusion,
-        n_resamples=4,
-        seed=0,
-        level=0.95,
-        stable_at=0.8,
-        n_prompts=8,
-        n_verified=4,
-        n_exact_computed=0,
-        sentence="the circuit on 4 bootstrap resamples",
-    )
-
-
 def _stored_files() -> dict[str, tuple[Any, Callable[[Any], object]]]:
     """File -> (its content as interv writes it, its reader)."""
     circuit = make_circuit()
@@ -125,7 +102,7 @@ def _stored_files() -> dict[str, tuple[Any, Callable[[Any], object]]]:
         "scores.json": (circuit.scores.to_dict(), EdgeScores.from_dict),
         "circuit.json": (circuit.to_dict(), CircuitResult.from_dict),
         "circuit.json with stability": (
-            dataclasses.replace(circuit, stability=_stability(circuit)).to_dict(),
+            with_stability(circuit, {}).to_dict(),
             CircuitResult.from_dict,
         ),
         "faithfulness.json": (make_curve(circuit).to_dict(), FaithfulnessCurve.from_dict),
