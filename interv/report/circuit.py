@@ -69,80 +69,61 @@ def edge_rows(circuit: CircuitResult, n: int) -> list[int]:
 @dataclass(frozen=True)
 class StabilityMarks:
     """How often a circuit's top edges are found again on bootstrap resamples of the
-    prompts, read from its :attr:`~interv.circuits.CircuitResult.stability`.
+    prompts: its :attr:`~interv.circuits.CircuitResult.stability` read at one compared size.
 
     Attributes:
+        stability: the circuit's stability.
         size: the compared circuit size (edges) whose inclusion shares are shown.
-        share: edge index -> share of the resamples whose circuit of ``size`` edges holds it.
-        stable_at: the share from which an edge counts as stable.
-        rows: per compared size ``(size, mean Jaccard, low, high, stable edges)``.
-        sentence: what was resampled and what the numbers are.
     """
 
+    stability: CircuitStability
     size: int
-    share: dict[int, float]
-    stable_at: float
-    rows: tuple[tuple[int, float, float, float, int], ...]
-    sentence: str
 
-    def mark(self, index: int) -> str:
-        """``"0.95 (stable)"``, ``"0.40"``: the edge's inclusion share in words."""
-        share = self.share.get(index, 0.0)
-        return f"{share:.2f}" + (" (stable)" if self.stable(index) else "")
+    def share(self, index: int) -> float:
+        """The share of the resamples whose circuit of ``size`` edges holds edge ``index``."""
+        row = self.stability.sizes.index(self.size)
+        return float(self.stability.inclusion[row, index])
 
     def stable(self, index: int) -> bool:
         """Whether the edge is held by at least ``stable_at`` of the resamples."""
-        return self.share.get(index, 0.0) >= self.stable_at
+        return self.share(index) >= self.stability.stable_at
+
+    def mark(self, index: int) -> str:
+        """``"0.95 (stable)"``, ``"0.40"``: the edge's inclusion share in words."""
+        return f"{self.share(index):.2f}" + (" (stable)" if self.stable(index) else "")
 
 
 def stability_marks(circuit: CircuitResult, n: int) -> StabilityMarks | None:
     """The stability marks for a circuit's top ``n`` edges: the inclusion shares at the
     smallest compared size holding ``n`` edges (the largest otherwise); None when the
     circuit carries no stability."""
-    stability: CircuitStability | None = circuit.stability
+    stability = circuit.stability
     if stability is None:
         return None
-    sizes = stability.sizes
-    row = next((r for r, size in enumerate(sizes) if size >= n), len(sizes) - 1)
-    inclusion = stability.inclusion[row]
-    held = inclusion.nonzero().flatten().tolist()
-    rows = tuple(
-        (
-            size,
-            stability.mean[r],
-            stability.low[r],
-            stability.high[r],
-            int(stability.stable(size).sum()),
-        )
-        for r, size in enumerate(sizes)
-    )
-    return StabilityMarks(
-        size=sizes[row],
-        share={i: float(inclusion[i]) for i in held},
-        stable_at=stability.stable_at,
-        rows=rows,
-        sentence=stability.sentence,
-    )
+    size = next((size for size in stability.sizes if size >= n), stability.sizes[-1])
+    return StabilityMarks(stability, size)
 
 
 def stability_columns(
-    marks: StabilityMarks, dots: str = "..."
+    stability: CircuitStability, dots: str = "..."
 ) -> tuple[list[str], list[list[str]]]:
     """The stability table's header and rows (one per compared size)."""
     header = [
         "circuit size",
         "Jaccard with the full-sample circuit (mean)",
         "95% interval",
-        f"stable edges (held by >= {marks.stable_at:.0%})",
+        f"stable edges (held by >= {stability.stable_at:.0%})",
     ]
     rows = [
         [
             str(size),
             number(mean, 3),
             f"{number(low, 3)} {dots} {number(high, 3)}",
-            f"{stable} of {size}",
+            f"{int(stability.stable(size).sum())} of {size}",
         ]
-        for size, mean, low, high, stable in marks.rows
+        for size, mean, low, high in zip(
+            stability.sizes, stability.mean, stability.low, stability.high, strict=True
+        )
     ]
     return header, rows
 
@@ -316,8 +297,9 @@ def circuit_markdown(
         ],
     )
     if marks is not None:
-        header, rows = stability_columns(marks)
-        lines += ["", "## Stability", "", md(marks.sentence), "", *md_table(header, rows)]
+        header, rows = stability_columns(marks.stability)
+        lines += ["", "## Stability", "", md(marks.stability.sentence), ""]
+        lines += md_table(header, rows)
     if faithfulness is not None:
         lines += ["", *_faithfulness_markdown(faithfulness)]
     if link is not None:

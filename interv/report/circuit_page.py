@@ -361,14 +361,15 @@ def _curve_section(curve: FaithfulnessCurve) -> str:
 
 
 def _stability_section(marks: StabilityMarks) -> str:
-    header, rows = stability_columns(marks, dots="…")
+    stability = marks.stability
+    header, rows = stability_columns(stability, dots="…")
     return (
         "<section class='ivc-section' data-part='stability'><h2>Stability</h2>"
-        f"<p class='ivc-sem'>{escape(marks.sentence)}</p>"
+        f"<p class='ivc-sem'>{escape(stability.sentence)}</p>"
         + html_table(header, rows)
-        + f"<p class='ivc-hint'>In the drawing, a stable edge (held by ≥ {marks.stable_at:.0%} "
-        f"of the resamples' top-{marks.size} circuits) is drawn with a halo; hover an edge for "
-        "its share.</p></section>"
+        + f"<p class='ivc-hint'>In the drawing, a stable edge (held by ≥ "
+        f"{stability.stable_at:.0%} of the resamples' top-{marks.size} circuits) is drawn with a "
+        "halo; hover an edge for its share.</p></section>"
     )
 
 
