@@ -45,7 +45,16 @@ from interv.circuits._stored import StoredCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
-from interv.circuits.mib import CONVENTIONS, MIBCircuit, mib_edge_count, mib_sizes, prune
+from interv.circuits.mib import (
+    CONVENTIONS,
+    MIBCircuit,
+    mib_edge_count,
+    mib_order,
+    mib_scores,
+    mib_sizes,
+    prune,
+    tie_note,
+)
 from interv.circuits.patching import (
     Run,
     capture_run,
@@ -247,25 +256,27 @@ class FaithfulnessCurve:
         )
 
 
-def _rankings(ranking: Any, graph: Graph) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """(edge order by |value|, edge order by signed value, what the values are)."""
-    if isinstance(ranking, CircuitResult):
-        absolute = ranking.ranking()
-        value = ranking.value
-        signed = torch.sort(value, stable=True).indices  # most negative noising effect first
-        return absolute, signed, "the circuit result's values (exact where checked)"
-    if isinstance(ranking, EdgeScores):
-        absolute = torch.sort(-ranking.scores.abs(), stable=True).indices
-        signed = torch.sort(ranking.scores, stable=True).indices
-        return absolute, signed, f"{ranking.method} estimates"
-    if isinstance(ranking, MIBCircuit):
-        if ranking.scores is None:
-            raise IntervError(
-                f"the MIB circuit file {ranking.source} scores no edge (one circuit, not a "
-                "ranking); a faithfulness curve needs importance scores"
-            )
-        absolute = torch.sort(-ranking.scores.abs(), stable=True).indices
-        signed = torch.sort(-ranking.scores, stable=True).indices  # MIB: highest first
+def _rankings(
+    ranking: Any, graph: Graph, convention: str = "interv"
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(edge order by |value|, edge order by signed value, what the values are).
+
+    Signed: the most helpful edges first, in MIB's sign (:func:`mib_scores`: a noising
+    effect's most negative, a denoising effect's most positive). Under ``convention="mib"``
+    a ranking with values is ordered exactly as MIB orders the file interv writes for it
+    (:func:`mib_order` of :func:`mib_scores`): a CircuitResult by its values alone, not
+    checked edges first."""
+    if isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
+        scores = mib_scores(ranking)
+        signed = mib_order(scores, absolute=False)
+        absolute = mib_order(scores, absolute=True)
+        if isinstance(ranking, CircuitResult):
+            if convention == "mib":
+                what = "the circuit result's values (exact where checked), by value alone as MIB"
+                return absolute, signed, what + " ranks the file interv writes"
+            return ranking.ranking(), signed, "the circuit result's values (exact where checked)"
+        if isinstance(ranking, EdgeScores):
+            return absolute, signed, f"{ranking.method} estimates"
         return absolute, signed, f"the MIB importance scores of {ranking.source}"
     if isinstance(ranking, str) or not isinstance(ranking, Sequence):
         raise IntervError(
@@ -279,6 +290,48 @@ def _rankings(ranking: Any, graph: Graph) -> tuple[torch.Tensor, torch.Tensor, s
         raise IntervError("ranking must not repeat an edge")
     full = torch.cat([order, (~listed).nonzero().flatten()])  # the rest in canonical order
     return full, full, "the given edge order"
+
+
+def _given_circuits(
+    ranking: Any,
+    graph: Graph,
+    fractions: Sequence[float],
+    sizes: Sequence[int],
+    greedy: bool,
+) -> list[torch.Tensor] | None:
+    """The circuits of a list of score-less :class:`MIBCircuit` (MIB's binary-circuit
+    submission: one circuit per fraction, the last, 100 %, may be left out: the full graph),
+    checked against the fractions; None for a ranking."""
+    if not (
+        isinstance(ranking, Sequence)
+        and not isinstance(ranking, str)
+        and len(ranking) > 0
+        and all(isinstance(c, MIBCircuit) for c in ranking)
+    ):
+        return None
+    if greedy:
+        raise IntervError("greedy=True grows circuits from a ranking; given circuits are fixed")
+    circuits = [c.in_graph for c in ranking]
+    if len(circuits) == len(fractions) - 1 and fractions[-1] == 1.0:
+        circuits.append(torch.ones(graph.n_edges, dtype=torch.bool))
+    if len(circuits) != len(fractions):
+        raise IntervError(
+            f"{len(ranking)} circuits for {len(fractions)} fractions {list(fractions)}: give "
+            "one circuit per fraction (the 100 % one may be left out)"
+        )
+    for circuit, fraction, size in zip(ranking, fractions, sizes, strict=False):
+        if circuit.graph.n_edges != graph.n_edges:
+            raise IntervError(
+                f"{circuit.source} is read against a graph of {circuit.graph.n_edges} edges; "
+                f"the model's has {graph.n_edges}"
+            )
+        if int(circuit.in_graph.sum()) > size:
+            raise IntervError(
+                f"{circuit.source} holds {int(circuit.in_graph.sum())} edges, more than the "
+                f"{size} of fraction {fraction} ({graph.n_edges} edges); give the circuits in "
+                "fraction order, each within its size"
+            )
+    return circuits
 
 
 def _greedy(graph: Graph, order: torch.Tensor) -> torch.Tensor:
@@ -315,7 +368,11 @@ def _sizes(fractions: Sequence[float], n_edges: int, convention: str) -> list[in
 def faithfulness(
     model: Any,
     task: TokenizedPairs,
-    ranking: CircuitResult | EdgeScores | MIBCircuit | Sequence[Edge | str | int],
+    ranking: CircuitResult
+    | EdgeScores
+    | MIBCircuit
+    | Sequence[MIBCircuit]
+    | Sequence[Edge | str | int],
     *,
     fractions: Sequence[float] = MIB_FRACTIONS,
     complement: str = "corrupted",
@@ -332,8 +389,10 @@ def faithfulness(
     Args:
         model: a transformer-lens bridge in eval mode.
         task: clean/corrupted prompt pairs of equal token lengths.
-        ranking: a :class:`CircuitResult` (exact values where checked), :class:`EdgeScores`
-            or edges best first.
+        ranking: a :class:`CircuitResult` (exact values where checked), :class:`EdgeScores`,
+            a scored :class:`MIBCircuit`, edges best first, or score-less MIBCircuits, one
+            per fraction (MIB's binary-circuit submission; the 100 % one may be left out),
+            each evaluated as given (pruned under ``convention="mib"``) for CMD and CPR.
         fractions: increasing edge fractions in (0, 1].
         complement: ``"corrupted"`` or ``"mean"``.
         greedy: False (default): each circuit is the top ``n`` edges of the ranking; True:
@@ -380,15 +439,25 @@ def faithfulness(
             what=("the model", "the ranking"),
             across=_RANKING_MAY_DIFFER,
         )
-    absolute, signed, what = _rankings(ranking, graph)
-    if greedy:
-        absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
+    given = _given_circuits(ranking, graph, fractions, sizes, greedy)
+    ties = ""
     masks = []
-    for order in (absolute, signed):
-        for size in sizes:
-            mask = torch.zeros(graph.n_edges, dtype=torch.bool)
-            mask[order[:size]] = True
-            masks.append(prune(graph, mask) if convention == "mib" else mask)
+    if given is not None:  # one circuit per fraction (MIB's binary-circuit submission)
+        sizes = [int(c.sum()) for c in given]
+        what = "the given circuits (one per fraction, no ranking)"
+        for _ in range(2):  # no sign: the same circuits for CMD and for CPR
+            masks += [prune(graph, c) if convention == "mib" else c for c in given]
+    else:
+        absolute, signed, what = _rankings(ranking, graph, convention)
+        if convention == "mib" and isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
+            ties = tie_note(mib_scores(ranking), fractions, sizes)
+        if greedy:
+            absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
+        for order in (absolute, signed):
+            for size in sizes:
+                mask = torch.zeros(graph.n_edges, dtype=torch.bool)
+                mask[order[:size]] = True
+                masks.append(prune(graph, mask) if convention == "mib" else mask)
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
     n_frac = len(fractions)
@@ -442,6 +511,8 @@ def faithfulness(
         "greedy circuits (grown from the logits: each step the best-ranked edge whose "
         "receiver already reaches the logits) of"
         if greedy
+        else "circuits of"
+        if given is not None
         else "circuits of the top"
     )
     sentence = (
@@ -454,10 +525,13 @@ def faithfulness(
         "CPR from circuits by signed value, CMD by absolute value"
     )
     if convention == "mib":
+        chosen = f"int(fraction x {graph.n_edges}) edges" if given is None else "the given circuits"
         sentence += (
-            f"; MIB's convention: int(fraction x {graph.n_edges}) edges, then pruned to those "
-            "connecting the input to the logits (as MIB's evaluate_area_under_curve)"
+            f"; MIB's convention: {chosen}"
+            ", then pruned to those connecting the input to the logits (as MIB's "
+            "evaluate_area_under_curve)"
         )
+        sentence += ties
         if graph.grouped:
             sentence += (
                 f"; edges counted on interv's grouped graph (key/value edges per key/value "

@@ -28,13 +28,17 @@ CPR (area under ``f``, circuits from *signed* scores, highest first in MIB's sig
 (area of ``|1 - f|``, circuits from absolute scores) are trapezoids over the nominal
 fractions on a linear axis in both conventions.
 
-Circuit files (MIB's ``Graph.to_json`` / ``from_json`` format): ``{"cfg": {"n_layers",
-"n_heads", "parallel_attn_mlp", "d_model"}, "nodes": {name: {"in_graph"}}, "edges": {name:
-{"score", "in_graph"}}}``, node names ``input``, ``a{L}.h{H}``, ``m{L}``, ``logits``, edge
-names ``a0.h1->a1.h2<k>``, ``input->m0``, ``m1->logits``. MIB's scores are higher for more
-important edges: interv writes ``-value`` (its values are the metric's change when the edge
-is patched, most negative = most needed), so MIB's highest-first order is interv's signed
-order and ``|score|`` its absolute one.
+Circuit files (MIB's ``Graph.to_json`` / ``from_json`` format, or ``.pt`` from ``to_pt``):
+``{"cfg": {"n_layers", "n_heads", "parallel_attn_mlp", "d_model"}, "nodes": {name:
+{"in_graph"}}, "edges": {name: {"score", "in_graph"}}}``, node names ``input``, ``a{L}.h{H}``,
+``m{L}``, ``logits``, edge names ``a0.h1->a1.h2<k>``, ``input->m0``, ``m1->logits``
+(:func:`mib_layout` is the one place a graph's MIB names and ``parallel_attn_mlp`` come
+from). MIB's scores are higher for more helpful edges (:func:`mib_scores`: ``-value`` for
+noising, ``+value`` for denoising). MIB ranks a file by its scores alone, by ``|score|``
+(absolute) or by score (signed), highest first (:func:`mib_order`); under
+``convention="mib"`` interv ranks every ranking that way (a ``CircuitResult`` by its values,
+exact where checked, not checked edges first), so interv's curve and MIB's evaluate the same
+circuits, up to ties (MIB's sort is unstable; :func:`cutoff_ties`).
 """
 
 from __future__ import annotations
@@ -59,8 +63,12 @@ from interv.errors import IntervError
 __all__ = [
     "CONVENTIONS",
     "MIBCircuit",
+    "cutoff_ties",
     "mib_edge_count",
     "mib_edge_name",
+    "mib_layout",
+    "mib_order",
+    "mib_scores",
     "mib_sizes",
     "prune",
     "read_mib_circuit",
@@ -83,17 +91,32 @@ def mib_sizes(fractions: Sequence[float], n_edges: int) -> list[int]:
 def mib_edge_count(graph: Graph) -> int:
     """The number of edges MIB's graph of this model shape has (key and value inputs per
     query head): ``sum_L (3 H + 1)(1 + L (H + 1)) + H`` and the logits' ``1 + n_layers (H +
-    1)``, with MLPs; GPT-2 small 32,491, Qwen-2.5-0.5B 179,749, SmolLM2-135M 123,211."""
+    1)``, with MLPs; GPT-2 small 32,491, Qwen-2.5-0.5B 179,749, SmolLM2-135M 123,211. A
+    parallel graph (``parallel_attn_mlp``: a block's MLP reads the block's input, not its
+    heads) has no ``a{L}.h{H}->m{L}`` edges: ``n_layers x H`` fewer (463 for 4 x 4, not 479).
+    """
     heads, per_layer = graph.n_heads, graph.n_heads + 1
     total = 1 + graph.n_layers * per_layer  # into the logits
     for layer in range(graph.n_layers):
         before = 1 + layer * per_layer
-        total += 3 * heads * before + before + heads  # q/k/v of each head, the MLP
+        total += 3 * heads * before + before + (0 if graph.parallel else heads)  # q/k/v, MLP
     return total
 
 
+def mib_layout(graph: Graph) -> tuple[tuple[str, ...], bool]:
+    """MIB's view of ``graph``: its edge names in graph order and ``parallel_attn_mlp``.
+
+    The one place where an interv graph becomes MIB's: the readers, the writer and the
+    curve ask it. Any graph whose key and value edges end at a *query* head's own input
+    (receiver ``Node("head", L, H)``, input ``"k"``/``"v"``) and whose blocks have MLPs is
+    MIB's shape; a grouped graph (key/value edges ending at a key/value head) is refused.
+    """
+    _check_mib_shape(graph, "MIB's edge names")
+    return tuple(mib_edge_name(edge) for edge in graph.edges), bool(graph.parallel)
+
+
 def _check_mib_shape(graph: Graph, what: str) -> None:
-    if graph.grouped:
+    if any(receiver.node.kv for receiver in graph.receivers):
         raise IntervError(
             f"{what}: MIB's graph has a key and a value input per query head, and "
             f"{graph.model_name}'s graph groups them per key/value head ({graph.n_kv_heads} "
@@ -215,17 +238,94 @@ def prune(graph: Graph, kept: torch.Tensor) -> torch.Tensor:
         kept = now
 
 
+def mib_scores(ranking: CircuitResult | EdgeScores | MIBCircuit) -> torch.Tensor:
+    """``[n_edges]`` float64 MIB importance scores of a ranking: higher = more helpful.
+
+    interv's values are the metric's change when the edge is patched. Noising (clean run,
+    the edge moved to its corrupted value): a needed edge lowers the metric, so MIB's score
+    is ``-value``. Denoising (corrupted run, the edge moved to its clean value): a needed
+    edge raises the metric, so the score is ``+value``. For a
+    :class:`~interv.circuits.CircuitResult` the value is the exact effect where checked and
+    the estimate elsewhere: MIB ranks the file by these numbers alone (it knows nothing of
+    which edges were checked), and ``faithfulness(..., convention="mib")`` ranks the same way.
+    """
+    if isinstance(ranking, MIBCircuit):
+        if ranking.scores is None:
+            raise IntervError(
+                f"the MIB circuit file {ranking.source} scores no edge (a circuit, not a "
+                "ranking); a ranking needs importance scores"
+            )
+        return ranking.scores
+    if isinstance(ranking, CircuitResult):
+        values, direction = ranking.value, ranking.scores.direction
+    elif isinstance(ranking, EdgeScores):
+        values, direction = ranking.scores, ranking.direction
+    else:
+        raise IntervError(
+            "MIB scores come from a CircuitResult, EdgeScores or a MIBCircuit; got "
+            f"{type(ranking).__name__}"
+        )
+    values = values.double()
+    return -values if direction == "noise" else values.clone()
+
+
+def mib_order(scores: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """Every edge index, MIB's ``apply_topn`` order: by ``|score|`` (absolute, CMD) or by
+    score (signed, CPR), highest first. Ties keep graph order here; MIB breaks them with an
+    unstable ``torch.argsort``, so a cutoff inside a tie is exact only up to ties
+    (:func:`cutoff_ties`)."""
+    key = scores.abs() if absolute else scores
+    return torch.sort(-key, stable=True).indices
+
+
+def cutoff_ties(scores: torch.Tensor, sizes: Sequence[int], absolute: bool) -> list[int]:
+    """Per circuit size ``n``: how many edges share the score at MIB's cutoff when the cutoff
+    falls inside a tie (the ``n``-th and ``(n+1)``-th edges score the same), else 0. There
+    MIB's unstable sort may keep other edges of the tie than interv's graph order."""
+    key = scores.abs() if absolute else scores
+    ordered = key[mib_order(scores, absolute)]
+    counts = []
+    for n in sizes:
+        if 0 < n < ordered.numel() and bool(ordered[n - 1] == ordered[n]):
+            counts.append(int((key == ordered[n]).sum()))
+        else:
+            counts.append(0)
+    return counts
+
+
+def tie_note(scores: torch.Tensor, fractions: Sequence[float], sizes: Sequence[int]) -> str:
+    """A clause naming the fractions whose cutoff falls inside a tie of scores ("" if none)."""
+    parts = []
+    for absolute, what in ((True, "|score|"), (False, "signed score")):
+        ties = cutoff_ties(scores, sizes, absolute)
+        parts += [
+            f"{p:.3g} ({what}: {t} edges tied at the cutoff)"
+            for p, t in zip(fractions, ties, strict=True)
+            if t
+        ]
+    if not parts:
+        return ""
+    return (
+        "; exact up to ties: MIB breaks ties with an unstable sort, so at "
+        + ", ".join(parts)
+        + " its circuit may hold other edges of the tie"
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class MIBCircuit:
     """A circuit file in MIB's format, read against an interv graph.
 
     Attributes:
-        graph: the (ungrouped) graph it scores.
+        graph: the graph it scores (MIB's shape: :func:`mib_layout`).
         scores: ``[n_edges]`` float64 MIB importance scores in graph order (higher = more
-            important, MIB's sign), or None when the file scores nothing (all zero).
+            important, MIB's sign), or None when the file scores nothing (no score, or every
+            score 0: a circuit, such as one of the leaderboard's per-size binary circuits).
         in_graph: ``[n_edges]`` bool: the file's circuit membership.
         d_model: the model's width (MIB's config carries it).
         source: where it came from (a file name or ``"interv"``).
+        unlisted: edges of the graph the file does not list (MIB's ``from_json`` leaves
+            them at score 0, not in the circuit; so does interv).
     """
 
     graph: Graph
@@ -233,12 +333,13 @@ class MIBCircuit:
     in_graph: torch.Tensor
     d_model: int
     source: str
+    unlisted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """MIB's JSON form (``Graph.to_json``): cfg, nodes (in_graph after pruning the
         membership), edges (score, in_graph)."""
         graph = self.graph
-        _check_mib_shape(graph, "writing a MIB circuit file")
+        names, parallel = mib_layout(graph)
         scores = (
             torch.zeros(graph.n_edges, dtype=torch.float64) if self.scores is None else self.scores
         )
@@ -248,39 +349,24 @@ class MIBCircuit:
         nodes = {_node_name(node): {"in_graph": node in used} for node in graph.senders}
         nodes["logits"] = {"in_graph": True}
         edges = {
-            mib_edge_name(edge): {"score": float(score), "in_graph": bool(member)}
-            for edge, score, member in zip(
-                graph.edges, scores.tolist(), self.in_graph.tolist(), strict=True
+            name: {"score": float(score), "in_graph": bool(member)}
+            for name, score, member in zip(
+                names, scores.tolist(), self.in_graph.tolist(), strict=True
             )
         }
         cfg = {
             "n_layers": graph.n_layers,
             "n_heads": graph.n_heads,
-            "parallel_attn_mlp": False,
+            "parallel_attn_mlp": parallel,
             "d_model": self.d_model,
         }
         return {"cfg": cfg, "nodes": nodes, "edges": edges}
 
 
-def read_mib_circuit(source: str | Path | Mapping[str, Any], graph: Graph) -> MIBCircuit:
-    """Read a MIB circuit file (JSON, MIB's ``Graph.to_json`` format) against ``graph``.
-
-    Every edge of ``graph`` must be in the file, and nothing else (node-level and
-    neuron-level files are refused); its config must be ``graph``'s shape.
-
-    Args:
-        source: a path to the JSON file, or its parsed content.
-        graph: the interv graph of the model it is evaluated on (ungrouped, with MLPs).
-    """
-    _check_mib_shape(graph, "reading a MIB circuit file")
-    if isinstance(source, Mapping):
-        data, name = source, "the given MIB circuit"
-    else:
-        path = as_path(source, "MIB circuit file")
-        data, name = read_json(path, "MIB circuit file"), str(path)
-    if not isinstance(data, Mapping) or not all(k in data for k in ("cfg", "nodes", "edges")):
-        raise IntervError(f"{name} is not a MIB circuit file: it needs 'cfg', 'nodes', 'edges'")
-    cfg = data["cfg"] if isinstance(data["cfg"], Mapping) else {}
+def _check_cfg(cfg: Any, graph: Graph, parallel: bool, name: str) -> int:
+    """The file's ``d_model`` after checking its cfg is ``graph``'s shape."""
+    if not isinstance(cfg, Mapping):
+        raise IntervError(f"{name}: 'cfg' must map n_layers, n_heads, ... to values; got {cfg!r}")
     for key in ("n_layers", "n_heads"):
         if cfg.get(key) != getattr(graph, key):
             raise IntervError(
@@ -290,44 +376,181 @@ def read_mib_circuit(source: str | Path | Mapping[str, Any], graph: Graph) -> MI
     d_model = cfg.get("d_model")
     if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
         raise IntervError(f"{name}: cfg d_model must be a positive int; got {d_model!r}")
-    if cfg.get("parallel_attn_mlp"):
-        raise IntervError(f"{name} describes parallel attention and MLP; interv refuses those")
+    flag = cfg.get("parallel_attn_mlp", False)
+    if not isinstance(flag, bool) or flag != parallel:
+        blocks = "parallel" if parallel else "sequential"
+        raise IntervError(
+            f"{name} is for another model: cfg parallel_attn_mlp {flag!r}, {graph.model_name}'s "
+            f"blocks are {blocks} (parallel_attn_mlp {parallel})"
+        )
+    return d_model
+
+
+def _refuse_node_level(name: str, where: str, fields: Sequence[str]) -> None:
+    raise IntervError(
+        f"{name}: {where} carries {', '.join(repr(f) for f in fields)}: a node- or neuron-level "
+        "MIB file (ranked by node or neuron scores, MIB's --level node/neuron); interv reads "
+        "edge-level files only and refuses it rather than read it as an edge circuit"
+    )
+
+
+def _score_of(value: Any, name: str, edge_name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise IntervError(
+            f"{name}: edges[{edge_name!r}].score must be a finite number; got {value!r}"
+        )
+    return float(value)
+
+
+def _member_of(value: Any, name: str, edge_name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise IntervError(
+        f"{name}: edges[{edge_name!r}].in_graph must be true/false (or 0/1); got {value!r}"
+    )
+
+
+def _read_json_circuit(data: Any, graph: Graph, name: str) -> MIBCircuit:
+    names, parallel = mib_layout(graph)
+    if not isinstance(data, Mapping) or not all(k in data for k in ("cfg", "nodes", "edges")):
+        raise IntervError(f"{name} is not a MIB circuit file: it needs 'cfg', 'nodes', 'edges'")
+    d_model = _check_cfg(data["cfg"], graph, parallel, name)
+    nodes = data["nodes"]
+    if not isinstance(nodes, Mapping):
+        raise IntervError(f"{name}: 'nodes' must map node names to {{'in_graph'}}; got {nodes!r}")
+    known = {_node_name(node) for node in graph.senders} | {"logits"}
+    for node_name, record in nodes.items():
+        if node_name not in known:
+            raise IntervError(
+                f"{name}: nodes[{node_name!r}] is not a node of {graph.model_name}'s graph "
+                f"({graph.n_layers} layers x {graph.n_heads} heads: 'input', 'a0.h0'.."
+                f"'a{graph.n_layers - 1}.h{graph.n_heads - 1}', 'm0'.., 'logits')"
+            )
+        if not isinstance(record, Mapping):
+            raise IntervError(f"{name}: nodes[{node_name!r}] must be {{'in_graph': ...}}")
+        extra = [f for f in ("score", "neurons", "neurons_scores") if f in record]
+        if extra:
+            _refuse_node_level(name, f"nodes[{node_name!r}]", extra)
     records = data["edges"]
     if not isinstance(records, Mapping):
         raise IntervError(f"{name}: 'edges' must map edge names to {{'score', 'in_graph'}}")
-    index = {mib_edge_name(edge): i for i, edge in enumerate(graph.edges)}
+    index = {edge_name: i for i, edge_name in enumerate(names)}
     scores = torch.zeros(graph.n_edges, dtype=torch.float64)
     in_graph = torch.zeros(graph.n_edges, dtype=torch.bool)
     seen = torch.zeros(graph.n_edges, dtype=torch.bool)
-    any_score = False
+    scored = unscored = None
     for edge_name, record in records.items():
         i = index.get(edge_name)
         if i is None:
-            _edge_of(edge_name)  # a malformed name says so; a well-formed one is foreign
+            try:
+                _edge_of(edge_name)  # a malformed name says so; a well-formed one is foreign
+            except IntervError as error:
+                raise IntervError(f"{name}: edges[{edge_name!r}]: {error}") from None
             raise IntervError(
-                f"{name}: edge {edge_name!r} is not in the graph of {graph.model_name}"
+                f"{name}: edges[{edge_name!r}] is not an edge of {graph.model_name}'s graph"
             )
-        if not isinstance(record, Mapping) or not isinstance(record.get("in_graph"), bool):
-            raise IntervError(f"{name}: edge {edge_name!r} needs a bool 'in_graph'")
+        if not isinstance(record, Mapping) or "in_graph" not in record:
+            raise IntervError(f"{name}: edges[{edge_name!r}] needs 'in_graph' (and 'score')")
         score = record.get("score")
-        if score is not None:
-            if (
-                isinstance(score, bool)
-                or not isinstance(score, int | float)
-                or not math.isfinite(score)
-            ):
-                raise IntervError(f"{name}: edge {edge_name!r} has a non-number score {score!r}")
-            scores[i] = float(score)
-            any_score = True
-        in_graph[i] = record["in_graph"]
+        if score is None:
+            unscored = unscored or edge_name
+        else:
+            scores[i] = _score_of(score, name, edge_name)
+            scored = scored or edge_name
+        in_graph[i] = _member_of(record["in_graph"], name, edge_name)
         seen[i] = True
-    if not bool(seen.all()):
-        missing = [mib_edge_name(graph.edges[i]) for i in (~seen).nonzero().flatten()[:3].tolist()]
+    if scored and unscored:
         raise IntervError(
-            f"{name} holds {int(seen.sum())} of the graph's {graph.n_edges} edges (missing "
-            f"e.g. {missing}); a MIB edge file lists every edge"
+            f"{name}: edges[{scored!r}] has a score and edges[{unscored!r}] none; a MIB file "
+            "scores every edge it lists (importances) or none (a binary circuit)"
         )
-    return MIBCircuit(graph, scores if any_score else None, in_graph, d_model, name)
+    unlisted = int((~seen).sum())
+    has_scores = scored is not None and bool((scores != 0).any())
+    return MIBCircuit(graph, scores if has_scores else None, in_graph, d_model, name, unlisted)
+
+
+def _matrix_index(edge_name: str, n_heads: int, n_backward: int) -> tuple[int, int]:
+    """MIB's ``(forward, backward)`` matrix position of an edge (``Graph.to_pt``'s layout:
+    forward ``input``, then per layer the heads and the MLP; backward per layer the q, k, v
+    inputs of every head and the MLP, the logits last)."""
+    edge = _edge_of(edge_name)
+    sender, receiver = edge.sender, edge.receiver
+    if sender.kind == "embed":
+        forward = 0
+    else:
+        offset = n_heads if sender.kind == "mlp" else int(sender.head or 0)
+        forward = 1 + int(sender.layer or 0) * (n_heads + 1) + offset
+    if receiver.kind == "logits":
+        return forward, n_backward - 1
+    base = int(receiver.layer or 0) * (3 * n_heads + 1)
+    if receiver.kind == "mlp":
+        return forward, base + 3 * n_heads
+    return forward, base + "qkv".index(edge.input) * n_heads + int(receiver.head or 0)
+
+
+def _read_pt_circuit(path: Path, graph: Graph) -> MIBCircuit:
+    names, parallel = mib_layout(graph)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises bare pickling errors
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise IntervError(
+            f"{path}: not a MIB .pt circuit file that torch.load(weights_only=True) reads "
+            f"({type(error).__name__}: {first[:160]}); interv never unpickles other objects"
+        ) from None
+    name = str(path)
+    needed = ("cfg", "edges_scores", "edges_in_graph")
+    if not isinstance(data, Mapping) or not all(k in data for k in needed):
+        raise IntervError(f"{name} is not a MIB .pt circuit file: it needs {list(needed)}")
+    extra = [k for k in ("nodes_scores", "neurons_in_graph", "neurons_scores") if k in data]
+    if extra:
+        _refuse_node_level(name, "the file", extra)
+    d_model = _check_cfg(data["cfg"], graph, parallel, name)
+    shape = (1 + graph.n_layers * (graph.n_heads + 1), graph.n_layers * (3 * graph.n_heads + 1) + 1)
+    for key in ("edges_scores", "edges_in_graph"):
+        value = data[key]
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise IntervError(f"{name}: {key} must be a {list(shape)} tensor; got {got}")
+    matrix = data["edges_scores"].double()
+    if not bool(torch.isfinite(matrix).all()):
+        raise IntervError(f"{name}: edges_scores holds a non-finite score (NaN or inf)")
+    rows, cols = zip(*(_matrix_index(n, graph.n_heads, shape[1]) for n in names), strict=True)
+    rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
+    scores = matrix[rows_t, cols_t]
+    in_graph = data["edges_in_graph"][rows_t, cols_t] != 0
+    has_scores = bool((scores != 0).any())
+    return MIBCircuit(graph, scores if has_scores else None, in_graph, d_model, name)
+
+
+def read_mib_circuit(source: str | Path | Mapping[str, Any], graph: Graph) -> MIBCircuit:
+    """Read a MIB circuit file against ``graph``, as MIB's ``Graph.from_json`` / ``from_pt``
+    read it.
+
+    JSON (``Graph.to_json``) or ``.pt`` (``Graph.to_pt``, loaded with
+    ``torch.load(weights_only=True)`` only). Edges the file does not list score 0 and are
+    out of the circuit (as MIB reads them; counted in ``unlisted``); ``in_graph`` is a bool or
+    0/1. A file without scores (or all 0) is a circuit, such as one of the leaderboard's
+    per-size binary circuits: ``faithfulness`` evaluates a list of them, one per fraction.
+    Refused, in one line naming the field: node- and neuron-level files (nodes carrying
+    ``score``, ``neurons`` or ``neurons_scores``; MIB ranks those by node or neuron, never by
+    edge), a cfg of another shape (``n_layers``, ``n_heads``, ``parallel_attn_mlp``), names
+    that are not the graph's, non-numeric or non-finite scores, scores on some edges only.
+
+    Args:
+        source: a path to the JSON or ``.pt`` file, or the JSON's parsed content.
+        graph: the interv graph of the model it is evaluated on (MIB's shape:
+            :func:`mib_layout`).
+    """
+    _check_mib_shape(graph, "reading a MIB circuit file")
+    if isinstance(source, Mapping):
+        return _read_json_circuit(source, graph, "the given MIB circuit")
+    path = as_path(source, "MIB circuit file")
+    if path.suffix == ".pt":
+        return _read_pt_circuit(path, graph)
+    return _read_json_circuit(read_json(path, "MIB circuit file"), graph, str(path))
 
 
 def write_mib_circuit(
@@ -340,28 +563,28 @@ def write_mib_circuit(
 ) -> Path:
     """Write an interv circuit as a MIB circuit file (an importance-score submission).
 
-    Scores: ``-value`` of a :class:`~interv.circuits.CircuitResult` (exact where checked,
-    the estimate elsewhere) or of :class:`~interv.circuits.EdgeScores` (MIB's sign: higher
-    = more important). ``in_graph``: the top ``n_edges`` by ``|value|``, pruned (none when
-    None). ``d_model``: the model's width (``model.cfg.d_model``; MIB's config carries it),
-    needed unless ``ranking`` is a :class:`MIBCircuit`. interv's no-overwrite rule applies
+    Scores: :func:`mib_scores` (MIB's sign, higher = more helpful: ``-value`` when noising,
+    ``+value`` when denoising; for a :class:`~interv.circuits.CircuitResult` the exact effect
+    where checked, the estimate elsewhere). MIB ranks the file by these numbers only, and
+    ``faithfulness(..., convention="mib")`` ranks the result the same way, so both evaluate
+    the same circuit at every size (up to ties, which MIB breaks with an unstable sort).
+    ``in_graph``: the top ``n_edges`` by ``|score|`` (MIB's ``apply_topn(n_edges,
+    absolute=True)``), pruned (none when None). ``cfg.parallel_attn_mlp``: the graph's.
+    ``d_model``: the model's width (``model.cfg.d_model``; MIB's config carries it), needed
+    unless ``ranking`` is a :class:`MIBCircuit`. interv's no-overwrite rule applies
     (``overwrite=True`` replaces a regular file).
     """
     if isinstance(ranking, MIBCircuit):
         circuit = ranking
     else:
-        if isinstance(ranking, CircuitResult):
-            values, order = ranking.value, ranking.ranking()
-        else:
-            values = ranking.scores
-            order = torch.sort(-values.abs(), stable=True).indices
+        scores = mib_scores(ranking)
         graph = ranking.graph
         member = torch.zeros(graph.n_edges, dtype=torch.bool)
         if n_edges is not None:
-            member[order[:n_edges]] = True
+            member[mib_order(scores, absolute=True)[:n_edges]] = True
         if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
             raise IntervError(f"d_model must be the model's width, a positive int; got {d_model!r}")
-        circuit = MIBCircuit(graph, -values.double(), prune(graph, member), d_model, "interv")
+        circuit = MIBCircuit(graph, scores, prune(graph, member), d_model, "interv")
     text = json.dumps(circuit.to_dict())
     with claim_file(path, what="MIB circuit file", by="interv", overwrite=overwrite) as out:
         return out.write_text(Path(path).expanduser().name, text)
