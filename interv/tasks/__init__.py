@@ -6,7 +6,8 @@
   runner consumes.
 - :func:`load_task` and :func:`available_tasks` (:mod:`interv.tasks.builtin`): the
   built-in tasks (``"ioi"``, ``"capitals"``, ``"induction"``).
-- :func:`from_mib` (:mod:`interv.tasks.mib`): a local MIB task file as prompt pairs.
+- :func:`from_mib` (:mod:`interv.tasks.mib`): a local MIB task file, its rows kept as MIB's
+  loader keeps them (:class:`MIBTask`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "available_tasks": "interv.tasks.builtin",
     "from_mib": "interv.tasks.mib",
     "load_task": "interv.tasks.builtin",
+    "MIBTask": "interv.tasks.mib",
     "PromptPairs": "interv.tasks.pairs",
     "TokenizedPairs": "interv.tasks.tokenized",
 }
@@ -31,6 +33,6 @@ __getattr__, __dir__ = lazy_exports("interv.tasks", _EXPORTS, globals())
 
 if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.tasks.builtin import available_tasks, load_task
-    from interv.tasks.mib import from_mib
+    from interv.tasks.mib import MIBTask, from_mib
     from interv.tasks.pairs import PromptPairs
     from interv.tasks.tokenized import TokenizedPairs
