@@ -575,3 +575,10 @@ def test_binary_circuits_one_per_size_are_evaluated_as_given(gpt2):
         )
     with pytest.raises(IntervError, match="one circuit per fraction"):
         faithfulness(model, task, circuits[:3], convention="mib")
+
+
+def test_scores_are_ranked_as_the_float32_mib_holds_them():
+    # 1 + 2**-30 and 1 differ in float64 and are the same float32: a tie in MIB
+    scores = torch.tensor([1.0, 1.0 + 2**-30, 0.5], dtype=torch.float64)
+    assert mib_order(scores, True).tolist() == [0, 1, 2]  # graph order within the tie
+    assert cutoff_ties(scores, [1], absolute=True) == [2]

@@ -292,6 +292,38 @@ def _rankings(
     return full, full, "the given edge order"
 
 
+def _curve_masks(
+    ranking: Any,
+    graph: Graph,
+    fractions: Sequence[float],
+    sizes: list[int],
+    convention: str,
+    greedy: bool,
+) -> tuple[list[torch.Tensor], list[int], str, str, bool]:
+    """The circuits a curve evaluates: ``2 x len(fractions)`` ``[n_edges]`` masks (by
+    absolute value, then by signed value), pruned under ``convention="mib"``; the sizes;
+    what ranked them; the ties clause (MIB's convention); whether they were given."""
+    given = _given_circuits(ranking, graph, fractions, sizes, greedy)
+    masks = []
+    if given is not None:  # one circuit per fraction (MIB's binary-circuit submission)
+        for _ in range(2):  # no sign: the same circuits for CMD and for CPR
+            masks += [prune(graph, c) if convention == "mib" else c for c in given]
+        what = "the given circuits (one per fraction, no ranking)"
+        return masks, [int(c.sum()) for c in given], what, "", True
+    absolute, signed, what = _rankings(ranking, graph, convention)
+    ties = ""
+    if convention == "mib" and isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
+        ties = tie_note(mib_scores(ranking), fractions, sizes)
+    if greedy:
+        absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
+    for order in (absolute, signed):
+        for size in sizes:
+            mask = torch.zeros(graph.n_edges, dtype=torch.bool)
+            mask[order[:size]] = True
+            masks.append(prune(graph, mask) if convention == "mib" else mask)
+    return masks, sizes, what, ties, False
+
+
 def _given_circuits(
     ranking: Any,
     graph: Graph,
@@ -439,25 +471,9 @@ def faithfulness(
             what=("the model", "the ranking"),
             across=_RANKING_MAY_DIFFER,
         )
-    given = _given_circuits(ranking, graph, fractions, sizes, greedy)
-    ties = ""
-    masks = []
-    if given is not None:  # one circuit per fraction (MIB's binary-circuit submission)
-        sizes = [int(c.sum()) for c in given]
-        what = "the given circuits (one per fraction, no ranking)"
-        for _ in range(2):  # no sign: the same circuits for CMD and for CPR
-            masks += [prune(graph, c) if convention == "mib" else c for c in given]
-    else:
-        absolute, signed, what = _rankings(ranking, graph, convention)
-        if convention == "mib" and isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
-            ties = tie_note(mib_scores(ranking), fractions, sizes)
-        if greedy:
-            absolute, signed = _greedy(graph, absolute), _greedy(graph, signed)
-        for order in (absolute, signed):
-            for size in sizes:
-                mask = torch.zeros(graph.n_edges, dtype=torch.bool)
-                mask[order[:size]] = True
-                masks.append(prune(graph, mask) if convention == "mib" else mask)
+    masks, sizes, what, ties, given = _curve_masks(
+        ranking, graph, fractions, sizes, convention, greedy
+    )
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
     n_frac = len(fractions)
@@ -512,7 +528,7 @@ def faithfulness(
         "receiver already reaches the logits) of"
         if greedy
         else "circuits of"
-        if given is not None
+        if given
         else "circuits of the top"
     )
     sentence = (
@@ -525,7 +541,7 @@ def faithfulness(
         "CPR from circuits by signed value, CMD by absolute value"
     )
     if convention == "mib":
-        chosen = f"int(fraction x {graph.n_edges}) edges" if given is None else "the given circuits"
+        chosen = "the given circuits" if given else f"int(fraction x {graph.n_edges}) edges"
         sentence += (
             f"; MIB's convention: {chosen}"
             ", then pruned to those connecting the input to the logits (as MIB's "

@@ -273,16 +273,24 @@ def mib_order(scores: torch.Tensor, absolute: bool) -> torch.Tensor:
     """Every edge index, MIB's ``apply_topn`` order: by ``|score|`` (absolute, CMD) or by
     score (signed, CPR), highest first. Ties keep graph order here; MIB breaks them with an
     unstable ``torch.argsort``, so a cutoff inside a tie is exact only up to ties
-    (:func:`cutoff_ties`)."""
-    key = scores.abs() if absolute else scores
+    (:func:`cutoff_ties`). MIB holds scores as float32: they are ranked so here too (two
+    float64 scores that round to the same float32 tie in MIB)."""
+    key = _as_mib(scores, absolute)
     return torch.sort(-key, stable=True).indices
+
+
+def _as_mib(scores: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """The ranking key MIB sorts: the float32 score (``Graph.scores`` is float32), or its
+    absolute value."""
+    key = scores.to(torch.float32)
+    return key.abs() if absolute else key
 
 
 def cutoff_ties(scores: torch.Tensor, sizes: Sequence[int], absolute: bool) -> list[int]:
     """Per circuit size ``n``: how many edges share the score at MIB's cutoff when the cutoff
     falls inside a tie (the ``n``-th and ``(n+1)``-th edges score the same), else 0. There
     MIB's unstable sort may keep other edges of the tie than interv's graph order."""
-    key = scores.abs() if absolute else scores
+    key = _as_mib(scores, absolute)
     ordered = key[mib_order(scores, absolute)]
     counts = []
     for n in sizes:
