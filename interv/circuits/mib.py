@@ -577,7 +577,9 @@ def write_mib_circuit(
     ``faithfulness(..., convention="mib")`` ranks the result the same way, so both evaluate
     the same circuit at every size (up to ties, which MIB breaks with an unstable sort).
     ``in_graph``: the top ``n_edges`` by ``|score|`` (MIB's ``apply_topn(n_edges,
-    absolute=True)``), pruned (none when None). ``cfg.parallel_attn_mlp``: the graph's.
+    absolute=True)``), pruned to the circuit MIB evaluates (none when None; MIB's own saved
+    files hold ``apply_topn``'s single prune pass, which ``evaluate_graph`` prunes further).
+    ``cfg.parallel_attn_mlp``: the graph's.
     ``d_model``: the model's width (``model.cfg.d_model``; MIB's config carries it), needed
     unless ``ranking`` is a :class:`MIBCircuit`. interv's no-overwrite rule applies
     (``overwrite=True`` replaces a regular file).
