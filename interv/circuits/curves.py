@@ -310,6 +310,11 @@ def _curve_masks(
             masks += [prune(graph, c) if convention == "mib" else c for c in given]
         what = "the given circuits (one per fraction, no ranking)"
         return masks, [int(c.sum()) for c in given], what, "", True
+    if isinstance(ranking, MIBCircuit) and ranking.graph.n_edges != graph.n_edges:
+        raise IntervError(
+            f"{ranking.source} is read against a graph of {ranking.graph.n_edges} edges; the "
+            f"model's has {graph.n_edges}"
+        )
     absolute, signed, what = _rankings(ranking, graph, convention)
     ties = ""
     if convention == "mib" and isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
