@@ -582,3 +582,18 @@ def test_scores_are_ranked_as_the_float32_mib_holds_them():
     scores = torch.tensor([1.0, 1.0 + 2**-30, 0.5], dtype=torch.float64)
     assert mib_order(scores, True).tolist() == [0, 1, 2]  # graph order within the tie
     assert cutoff_ties(scores, [1], absolute=True) == [2]
+
+
+def test_a_mib_file_for_another_width_is_refused_before_any_forward(gpt2, monkeypatch):
+    def no_forward(*args, **kwargs):
+        raise AssertionError("a forward ran before the file was checked")
+
+    monkeypatch.setattr(curves_module, "forward", no_forward)
+    model, task = gpt2
+    graph = Graph.from_model(model)
+    names, _ = mib_layout(graph)
+    edges = {n: {"score": float(i + 1), "in_graph": False} for i, n in enumerate(names)}
+    cfg = {"n_layers": 2, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 64}
+    circuit = read_mib_circuit({"cfg": cfg, "nodes": {}, "edges": edges}, graph)
+    with pytest.raises(IntervError, match="another model: cfg d_model 64, the model's is 32"):
+        faithfulness(model, task, circuit, convention="mib")

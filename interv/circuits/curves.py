@@ -292,6 +292,17 @@ def _rankings(
     return full, full, "the given edge order"
 
 
+def _check_mib_width(ranking: Any, d_model: int) -> None:
+    """A MIB circuit file's ``cfg.d_model`` must be the model's width."""
+    files = ranking if isinstance(ranking, Sequence) and not isinstance(ranking, str) else [ranking]
+    for circuit in files:
+        if isinstance(circuit, MIBCircuit) and circuit.d_model != d_model:
+            raise IntervError(
+                f"{circuit.source} is for another model: cfg d_model {circuit.d_model}, the "
+                f"model's is {d_model}"
+            )
+
+
 def _curve_masks(
     ranking: Any,
     graph: Graph,
@@ -465,6 +476,7 @@ def faithfulness(
         raise IntervError(f"unknown convention {convention!r}; choose one of {CONVENTIONS}")
     fractions = tuple(fractions)
     graph = Graph.from_model(model)
+    _check_mib_width(ranking, int(model.cfg.d_model))
     sizes = _sizes(fractions, graph.n_edges, convention)
     provenance = Provenance.of(model, task, metric=target.name)
     ranked_from = None
