@@ -27,7 +27,15 @@ import torch
 from interv.audit import Screen, verify_screen
 from interv.circuits import CircuitResult, EdgeScores, Graph, faithfulness
 from interv.circuits import curves as curves_module
-from interv.circuits.curves import MIB_FRACTIONS, _rankings, _sizes, circuit_metrics, cmd, cpr
+from interv.circuits.curves import (
+    MIB_FRACTIONS,
+    _curve_masks,
+    _rankings,
+    _sizes,
+    circuit_metrics,
+    cmd,
+    cpr,
+)
 from interv.circuits.mib import (
     MIBCircuit,
     cutoff_ties,
@@ -337,6 +345,14 @@ def test_a_circuit_result_is_ranked_as_mib_ranks_the_file_interv_writes(tmp_path
     }
     # the interv convention keeps checked first
     assert torch.equal(_rankings(result, HAND)[0], result.ranking())
+    # the circuits faithfulness(..., convention="mib") evaluates: 5 % and 10 % as worked above
+    masks, kept_sizes, _, ties, _ = _curve_masks(result, HAND, MIB_FRACTIONS, sizes, "mib", False)
+    assert kept_sizes == sizes and len(masks) == 20
+    assert _labels(HAND, masks[5]) == {"L1H0->logits", "embed->L1H0.q"}  # absolute, 5 %
+    assert _labels(HAND, masks[10 + 6]) == {HAND.edges[i].label for i in (a, b, c, d)}  # signed
+    assert "0.2 (|score|: 42 edges tied at the cutoff)" in ties
+    interv_masks, *_ = _curve_masks(result, HAND, MIB_FRACTIONS, sizes, "interv", False)
+    assert _labels(HAND, interv_masks[5]) == {"L1H0->logits", "L1H1->logits"}  # checked first
     # the file: score = -value (exact where checked); in_graph = MIB's top-2 by |score|, pruned
     path = write_mib_circuit(tmp_path / "r.json", result, d_model=16, n_edges=2)
     data = json.loads(path.read_text())
