@@ -565,7 +565,7 @@ def faithfulness(
             "evaluate_area_under_curve)"
         )
         sentence += ties
-        if graph.grouped:
+        if any(receiver.node.kv for receiver in graph.receivers):  # not MIB's shape
             sentence += (
                 f"; edges counted on interv's grouped graph (key/value edges per key/value "
                 f"head), MIB counts {mib_edge_count(graph)}: not leaderboard-comparable"
