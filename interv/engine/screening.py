@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.answer_metric import answer_gradients
 from interv.engine.interventions import (
     ActivationPatch,
     MeanAblation,
@@ -166,19 +166,7 @@ def _gradients(
     """One forward and one backward of ``run`` (with ``hooks``): each site's activation and
     the gradient of each prompt's metric with respect to it (prompts are independent rows,
     so the gradient of the sum over prompts holds every prompt's own gradient)."""
-    device = model_device(model)
-    tokens = task.clean_tokens if run == "clean" else task.corrupted_tokens
-    target = task.target_ids.to(device)
-    foil = None if task.foil_ids is None else task.foil_ids.to(device)
-    out = forward(
-        model,
-        Prompts.of(tokens, task.attention_mask),
-        hooks=hooks,
-        readout="position_logits",
-        positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: metric(logits, target, foil, clean_logits.to(device)),
-    )
+    out = answer_gradients(model, task, run, sites, metric, clean_logits, hooks=hooks)
     return {site: out.captured[site] for site in sites}, out.gradients
 
 
