@@ -516,6 +516,11 @@ def view_attention(
         for item in (effects,) if isinstance(effects, Report) else effects:
             what = "the report" if isinstance(item, Report) else "the result"
             join(ours, item, what=("the viewer's prompts", what))
+        if not isinstance(effects, Report):
+            try:
+                answers = prompts.answer_query_positions()
+            except IntervError as error:
+                raise IntervError(f"{error}, and pass that report as result=") from None
     view = attention_view(
         model,
         prompts,
@@ -533,7 +538,7 @@ def view_attention(
             model,
             task,
             sink=sink,
-            query_positions=task.answer_query_positions(),
+            query_positions=answers,
             off_row_sink=off_row_sink,
         )
         report = build_report(effects, heads_conc)
