@@ -30,8 +30,8 @@ KINDS = [interv.ZeroAblation(1, 0), interv.ActivationPatch("z", 1, 3), interv.Ze
 
 
 @pytest.fixture(scope="module")
-def zoo():
-    return interv.load_model("induction-2l")
+def zoo(induction_zoo):
+    return induction_zoo
 
 
 @pytest.fixture(scope="module")

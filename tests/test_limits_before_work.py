@@ -36,8 +36,8 @@ SCREEN = Screen(top_k=10, audit=0, alpha=None)
 
 
 @pytest.fixture(scope="module")
-def zoo():
-    model = interv.load_model("induction-2l")
+def zoo(induction_zoo):
+    model = induction_zoo
     task = interv.load_task("induction", n_pairs=8, seed=1).tokenize(model)
     return model, task
 
