@@ -26,7 +26,13 @@ from interv.engine.interventions import (
     resample_index,
 )
 from interv.engine.runner import _base_runs
-from interv.engine.screening import SCREENABLE_KINDS, first_order_estimates, screened_values
+from interv.engine.screening import (
+    SCREENABLE_KINDS,
+    ExactScoring,
+    Resume,
+    first_order_estimates,
+    screened_values,
+)
 from interv.engine.sites import hook_name
 from interv.engine.targets import get_metric
 from interv.errors import IntervError
@@ -252,11 +258,10 @@ def test_a_resumed_screen_runs_no_exact_work_twice(model, task):
         ).reshape(copies, task.n_pairs)
 
     screen = Screen(top_k=3, audit=6, alpha=0.05, step=3, seed=0)
-    kwargs = {"max_batch_size": 64, "reuse_prefix": True}  # 4 interventions per forward
     baselines = {"clean": clean, "corrupted": corrupted}
-    whole = screened_values(
-        model, task, ablations, base, target, screen, baselines, score, **kwargs
-    )
+    # 4 interventions per forward
+    scoring = ExactScoring(score, baselines, max_batch_size=64, reuse_prefix=True)
+    whole = screened_values(model, task, ablations, base, target, screen, scoring)
 
     stored: dict[int, torch.Tensor] = {}
 
@@ -276,11 +281,8 @@ def test_a_resumed_screen_runs_no_exact_work_twice(model, task):
             base,
             target,
             screen,
-            baselines,
-            score,
-            on_exact=store_then_die,
-            estimates=whole.estimates,
-            **kwargs,
+            scoring,
+            Resume(estimates=whole.estimates, on_exact=store_then_die),
         )
     known = torch.full((len(ablations), task.n_pairs), torch.nan, dtype=torch.float64)
     for index, values in stored.items():
@@ -293,12 +295,12 @@ def test_a_resumed_screen_runs_no_exact_work_twice(model, task):
         base,
         target,
         screen,
-        baselines,
-        score,
-        known=known,
-        estimates=whole.estimates,
-        on_exact=lambda indices, values: asked.extend(indices),
-        **kwargs,
+        scoring,
+        Resume(
+            known=known,
+            estimates=whole.estimates,
+            on_exact=lambda indices, values: asked.extend(indices),
+        ),
     )
     assert not set(asked) & set(stored)  # nothing stored is computed again
     assert resumed.n_computed == len(asked) == whole.n_computed - len(stored)

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from interv._checks import as_int
 from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
@@ -37,7 +36,12 @@ from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
 from interv.circuits.screens import EdgeScores, edge_scores
-from interv.circuits.stability import CircuitStability, circuit_stability, exact_first
+from interv.circuits.stability import (
+    CircuitStability,
+    check_resamples,
+    circuit_stability,
+    exact_first,
+)
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
 from interv.provenance import Provenance, join
@@ -275,7 +279,13 @@ def discover(
     """
     target = check_task(model, task, metric)
     if stability is not None:
-        stability = as_int(stability, "stability (bootstrap resamples)", minimum=2)
+        stability = check_resamples(stability, task.n_pairs, "stability")
+        if isinstance(scores, EdgeScores) and scores.per_prompt is None:
+            raise IntervError(
+                "stability needs the screen's per-prompt estimates, and the scores passed carry "
+                "none (EdgeScores.to_dict(per_prompt=False) drops them); pass scores with their "
+                "per-prompt values, or scores=None to compute them"
+            )
     if not isinstance(screen, Screen):
         raise IntervError(
             f"screen must be an interv.Screen (e.g. Screen(top_k=200, audit=200)); got {screen!r}"

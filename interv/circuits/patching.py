@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.circuits.graph import Edge, Graph
+from interv.engine.answer_metric import answer_metric
 from interv.engine.forward import Prefix, Prompts, Suffix, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric, get_metric
@@ -267,13 +268,7 @@ def per_prompt_metric(
     """``[copies, n]`` metric of stacked copies' answer logits ``[copies * n, d_vocab]``."""
     n = task.n_pairs
     copies = logits.shape[0] // n
-    device = logits.device
-    values = metric(
-        logits,
-        task.target_ids.to(device).repeat(copies),
-        None if task.foil_ids is None else task.foil_ids.to(device).repeat(copies),
-        clean_logits.to(device).repeat(copies, 1),
-    )
+    values = answer_metric(metric, task, clean_logits, copies=copies)(logits)
     return values.view(copies, n)
 
 

@@ -67,6 +67,7 @@ from interv.circuits.patching import (
     sender_deltas,
     tokens_of,
 )
+from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import architecture_of
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
@@ -314,18 +315,8 @@ def _reader_gradients(
     if pattern_grads is not None:
         sites += [Site("pattern", layer) for layer in layers]
     sites.append(Site("final_resid"))
-    device = clean_logits.device
-    target = task.target_ids.to(device)
-    foil = None if task.foil_ids is None else task.foil_ids.to(device)
-    out = forward(
-        model,
-        Prompts.of(tokens_of(task, run), task.attention_mask),
-        hooks=hooks,
-        capture=looked,
-        readout="position_logits",
-        positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: metric(logits, target, foil, clean_logits),
+    out = answer_gradients(
+        model, task, run, sites, metric, clean_logits, hooks=hooks, capture=looked
     )
     seen, grads = out.captured, dict(out.gradients)
     if pattern_grads is not None:

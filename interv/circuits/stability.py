@@ -49,13 +49,21 @@ from interv.circuits.patching import edge_effects
 from interv.circuits.screens import graph_dict
 from interv.errors import IntervError
 from interv.provenance import Provenance, join
-from interv.stats import bootstrap_indices, percentile_interval
+from interv.stats import MIN_ITEMS, bootstrap_indices, percentile_interval, too_few
 
 if TYPE_CHECKING:
     from interv.circuits.discovery import CircuitResult
     from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["BAR", "DEFAULT_SIZES", "CircuitStability", "circuit_stability", "exact_first"]
+__all__ = [
+    "BAR",
+    "DEFAULT_SIZES",
+    "MAX_RESAMPLES",
+    "CircuitStability",
+    "check_resamples",
+    "circuit_stability",
+    "exact_first",
+]
 
 DEFAULT_SIZES: tuple[int, ...] = (20, 100, 500)
 """Circuit sizes (edges) compared by default (those within the graph)."""
@@ -64,6 +72,50 @@ BAR = 0.8
 """Méloux et al. (2025)'s proposed bar: Jaccard >= 0.8 over >= 100 resamples."""
 
 FORMAT = "interv.circuit_stability/1"
+
+MAX_RESAMPLES = 10_000
+"""The most bootstrap resamples one stability computation takes (the bar needs 100): each
+resample holds a row of prompt weights and redoes the ranking of every edge."""
+
+_BYTES_PER_DRAW = 24
+"""Memory per resample and prompt: its draw (int64), its count and its weight (float64)."""
+
+
+def check_resamples(n_resamples: Any, n_prompts: int, what: str = "n_resamples") -> int:
+    """``n_resamples`` as an int, checked with the prompts before any work: 2 to
+    :data:`MAX_RESAMPLES` resamples of at least :data:`~interv.stats.MIN_ITEMS` prompt pairs
+    (no interval from fewer). ``what`` names the argument in the message.
+
+    Raises:
+        IntervError: a count out of range (naming the memory it would need) or too few prompts.
+    """
+    n_resamples = as_int(n_resamples, f"{what} (bootstrap resamples)", minimum=2)
+    if n_resamples > MAX_RESAMPLES:
+        need = _BYTES_PER_DRAW * n_resamples * max(n_prompts, 1)
+        raise IntervError(
+            f"{what} {n_resamples} exceeds the maximum of {MAX_RESAMPLES} bootstrap resamples: "
+            f"{n_resamples} resamples of {n_prompts} prompt pairs would need at least "
+            f"{_size_text(need)} of memory for their tables ({_BYTES_PER_DRAW} bytes per "
+            f"resample and prompt), and each resample ranks every edge again; choose "
+            f"2..{MAX_RESAMPLES} (the bar of Méloux et al. 2025 asks >= 100)"
+        )
+    if n_prompts < MIN_ITEMS:
+        raise IntervError(
+            f"{what}: circuit stability resamples the prompts and gives no interval from fewer "
+            f"than {MIN_ITEMS} prompt pairs; the task has {n_prompts}: use at least {MIN_ITEMS} "
+            f"pairs, or no {what}"
+        )
+    return n_resamples
+
+
+def _size_text(n_bytes: float) -> str:
+    """``n_bytes`` in words, decimal units: ``"64.0 TB"``."""
+    units = ("bytes", "kB", "MB", "GB", "TB", "PB", "EB")
+    power = 0
+    while n_bytes >= 1000 and power < len(units) - 1:
+        n_bytes /= 1000
+        power += 1
+    return f"{n_bytes:.0f} bytes" if power == 0 else f"{n_bytes:.1f} {units[power]}"
 
 
 def exact_first(
@@ -206,7 +258,12 @@ class CircuitStability:
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"top-{s} {m:.2f} [{lo:.2f}, {hi:.2f}]"
+            f"top-{s} {m:.2f} "
+            + (
+                f"[{lo:.2f}, {hi:.2f}]"
+                if not (math.isnan(lo) or math.isnan(hi))
+                else f"({too_few(self.n_prompts) or 'n/a: undefined in every resample'})"
+            )
             for s, m, lo, hi in zip(self.sizes, self.mean, self.low, self.high, strict=True)
         )
         return (
@@ -264,7 +321,8 @@ def circuit_stability(
         task: the discovery's prompt pairs (checked against its fingerprint).
         result: the :class:`~interv.circuits.CircuitResult`; its scores must carry
             per-prompt estimates.
-        n_resamples: bootstrap resamples (>= 2; >= 100 for Méloux et al.'s bar).
+        n_resamples: bootstrap resamples (2..:data:`MAX_RESAMPLES`; >= 100 for Méloux et
+            al.'s bar), of at least :data:`~interv.stats.MIN_ITEMS` prompt pairs.
         sizes: circuit sizes in edges; None: 20, 100 and 500 (those below the graph's size).
         stable_at: the inclusion share from which an edge counts as stable.
         level: the Jaccard interval's level.
@@ -276,8 +334,11 @@ def circuit_stability(
 
     Returns:
         :class:`CircuitStability`.
+
+    Raises:
+        IntervError: before any forward, for an argument out of range, too few prompts,
+            another model or prompts than the circuit's, or scores without per-prompt values.
     """
-    n_resamples = as_int(n_resamples, "n_resamples (bootstrap resamples)", minimum=2)
     seed = as_int(seed, "seed")
     if not 0 < float(stable_at) <= 1:
         raise IntervError(f"stable_at must lie in (0, 1]; got {stable_at!r}")
@@ -293,13 +354,11 @@ def circuit_stability(
             "none (EdgeScores.to_dict(per_prompt=False) drops them); recompute the scores or "
             "load them with their per-prompt values"
         )
+    n = int(per_prompt.shape[1])
+    n_resamples = check_resamples(n_resamples, n)
     graph = result.graph
     sizes = _sizes(sizes, graph.n_edges)
-    n = int(per_prompt.shape[1])
-    if n < 2:
-        raise IntervError(f"circuit stability resamples prompts: it needs at least 2; got {n}")
     audit = result.audit
-    n_verified = audit.n_verified
     audited = torch.zeros(graph.n_edges, dtype=torch.bool)
     audited[audit.audited] = True
     draws = bootstrap_indices(n, n_resamples, seed)  # [B, n]
@@ -312,19 +371,11 @@ def circuit_stability(
     for first in range(0, n_resamples, 32):
         estimates = per_prompt @ weights[first : first + 32].T  # [n_edges, chunk]
         for column in estimates.T:
-            verified_sets.append(torch.sort(-column.abs(), stable=True).indices[:n_verified])
-    needed = torch.zeros(graph.n_edges, dtype=torch.bool)
+            verified_sets.append(torch.sort(-column.abs(), stable=True).indices[: audit.n_verified])
+    needed = audited.clone()
     for verified in verified_sets:
         needed[verified] = True
-    needed |= audited
-    exact = torch.full((graph.n_edges, n), torch.nan, dtype=torch.float64)
-    for index, values in dict(exact_per_prompt or {}).items():
-        row = torch.as_tensor(values, dtype=torch.float64).flatten()
-        if row.numel() != n:
-            raise IntervError(
-                f"exact_per_prompt[{index}] holds {row.numel()} values for {n} prompts"
-            )
-        exact[graph.index(index)] = row
+    exact = _given_exact(graph, exact_per_prompt, n)
     missing = (needed & exact.isnan().any(-1)).nonzero().flatten()
     if missing.numel():
         if progress is not None:
@@ -351,48 +402,72 @@ def circuit_stability(
     for b in range(n_resamples):
         checked = audited.clone()
         checked[verified_sets[b]] = True
-        estimates = per_prompt @ weights[b]
-        values = filled @ weights[b]
-        order = exact_first(checked, values, estimates)
+        order = exact_first(checked, filled @ weights[b], per_prompt @ weights[b])
         for row, size in enumerate(sizes):
             chosen = order[:size]
             counts[row, chosen] += 1
             shared = int(masks[row, chosen].sum())
             jaccard[row, b] = shared / (2 * size - shared)
-    mean = jaccard.mean(-1).tolist()
-    low, high = [], []
-    for row in jaccard:
-        a, b = percentile_interval(row, level, n_items=n)
-        low.append(a)
-        high.append(b)
-    method = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
-    sentence = (
-        f"circuit stability over {n_resamples} bootstrap resamples (seed {seed}) of the "
-        f"{n} prompt pairs of {result.task_name}: on each, the {method} screen's per-prompt "
-        f"estimates re-averaged, its own top {n_verified} by |estimate| and the full run's "
-        f"{int(audited.sum())} audited edges valued by their exact per-prompt path-patching "
-        f"effects re-averaged ({missing.numel()} edges patched for this, the rest reused), "
-        f"the circuit of each size ranked as the full result's (exact first); Jaccard with "
-        f"the full-sample circuit of the same size, {level:.0%} percentile interval over "
-        f"resamples; an edge is stable when at least {stable_at:.0%} of the resamples' "
-        f"circuits hold it; not redone: the screen's adaptive extension and its audit sample "
-        f"(the full run's); bar (Méloux et al. 2025): Jaccard >= {BAR} over >= 100 resamples"
-    )
+    intervals = [percentile_interval(row, level, n_items=n) for row in jaccard]
     return CircuitStability(
         graph=graph,
         sizes=sizes,
         circuits=circuits,
         jaccard=jaccard,
-        mean=mean,
-        low=low,
-        high=high,
+        mean=jaccard.mean(-1).tolist(),
+        low=[low for low, _ in intervals],
+        high=[high for _, high in intervals],
         inclusion=counts / n_resamples,
         n_resamples=n_resamples,
         seed=seed,
         level=float(level),
         stable_at=float(stable_at),
         n_prompts=n,
-        n_verified=n_verified,
+        n_verified=audit.n_verified,
         n_exact_computed=int(missing.numel()),
-        sentence=sentence,
+        sentence=_sentence(
+            result, n_resamples, seed, n, int(audited.sum()), missing.numel(), level, stable_at
+        ),
+    )
+
+
+def _given_exact(
+    graph: Graph, exact_per_prompt: Mapping[int, torch.Tensor] | None, n: int
+) -> torch.Tensor:
+    """``[n_edges, n]`` float64: the given exact per-prompt effects, NaN where none given."""
+    exact = torch.full((graph.n_edges, n), torch.nan, dtype=torch.float64)
+    for index, values in dict(exact_per_prompt or {}).items():
+        row = torch.as_tensor(values, dtype=torch.float64).flatten()
+        if row.numel() != n:
+            raise IntervError(
+                f"exact_per_prompt[{index}] holds {row.numel()} values for {n} prompts"
+            )
+        exact[graph.index(index)] = row
+    return exact
+
+
+def _sentence(
+    result: CircuitResult,
+    n_resamples: int,
+    seed: int,
+    n: int,
+    n_audited: int,
+    n_patched: int,
+    level: float,
+    stable_at: float,
+) -> str:
+    """What a stability computation resampled and what its numbers are, in one sentence."""
+    scores = result.scores
+    method = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
+    return (
+        f"circuit stability over {n_resamples} bootstrap resamples (seed {seed}) of the "
+        f"{n} prompt pairs of {result.task_name}: on each, the {method} screen's per-prompt "
+        f"estimates re-averaged, its own top {result.audit.n_verified} by |estimate| and the "
+        f"full run's {n_audited} audited edges valued by their exact per-prompt path-patching "
+        f"effects re-averaged ({n_patched} edges patched for this, the rest reused), "
+        f"the circuit of each size ranked as the full result's (exact first); Jaccard with "
+        f"the full-sample circuit of the same size, {level:.0%} percentile interval over "
+        f"resamples; an edge is stable when at least {stable_at:.0%} of the resamples' "
+        f"circuits hold it; not redone: the screen's adaptive extension and its audit sample "
+        f"(the full run's); bar (Méloux et al. 2025): Jaccard >= {BAR} over >= 100 resamples"
     )

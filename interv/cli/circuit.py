@@ -59,6 +59,7 @@ def _alpha(text: str) -> float | None:
 def _checked(args: argparse.Namespace) -> dict[str, Any]:
     """Every option checked without loading anything; the pairs read (data only)."""
     from interv.circuits.screens import check_method  # torch: on use (CLI start-up)
+    from interv.circuits.stability import check_resamples  # torch: on use (CLI start-up)
     from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
     from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
 
@@ -74,8 +75,6 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
     top_k = as_int(args.verify_top, "--verify-top K", minimum=1)
     audit = as_int(args.audit, "--audit N", minimum=0)
-    if args.stability is not None:
-        as_int(args.stability, "--stability B (bootstrap resamples)", minimum=2)
     for flag in ("n_edges", "batch_size"):
         if getattr(args, flag) is not None:
             as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
@@ -87,6 +86,8 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
         raise IntervError(f"unknown --complement {args.complement!r}; choose one of {COMPLEMENTS}")
     check_model_spec(args.model)
     pairs = command_pairs(args, metric=args.metric)  # read and checked; nothing loads
+    if args.stability is not None:
+        check_resamples(args.stability, pairs.n_pairs, "--stability B")
     task_name = Path(args.pairs).stem if args.pairs is not None else args.task or args._task_default
     return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
 
@@ -205,6 +206,8 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
 
 
 def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int) -> None:
+    from interv.report.circuit import interval_cell  # torch: on use (CLI start-up)
+
     status = circuit.status
     counts = {s: status.count(s) for s in ("exact (verified)", "exact (audit)", "estimated")}
     unit = circuit.unit
@@ -220,7 +223,7 @@ def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: i
     stability = circuit.stability
     if stability is not None:
         sizes = ", ".join(
-            f"top-{size} {mean:.2f} [{_interval_end(low)}, {_interval_end(high)}]"
+            f"top-{size} {mean:.2f} ({interval_cell((low, high), stability.n_prompts)})"
             for size, mean, low, high in zip(
                 stability.sizes, stability.mean, stability.low, stability.high, strict=True
             )
@@ -239,10 +242,6 @@ def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: i
             )
     parked = ", ".join(link.parked_outside) or "none"
     print(f"concentrated, sink-parked heads outside the circuit: {parked}")
-
-
-def _interval_end(value: Any) -> str:
-    return "n/a" if value is None or value != value else f"{value:.2f}"
 
 
 def _fmt(value: Any) -> str:

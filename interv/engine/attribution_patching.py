@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.answer_metric import answer_gradients
+from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric, get_metric
 from interv.tasks.tokenized import TokenizedPairs
@@ -59,7 +60,6 @@ def approximate_head_patching_scores(
     """
     target_metric = get_metric(metric)
     target_metric.check_foil(task.foil_ids)
-    device = model_device(model)
     sites = [Site("z", layer) for layer in range(model.cfg.n_layers)]
     clean = forward(
         model,
@@ -68,21 +68,11 @@ def approximate_head_patching_scores(
         readout="position_logits",
         positions=task.answer_positions,
     )
-    target = task.target_ids.to(device)
-    foil = None if task.foil_ids is None else task.foil_ids.to(device)
-    corrupted = forward(
-        model,
-        Prompts.of(task.corrupted_tokens, task.attention_mask),
-        readout="position_logits",
-        positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: target_metric(logits, target, foil, clean.readout) / task.n_pairs,
-    )
-    return torch.stack(
-        [
-            (corrupted.gradients[site] * (clean.captured[site] - corrupted.captured[site])).sum(
-                (0, 1, 3)
-            )
-            for site in sites
-        ]
-    ).cpu()
+    corrupted = answer_gradients(model, task, "corrupted", sites, target_metric, clean.readout)
+    scores = [
+        (corrupted.gradients[site] * (clean.captured[site] - corrupted.captured[site])).sum(
+            (0, 1, 3)
+        )
+        for site in sites
+    ]
+    return torch.stack(scores).cpu() / task.n_pairs

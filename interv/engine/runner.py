@@ -23,7 +23,8 @@ reference path). The runner never prints; hooks never outlive a call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +33,17 @@ import torch
 from interv._checks import as_finite, as_int
 from interv._progress import Progress, check_progress, counting
 from interv.audit import Screen
+from interv.engine.answer_metric import answer_metric
 from interv.engine.protocol import RUNS, Intervention, semantics
 from interv.engine.results import InterventionResult, Scope, ScreenOutcome, intervention_fields
-from interv.engine.screening import check_screen, exact_values, pool_label, screened_values
+from interv.engine.screening import (
+    ExactScoring,
+    Resume,
+    check_screen,
+    exact_values,
+    pool_label,
+    screened_values,
+)
 from interv.engine.sites import check_prompt_positions
 from interv.engine.stacking import (
     BaseRunCache,
@@ -304,26 +313,6 @@ class RunPlan:
         return f"interv.run: {n} intervention{'' if n == 1 else 's'}{screened}"
 
 
-@dataclass(frozen=True)
-class Resume:
-    """Where an interrupted screened run continues, and who keeps its work: what a
-    screened sweep hands :func:`execute` (see :func:`interv.engine.screening.screened_values`).
-
-    Attributes:
-        known: ``[n, n_prompts]`` exact values computed before (NaN rows where not), never
-            recomputed; None: none.
-        estimates: ``[n, n_prompts]`` the earlier first-order estimates, so that the
-            ranking and the audit sample are the interrupted run's; None: estimate anew.
-        on_estimates: called once with the estimates, before any exact work.
-        on_exact: called with ``(indices, values)`` after each exact forward.
-    """
-
-    known: torch.Tensor | None = None
-    estimates: torch.Tensor | None = None
-    on_estimates: Callable[[torch.Tensor], None] | None = None
-    on_exact: Callable[[list[int], torch.Tensor], None] | None = None
-
-
 def execute(
     model: Any, plan: RunPlan, *, cache: BaseRunCache | None = None, resume: Resume | None = None
 ) -> InterventionResult:
@@ -342,12 +331,8 @@ def execute(
         def score(logits: torch.Tensor) -> torch.Tensor:
             """``[k * n_pairs, d_vocab]`` answer logits -> ``[k, n_pairs]`` metric."""
             copies = logits.shape[0] // task.n_pairs
-            return plan.metric(
-                logits,
-                task.target_ids.repeat(copies),
-                None if task.foil_ids is None else task.foil_ids.repeat(copies),
-                clean_logits.repeat(copies, 1),
-            ).reshape(copies, task.n_pairs)
+            of = answer_metric(plan.metric, task, clean_logits, copies=copies)
+            return of(logits).reshape(copies, task.n_pairs)
 
         clean = score(clean_logits)[0]
         corrupted = score(base.readouts["corrupted"].cpu())[0]
@@ -372,6 +357,12 @@ def execute(
                 if resume.on_exact is not None:
                     resume.on_exact(indices, exact)
 
+            scoring = ExactScoring(
+                score,
+                {"clean": clean, "corrupted": corrupted},
+                max_batch_size=plan.max_batch_size,
+                reuse_prefix=plan.reuse_prefix,
+            )
             screened = screened_values(
                 model,
                 task,
@@ -379,14 +370,8 @@ def execute(
                 base,
                 plan.metric,
                 plan.screen,
-                {"clean": clean, "corrupted": corrupted},
-                score,
-                max_batch_size=plan.max_batch_size,
-                reuse_prefix=plan.reuse_prefix,
-                known=resume.known,
-                estimates=resume.estimates,
-                on_estimates=resume.on_estimates,
-                on_exact=on_exact,
+                scoring,
+                dataclasses.replace(resume, on_exact=on_exact),
             )
             count.advance(len(checked))  # the rest are estimates, done too
             values = screened.values.to(clean.dtype)

@@ -34,14 +34,14 @@ gradient) at the clean run, so it can screen denoising only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.answer_metric import answer_gradients
 from interv.engine.interventions import (
     ActivationPatch,
     MeanAblation,
@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 __all__ = [
     "METHOD",
     "SCREENABLE_KINDS",
+    "ExactScoring",
+    "Resume",
     "Screened",
     "check_screen",
     "check_screenable",
@@ -166,19 +168,7 @@ def _gradients(
     """One forward and one backward of ``run`` (with ``hooks``): each site's activation and
     the gradient of each prompt's metric with respect to it (prompts are independent rows,
     so the gradient of the sum over prompts holds every prompt's own gradient)."""
-    device = model_device(model)
-    tokens = task.clean_tokens if run == "clean" else task.corrupted_tokens
-    target = task.target_ids.to(device)
-    foil = None if task.foil_ids is None else task.foil_ids.to(device)
-    out = forward(
-        model,
-        Prompts.of(tokens, task.attention_mask),
-        hooks=hooks,
-        readout="position_logits",
-        positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: metric(logits, target, foil, clean_logits.to(device)),
-    )
+    out = answer_gradients(model, task, run, sites, metric, clean_logits, hooks=hooks)
     return {site: out.captured[site] for site in sites}, out.gradients
 
 
@@ -374,6 +364,43 @@ class Screened:
     n_computed: int
 
 
+@dataclass(frozen=True)
+class ExactScoring:
+    """How a screen's exact values are computed and what its effects are measured from.
+
+    Attributes:
+        score: answer logits ``[k * n_prompts, d_vocab]`` -> ``[k, n_prompts]`` metric.
+        baselines: ``{"clean": [n_prompts], "corrupted": [n_prompts]}`` metric values of
+            the base runs (an intervention's effect is its value minus its base run's).
+        max_batch_size, reuse_prefix: the exact forwards' batching, as for :func:`interv.run`.
+    """
+
+    score: Callable[[torch.Tensor], torch.Tensor]
+    baselines: Mapping[str, torch.Tensor]
+    max_batch_size: int
+    reuse_prefix: bool
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where an interrupted screened run continues, and who keeps its work: what a
+    screened sweep hands :func:`interv.engine.runner.execute` (see :func:`screened_values`).
+
+    Attributes:
+        known: ``[n, n_prompts]`` exact values computed before (NaN rows where not), never
+            recomputed; None: none.
+        estimates: ``[n, n_prompts]`` the earlier first-order estimates, so that the
+            ranking and the audit sample are the interrupted run's; None: estimate anew.
+        on_estimates: called once with the estimates, before any exact work.
+        on_exact: called with ``(indices, values)`` after each exact forward.
+    """
+
+    known: torch.Tensor | None = None
+    estimates: torch.Tensor | None = None
+    on_estimates: Callable[[torch.Tensor], None] | None = None
+    on_exact: Callable[[list[int], torch.Tensor], None] | None = None
+
+
 def screened_values(
     model: Any,
     task: TokenizedPairs,
@@ -381,48 +408,36 @@ def screened_values(
     base: BaseRuns,
     metric: TargetMetric,
     screen: Screen,
-    baselines: dict[str, torch.Tensor],
-    score: Callable[[torch.Tensor], torch.Tensor],
-    *,
-    max_batch_size: int,
-    reuse_prefix: bool,
-    known: torch.Tensor | None = None,
-    estimates: torch.Tensor | None = None,
-    on_estimates: Callable[[torch.Tensor], None] | None = None,
-    on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
+    scoring: ExactScoring,
+    resume: Resume | None = None,
 ) -> Screened:
     """Estimate every intervention, verify and audit exactly (:func:`verify_screen`).
 
     Each look of the verification asks for all its candidates at once; they run in one
-    call of stacked exact forwards with prefix reuse, and ``on_exact`` sees each forward's
-    values as soon as it is done (a sweep stores them then).
+    call of stacked exact forwards with prefix reuse, and ``resume.on_exact`` sees each
+    forward's values as soon as it is done (a sweep stores them then).
 
     Args:
         model, task, interventions, base, metric: as for :func:`first_order_estimates`.
         screen: the checking rule.
-        baselines: ``{"clean": [n_prompts], "corrupted": [n_prompts]}`` metric values.
-        score: answer logits ``[k * n_prompts, d_vocab]`` -> ``[k, n_prompts]`` metric.
-        max_batch_size, reuse_prefix: as for :func:`interv.run`.
-        known: ``[n_interventions, n_prompts]`` exact values already computed (NaN rows
-            where not), e.g. by an interrupted sweep: reused, never recomputed.
-        estimates: the estimates of an earlier call (``Screened.estimates``), so that a
-            resumed screen ranks and audits exactly as the interrupted one did; None
-            computes them.
-        on_estimates: called with the ``[n_interventions, n_prompts]`` estimates once they
-            are computed (not when ``estimates`` were given), before any exact work.
-        on_exact: called with ``(indices, values [k, n_prompts])`` after each exact
-            forward.
+        scoring: how exact values are computed, and the base runs' values.
+        resume: what an interrupted call left (:class:`Resume`): exact values ``known``
+            are reused, never recomputed; ``estimates`` of the earlier call make a resumed
+            screen rank and audit exactly as the interrupted one did; ``on_estimates`` and
+            ``on_exact`` see the new work as it is done. None: a fresh screen.
 
     Returns:
         A :class:`Screened`.
     """
+    resume = resume or Resume()
+    known, estimates, on_exact = resume.known, resume.estimates, resume.on_exact
     n = len(interventions)
     check_screen(screen, interventions, metric)
     steps = screen.steps if screen.estimator == "integrated" else 1
     if estimates is None:
         estimates = first_order_estimates(model, task, interventions, metric, base, steps=steps)
-        if on_estimates is not None:
-            on_estimates(estimates)
+        if resume.on_estimates is not None:
+            resume.on_estimates(estimates)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
     if estimates.shape != (n, task.n_pairs):
         raise IntervError(
@@ -430,7 +445,7 @@ def screened_values(
             f"{tuple(estimates.shape)}"
         )
     base_values = torch.stack(
-        [baselines[iv.base_run].double() for iv in interventions]
+        [scoring.baselines[iv.base_run].double() for iv in interventions]
     )  # [n, n_prompts]
     values = torch.full((n, task.n_pairs), torch.nan, dtype=torch.float64)
     if known is not None:
@@ -461,9 +476,9 @@ def screened_values(
             task,
             [interventions[j] for j in todo],
             base,
-            score,
-            max_batch_size=max_batch_size,
-            reuse_prefix=reuse_prefix,
+            scoring.score,
+            max_batch_size=scoring.max_batch_size,
+            reuse_prefix=scoring.reuse_prefix,
             on_forward=done,
         )
         return (values[indices] - base_values[indices]).mean(-1)

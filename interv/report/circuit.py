@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from interv._checks import as_int
 from interv._inert import markdown_text
-from interv.audit import ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED
+from interv.audit import ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Audit
 from interv.circuits.curves import FaithfulnessCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.mission import CircuitEdge, MissionLink, RankAgreement
@@ -118,7 +118,7 @@ def stability_columns(
         [
             str(size),
             number(mean, 3),
-            f"{number(low, 3)} {dots} {number(high, 3)}",
+            interval_cell((low, high), stability.n_prompts, dots),
             f"{int(stability.stable(size).sum())} of {size}",
         ]
         for size, mean, low, high in zip(
@@ -204,10 +204,15 @@ def bounds_text(
     interval: tuple[float, float], n_prompts: int, level: str = "95%", dots: str = "..."
 ) -> str:
     """``95% interval a ... b``, or why it is n/a."""
+    return f"{level} interval {interval_cell(interval, n_prompts, dots)}"
+
+
+def interval_cell(interval: tuple[float, float], n_prompts: int, dots: str = "...") -> str:
+    """``a ... b``, or ``n/a: <why>`` (too few prompts, :func:`interv.stats.too_few`)."""
     low, high = interval
     if math.isnan(low) or math.isnan(high):
-        return f"{level} interval {too_few(n_prompts) or 'n/a (undefined in every resample)'}"
-    return f"{level} interval {number(low, 3)} {dots} {number(high, 3)}"
+        return too_few(n_prompts) or "n/a: undefined in every resample"
+    return f"{number(low, 3)} {dots} {number(high, 3)}"
 
 
 def _faithfulness_markdown(curve: FaithfulnessCurve) -> list[str]:
@@ -250,8 +255,20 @@ def audit_lines(circuit: CircuitResult) -> list[str]:
         f"audit: {audit.misses} of {int(audit.audited.numel())} audited edges above the top-k "
         f"threshold {number(audit.threshold, 3)}; miss rate <= {number(audit.miss_bound, 3)} "
         "(one-sided Clopper-Pearson upper bound); Spearman of screen vs exact over the "
-        f"checked edges {number(audit.rank_agreement, 2)}",
+        f"{audit.n_checked} checked edges {_rank_text(audit)}",
     ]
+
+
+def _rank_text(audit: Audit) -> str:
+    """The audit's rank agreement with its interval, or why it is n/a."""
+    if math.isnan(audit.rank_agreement):
+        reason = too_few(audit.n_checked, "checked edge", "rank correlation")
+        return reason or "n/a: constant values"
+    level = f"{audit.screen.level:.0%}"
+    return (
+        f"{number(audit.rank_agreement, 2)} "
+        f"({bounds_text(audit.rank_interval, audit.n_checked, level)}, bootstrap over them)"
+    )
 
 
 def circuit_markdown(

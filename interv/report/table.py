@@ -70,12 +70,14 @@ from interv.report.sections import (
     section_tables,
 )
 from interv.stats import MIN_ITEMS, TOO_FEW, bootstrap_indices, bootstrap_mean_ci
+from interv.tasks.tokenized import answer_offsets
 
 if TYPE_CHECKING:
     import pandas
     from matplotlib.figure import Figure
 
     from interv.engine.interventions import Intervention
+    from interv.engine.results import Scope
 
 __all__ = ["Report", "ReportHeader", "ReportRow", "build_report"]
 
@@ -545,19 +547,17 @@ def _combine(
     return results
 
 
-def _query_description(
-    concentration: HeadConcentration, answer_positions: tuple[int, ...], padding_side: str
-) -> str:
+def _query_description(concentration: HeadConcentration, scope: Scope) -> str:
     queries = concentration.query_positions
-    at_answer = (
-        len(queries) == 1
-        and padding_side == "right"
-        and concentration.query_index[:, 0].tolist() == list(answer_positions)
+    offsets = answer_offsets(
+        scope.answer_positions, concentration.prompt_lengths, scope.n_positions, scope.padding_side
     )
+    at_answer = len(queries) == 1 and concentration.query_index[:, 0].tolist() == list(offsets)
     if at_answer:
+        counted = "last real token, -1 = last" if queries[0] < 0 else "first real token"
         return (
             f"the answer position of each prompt (the query whose output is scored; "
-            f"query position {queries[0]} counted from the first real token)"
+            f"query position {queries[0]} counted from the {counted})"
         )
     return (
         f"query positions {list(queries)} counted from each prompt's first real token "
@@ -582,8 +582,9 @@ def build_report(
             (rows follow in order).
         concentration: :func:`interv.concentration` on the same model and the same
             prompts (the task's clean prompts), at the query positions the report
-            should show (default choice: the answer positions, ``query_positions=(-1,)``
-            for right-padded tasks scored at the last token).
+            should show (default choice: the answer positions,
+            ``task.answer_query_positions()``: ``(-1,)`` for tasks scored at each prompt's
+            last real token, either padding side).
         interventions: the intervention values, in the order of the rows, to read each
             row's site from instead of the results' own ``sites`` (for results saved
             without sites).
@@ -771,9 +772,7 @@ def build_report(
         padding_side=scope.padding_side,
         n_layers=int(n_layers),
         n_heads=int(n_heads),
-        query_positions=_query_description(
-            concentration, scope.answer_positions, scope.padding_side
-        ),
+        query_positions=_query_description(concentration, scope),
         mask_rule=concentration.mask_rule,
         sink_positions=tuple(concentration.sink_positions),
         sink_convention=concentration.sink_convention,

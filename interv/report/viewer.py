@@ -488,7 +488,8 @@ def view_attention(
         result: effects to show beside each head: an :class:`~interv.InterventionResult`
             (or a list) of ``interv.run`` on ``prompts``, or a :class:`~interv.Report` of
             them. A result is joined into a report here (flags as in the report, with
-            concentration at the answer positions: one more forward).
+            concentration at the answer positions, ``prompts.answer_query_positions()``,
+            either padding side: one more forward).
         attention_mask: ``[batch, pos]`` bool for a padded token tensor.
         prompt_indices: which prompts of the batch to show (default all).
         sink: sink key position(s), counted from each prompt's first real token.
@@ -502,7 +503,9 @@ def view_attention(
 
     Raises:
         IntervError: before any forward, for heads or prompts out of range, a prompt
-            longer than the model's context, or a result from another model or task.
+            longer than the model's context, a result from another model or task, or a
+            result of a task whose answers no one query position describes (then pass a
+            report built with the query positions you choose).
     """
     effects = _effects_of(result)
     if effects is not None:
@@ -516,6 +519,11 @@ def view_attention(
         for item in (effects,) if isinstance(effects, Report) else effects:
             what = "the report" if isinstance(item, Report) else "the result"
             join(ours, item, what=("the viewer's prompts", what))
+        if not isinstance(effects, Report):
+            try:
+                answers = prompts.answer_query_positions()
+            except IntervError as error:
+                raise IntervError(f"{error}, and pass that report as result=") from None
     view = attention_view(
         model,
         prompts,
@@ -533,7 +541,7 @@ def view_attention(
             model,
             task,
             sink=sink,
-            query_positions=task.answer_query_positions(),
+            query_positions=answers,
             off_row_sink=off_row_sink,
         )
         report = build_report(effects, heads_conc)

@@ -25,6 +25,8 @@ from interv.errors import IntervError
 
 __all__ = [
     "TokenizedPairs",
+    "answer_offsets",
+    "answer_query_position",
     "check_context",
     "check_distinct",
     "check_token_ids",
@@ -116,6 +118,34 @@ def pairs_fingerprint(
         digest.update(ids.numpy().astype("<i8").tobytes())
         digest.update(repr((int(answer), int(target), int(foil))).encode())
     return digest.hexdigest()[:16]
+
+
+def answer_offsets(
+    answer_positions: torch.Tensor | tuple[int, ...],
+    lengths: torch.Tensor | tuple[int, ...],
+    n_positions: int,
+    padding_side: str,
+) -> tuple[int, ...]:
+    """Answer positions of the padded tensor (``answer_positions``) counted from each prompt's
+    first real token instead: prompts of ``lengths`` real tokens, padded on ``padding_side``
+    to ``n_positions`` (a right-padded prompt starts at 0, a left-padded one at
+    ``n_positions - length``). The one translation between the engine's positions and
+    concentration's, used by the task and by a report that has only a result's scope."""
+    firsts = (
+        (0,) * len(lengths) if padding_side == "right" else (n_positions - int(n) for n in lengths)
+    )
+    return tuple(int(p) - first for p, first in zip(answer_positions, firsts, strict=True))
+
+
+def answer_query_position(offsets: tuple[int, ...], lengths: tuple[int, ...]) -> int | None:
+    """The one concentration query position that is every prompt's answer position: -1 when
+    each answer (``offsets``, from the first real token) is its prompt's last real token,
+    ``p`` when every answer is ``p`` tokens after the first; None when neither holds."""
+    if all(offset == int(n) - 1 for offset, n in zip(offsets, lengths, strict=True)):
+        return -1
+    if all(offset == offsets[0] for offset in offsets):
+        return offsets[0]
+    return None
 
 
 def check_distinct(tokens: torch.Tensor, mask: torch.Tensor, what: str) -> None:
@@ -281,31 +311,38 @@ class TokenizedPairs:
         """Padded sequence length."""
         return int(self.clean_tokens.shape[1])
 
+    @property
+    def answer_offsets(self) -> tuple[int, ...]:
+        """Each prompt's answer position counted from its first real token (the way
+        :func:`interv.concentration` counts query positions), either padding side."""
+        return answer_offsets(
+            self.answer_positions, self.attention_mask.sum(1), self.n_positions, self.padding_side
+        )
+
     def answer_query_positions(self) -> tuple[int, ...]:
         """Query positions (for :func:`interv.concentration`) that are the answer positions.
 
-        Concentration counts query positions from each prompt's first real token, the
-        engine counts answer positions in the padded tensor. ``(-1,)`` (the last real
-        token) is returned when every answer position is its prompt's last real token;
-        ``(p,)`` when every prompt is right-padded and answered at the same position ``p``.
+        Concentration counts query positions from each prompt's first real token (negative
+        ones from its last), the engine counts answer positions in the padded tensor.
+        ``(-1,)`` (the last real token) is returned when every answer position is its
+        prompt's last real token, either padding side; ``(p,)`` when every prompt is
+        answered ``p`` tokens after its first real token.
 
         Raises:
-            IntervError: neither holds (then pass explicit query positions).
+            IntervError: neither holds (no one query position is every prompt's answer).
         """
-        rows = torch.arange(self.n_pairs)
-        real = self.attention_mask
-        last_real = real.shape[1] - 1 - real.flip(-1).int().argmax(-1)
-        if bool((self.answer_positions == last_real).all()) and self.padding_side == "right":
-            return (-1,)
-        first_real = real.int().argmax(-1)
-        relative = self.answer_positions - first_real
-        if bool((relative == relative[0]).all()) and bool(real[rows, self.answer_positions].all()):
-            return (int(relative[0]),)
-        raise IntervError(
-            "the task's answer positions are neither every prompt's last real token nor one "
-            f"common position (answer positions {self.answer_positions.tolist()}); pass "
-            "query_positions explicitly"
-        )
+        lengths = tuple(int(n) for n in self.attention_mask.sum(1))
+        found = answer_query_position(self.answer_offsets, lengths)
+        if found is None:
+            raise IntervError(
+                f"task {self.name!r}: its answer positions, counted from each prompt's first "
+                f"real token ({list(self.answer_offsets)}; prompt lengths {list(lengths)}), are "
+                "neither every prompt's last real token nor one common position, so no one "
+                "concentration query position is every prompt's answer; choose the query "
+                "positions yourself: interv.build_report(result, interv.concentration(model, "
+                "task, query_positions=[...]))"
+            )
+        return (found,)
 
     def resample(self, index: torch.Tensor | list[int]) -> TokenizedPairs:
         """The pairs at ``index``, drawn with replacement (a bootstrap resample): repeated
