@@ -68,7 +68,7 @@ from interv.circuits.patching import (
     tokens_of,
 )
 from interv.engine.architecture import architecture_of
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import Gradient, Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes
@@ -324,8 +324,7 @@ def _reader_gradients(
         capture=looked,
         readout="position_logits",
         positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: metric(logits, target, foil, clean_logits),
+        gradient=Gradient(sites, lambda logits: metric(logits, target, foil, clean_logits)),
     )
     seen, grads = out.captured, dict(out.gradients)
     if pattern_grads is not None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.forward import Gradient, Prompts, forward, model_device
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric, get_metric
 from interv.tasks.tokenized import TokenizedPairs
@@ -75,8 +75,9 @@ def approximate_head_patching_scores(
         Prompts.of(task.corrupted_tokens, task.attention_mask),
         readout="position_logits",
         positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: target_metric(logits, target, foil, clean.readout) / task.n_pairs,
+        gradient=Gradient(
+            sites, lambda logits: target_metric(logits, target, foil, clean.readout) / task.n_pairs
+        ),
     )
     return torch.stack(
         [

@@ -43,7 +43,7 @@ where they do not. ``forward(..., attention="auto")`` (:mod:`interv.engine.forwa
 pattern-free from :data:`LONG_CONTEXT` positions on.
 
 >>> request = RowRequest(on_layer=lambda layer, stats: kept.append(stats))
->>> forward(model, Prompts.of(tokens), readout=None, attention="rows", rows=request)
+>>> forward(model, Prompts.of(tokens), readout=None, attention=AttentionPath("rows", request))
 >>> kept[0].entropy.shape                          # [batch, head_index, pos], nats
 """
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
-from interv.engine.forward import Prompts, forward, model_device
+from interv.engine.forward import Gradient, Prompts, forward, model_device
 from interv.engine.interventions import (
     ActivationPatch,
     MeanAblation,
@@ -176,8 +176,9 @@ def _gradients(
         hooks=hooks,
         readout="position_logits",
         positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: metric(logits, target, foil, clean_logits.to(device)),
+        gradient=Gradient(
+            sites, lambda logits: metric(logits, target, foil, clean_logits.to(device))
+        ),
     )
     return {site: out.captured[site] for site in sites}, out.gradients
 
