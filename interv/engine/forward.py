@@ -58,6 +58,7 @@ from interv.engine.rows import (
     LONG_CONTEXT,
     MAX_PATTERN_BYTES,
     RowRequest,
+    outside_hooks,
     pattern_bytes,
     pattern_free,
     rows_refusal,
@@ -554,7 +555,11 @@ def choose_attention(
     (see its ``attention``; ``sites`` are the hooked and captured sites, ``pattern_sites``
     those hooked only where the model's own attention runs: the z-level form of key
     restrictions), after the checks (a pattern-free forward is verified against the model's
-    own rows first).
+    own rows first). Hooks added to the model itself at the points attention without the
+    pattern never fires (:func:`~interv.engine.rows.outside_hooks`: a user's
+    ``model.add_hook("blocks.0.attn.hook_pattern", fn)``) are read at every call, never
+    remembered: ``"auto"`` then runs the model's own attention, so they fire, and ``"rows"``
+    refuses in one line naming the hook point.
 
     Raises:
         IntervError: ``attention="rows"`` where interv cannot compute attention without the
@@ -573,13 +578,14 @@ def choose_attention(
     else:
         n_rows, n_pos = inputs.n, int(inputs.prefixes[0].residuals[0].shape[1])
     needs = [site for site in sites if site.component == "pattern"]
+    held = outside_hooks(model)  # the user's own hooks, read at every call
     fallback = ""
     if (
         attention == "rows"
         or rows is not None
-        or (attention == "auto" and n_pos >= LONG_CONTEXT and not needs)
+        or (attention == "auto" and n_pos >= LONG_CONTEXT and not needs and not held)
     ):
-        reason = _rows_unavailable(model, inputs, real, needs)
+        reason = _rows_unavailable(model, inputs, real, needs, held)
         if reason is None:
             return "rows"
         if attention == "rows" or rows is not None:
@@ -588,12 +594,15 @@ def choose_attention(
     needs += [site for site in pattern_sites if site.component == "pattern"]
     size = pattern_bytes(model, n_rows, n_pos)
     if size > MAX_PATTERN_BYTES:
-        why = (
-            f"a hook or capture of block {needs[0].layer}'s attention pattern (pattern patching, "
-            "a pattern-level edit, rollout) needs it"
-            if needs
-            else "the model's own attention materializes it"
-        )
+        if needs:
+            why = (
+                f"a hook or capture of block {needs[0].layer}'s attention pattern (pattern "
+                "patching, a pattern-level edit, rollout) needs it"
+            )
+        elif held:
+            why = f"the hook added to the model at {held[0]} needs it"
+        else:
+            why = "the model's own attention materializes it"
         raise IntervError(
             f"one layer's attention pattern would hold {size / 2**30:.1f} GiB ({n_rows} rows x "
             f"{model.cfg.n_heads} heads x {n_pos}^2 positions), above interv's limit of "
@@ -604,7 +613,11 @@ def choose_attention(
 
 
 def _rows_unavailable(
-    model: Any, inputs: Prompts | Suffix, real: torch.Tensor | None, needs: list[Site]
+    model: Any,
+    inputs: Prompts | Suffix,
+    real: torch.Tensor | None,
+    needs: list[Site],
+    held: list[str],
 ) -> str | None:
     """Why this forward cannot run without the pattern (one line), or None after
     :func:`~interv.engine.rows.verify` accepted the model."""
@@ -612,6 +625,13 @@ def _rows_unavailable(
         return (
             f"the {needs[0].phrase} is hooked or captured, which needs the full pattern "
             "(attention='pattern')"
+        )
+    if held:
+        return (
+            f"{held[0]} carries a hook added to the model (model.add_hook or model.hooks; "
+            f"{len(held)} such hook point{'s' if len(held) > 1 else ''}), which attention "
+            "without the pattern would skip; remove it (model.reset_hooks()) or use "
+            "attention='pattern'"
         )
     if real is None:
         return "prefixes recorded without their mask (a suffix) cannot run without the pattern"
