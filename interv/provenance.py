@@ -31,8 +31,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import weakref
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -239,13 +241,19 @@ def settings_text(settings: Mapping[str, Any]) -> str:
 def model_identity(model: Any) -> tuple[str, str, str | None]:
     """``(name, revision, dtype)`` of a model: ``cfg.model_name``, a 16-hex digest of its
     parameters (each one's name, shape, dtype and the digest of its every byte:
-    :func:`tensor_digest`), and ``cfg.dtype`` without ``torch.`` (None if unknown)."""
+    :func:`tensor_digest`, the tensors not remembered hashed on several threads), and
+    ``cfg.dtype`` without ``torch.`` (None if unknown)."""
     cfg = getattr(model, "cfg", None)
     name = str(getattr(cfg, "model_name", "") or type(model).__name__)
     dtype = getattr(cfg, "dtype", None)
-    digest = hashlib.sha256()
     named = getattr(model, "named_parameters", None)
-    for key, parameter in sorted(named() if named is not None else (), key=lambda kv: kv[0]):
+    parameters = sorted(named() if named is not None else (), key=lambda kv: kv[0])
+    stale = [p for _, p in parameters if _remembered(p) is None]
+    if len(stale) > 1:  # hashlib releases the GIL: the first call reads on every core
+        with ThreadPoolExecutor(min(len(stale), os.cpu_count() or 1, 8)) as pool:
+            list(pool.map(tensor_digest, stale))
+    digest = hashlib.sha256()
+    for key, parameter in parameters:
         digest.update(f"{key}:{tuple(parameter.shape)}:{parameter.dtype}:".encode())
         digest.update(tensor_digest(parameter))
         if dtype is None:
@@ -260,16 +268,8 @@ an entry leaves when its tensor is freed (a tensor's ``==`` is elementwise, so t
 not dictionary keys)."""
 
 
-def tensor_digest(tensor: Any) -> bytes:
-    """The BLAKE2b digest (16 bytes) of every byte of ``tensor``'s values, in row-major order.
-
-    Remembered per tensor with its storage address and its version counter (``_version``,
-    which PyTorch bumps at every in-place change: ``p[5, 3] += 3`` under ``torch.no_grad()``,
-    ``p.zero_()``, ``p.copy_(...)``, ``load_state_dict``), so unchanged weights are not read
-    again; a changed or replaced tensor is hashed whole. Writes through ``p.data``, which
-    PyTorch hides from the version counter, are not seen until the tensor is hashed anew.
-    """
-    key = (
+def _state(tensor: Any) -> tuple[Any, ...]:
+    return (
         tensor.data_ptr(),
         tensor._version,
         tuple(tensor.shape),
@@ -278,16 +278,35 @@ def tensor_digest(tensor: Any) -> bytes:
         str(tensor.dtype),
         str(tensor.device),
     )
+
+
+def _remembered(tensor: Any) -> bytes | None:
     known = _DIGESTS.get(id(tensor))
-    if known is not None and known[0]() is tensor and known[1] == key:
+    if known is not None and known[0]() is tensor and known[1] == _state(tensor):
         return known[2]
+    return None
+
+
+def tensor_digest(tensor: Any) -> bytes:
+    """The SHA-256 digest of every byte of ``tensor``'s values, in row-major order.
+
+    Remembered per tensor with its storage address and its version counter (``_version``,
+    which PyTorch bumps at every in-place change: ``p[5, 3] += 3`` under ``torch.no_grad()``,
+    ``p.zero_()``, ``p.copy_(...)``, ``load_state_dict``), so unchanged weights are not read
+    again; a changed or replaced tensor is hashed whole. Writes through ``p.data``, which
+    PyTorch hides from the version counter, are not seen until the tensor is hashed anew.
+    """
+    known = _remembered(tensor)
+    if known is not None:
+        return known
     import torch  # loaded already (a tensor was given); importing this module loads no torch
 
+    state = _state(tensor)
     # the bytes as they are stored (bfloat16 has no numpy type: read as bytes)
     flat = tensor.detach().reshape(-1).contiguous().cpu().view(torch.uint8)
-    found = hashlib.blake2b(flat.numpy().data, digest_size=16).digest()
+    found = hashlib.sha256(flat.numpy().data).digest()
     ident = id(tensor)
-    _DIGESTS[ident] = (weakref.ref(tensor, lambda _: _DIGESTS.pop(ident, None)), key, found)
+    _DIGESTS[ident] = (weakref.ref(tensor, lambda _: _DIGESTS.pop(ident, None)), state, found)
     return found
 
 
