@@ -141,11 +141,13 @@ def worker(job: str, directory: str, length: int, repeats: int, save: str | None
         ).eval()
         figures = _measured(lambda tokens: model(tokens).logits.shape, length, repeats)
     elif job == "interv_forward":
-        from interv.engine.forward import Prompts, forward
+        from interv.engine.forward import AttentionPath, Prompts, forward
 
         bridge = _bridge(directory)
         figures = _measured(
-            lambda tokens: forward(bridge, Prompts.of(tokens), readout=None, attention="rows"),
+            lambda tokens: forward(
+                bridge, Prompts.of(tokens), readout=None, attention=AttentionPath("rows")
+            ),
             length,
             repeats,
         )

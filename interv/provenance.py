@@ -21,17 +21,20 @@ declares the fields it compares across with :func:`compares`; those may differ, 
 field must agree. ``tests/test_provenance.py`` finds every public function that takes two
 results by its signature and checks that it refuses a pair that differs anywhere else.
 
-The revision is a digest of the weights (each parameter's name, shape and a strided sample of
-its values), so two checkpoints of one model, or a model whose weights were edited, differ;
-no file or hub is consulted. No torch import here: the model's tensors are read through their
-own methods.
+The revision is a digest of the weights (each parameter's name, shape, dtype and every byte of
+its values, remembered per tensor until its version counter moves), so two checkpoints of one
+model, or a model with any weight edited in place, differ; no file or hub is consulted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
+import weakref
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,9 +45,13 @@ __all__ = [
     "Provenance",
     "compared_across",
     "compares",
+    "identity_differences",
     "join",
     "model_identity",
     "provenance_of",
+    "run_fingerprint",
+    "run_identity",
+    "tensor_digest",
 ]
 
 FIELDS: dict[str, str] = {
@@ -62,7 +69,6 @@ FIELDS: dict[str, str] = {
 """Every field of a :class:`Provenance` in the order :func:`join` compares them, with the
 words its refusal uses ("... come from different prompts")."""
 
-_SAMPLES = 16
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -167,6 +173,66 @@ class Provenance:
         return dataclasses.asdict(self)
 
 
+def run_identity(
+    provenance: Provenance | Mapping[str, Any], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a run is, as one flat JSON-ready mapping: every field of its provenance and its
+    settings (names other than :data:`FIELDS`: a screen's method and steps, a curve's
+    complement, ...). The one identity of interv: resumable directories compare it
+    (:func:`identity_differences`), results carry its hash (:func:`run_fingerprint`).
+
+    ``provenance`` may be a mapping of the fields known so far (a command that claims its
+    directory before its model loads); the others are None, compared once known.
+    """
+    if isinstance(provenance, Provenance):
+        fields = provenance.to_dict()
+    else:
+        unknown = sorted(set(provenance) - set(FIELDS))
+        if unknown:
+            raise IntervError(f"unknown provenance fields {unknown}; choose from {tuple(FIELDS)}")
+        fields = {name: provenance.get(name) for name in FIELDS}
+    clash = sorted(set(settings) & set(FIELDS))
+    if clash:
+        raise IntervError(f"settings {clash} are provenance fields; pass them in the provenance")
+    return json.loads(json.dumps({**fields, **settings}, sort_keys=True))
+
+
+def run_fingerprint(provenance: Provenance, settings: Mapping[str, Any] | None = None) -> str:
+    """16 hex digits of the SHA-256 of :func:`run_identity` (canonical JSON): a run's short
+    name, which changes with any field of its provenance (any weight, any prompt) or setting."""
+    identity = run_identity(provenance, settings or {})
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def identity_differences(
+    stored: Mapping[str, Any], given: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """``(key, stored value, given value)`` for every key where two :func:`run_identity`
+    mappings differ, sorted by key; a nested setting is named by its path
+    (``"screen.audit"``). A provenance field that one of them does not know yet (None or
+    absent: a run claimed before its model loaded) does not differ."""
+    stored, given = _flat(stored), _flat(given)
+    found = []
+    for key in sorted(set(stored) | set(given)):
+        mine, theirs = stored.get(key), given.get(key)
+        if key in FIELDS and (mine is None or theirs is None):
+            continue
+        if mine != theirs:
+            found.append((key, mine, theirs))
+    return found
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def settings_text(settings: Mapping[str, Any]) -> str:
     """``key=value`` pairs, sorted by key, joined by ``", "``: settings as comparable text."""
     return ", ".join(f"{key}={settings[key]!r}" for key in sorted(settings))
@@ -174,23 +240,74 @@ def settings_text(settings: Mapping[str, Any]) -> str:
 
 def model_identity(model: Any) -> tuple[str, str, str | None]:
     """``(name, revision, dtype)`` of a model: ``cfg.model_name``, a 16-hex digest of its
-    parameters (each one's name, shape and :data:`_SAMPLES` values at evenly spaced flat
-    indices, as float32), and ``cfg.dtype`` without ``torch.`` (None if unknown)."""
+    parameters (each one's name, shape, dtype and the digest of its every byte:
+    :func:`tensor_digest`, the tensors not remembered hashed on several threads), and
+    ``cfg.dtype`` without ``torch.`` (None if unknown)."""
     cfg = getattr(model, "cfg", None)
     name = str(getattr(cfg, "model_name", "") or type(model).__name__)
     dtype = getattr(cfg, "dtype", None)
-    digest = hashlib.sha256()
     named = getattr(model, "named_parameters", None)
-    for key, parameter in sorted(named() if named is not None else (), key=lambda kv: kv[0]):
-        flat = parameter.detach().reshape(-1)
-        step = max(1, flat.numel() // _SAMPLES)
-        sample = flat[::step][:_SAMPLES].float().cpu().numpy()
-        digest.update(f"{key}:{tuple(parameter.shape)}:".encode())
-        digest.update(sample.astype("<f4").tobytes())
+    parameters = sorted(named() if named is not None else (), key=lambda kv: kv[0])
+    stale = [p for _, p in parameters if _remembered(p) is None]
+    if len(stale) > 1:  # hashlib releases the GIL: the first call reads on every core
+        with ThreadPoolExecutor(min(len(stale), os.cpu_count() or 1, 8)) as pool:
+            list(pool.map(tensor_digest, stale))
+    digest = hashlib.sha256()
+    for key, parameter in parameters:
+        digest.update(f"{key}:{tuple(parameter.shape)}:{parameter.dtype}:".encode())
+        digest.update(tensor_digest(parameter))
         if dtype is None:
             dtype = parameter.dtype
     dtype_text = None if dtype is None else str(dtype).removeprefix("torch.")
     return name, digest.hexdigest()[:16], dtype_text
+
+
+_DIGESTS: dict[int, tuple[weakref.ref, tuple[Any, ...], bytes]] = {}
+"""id(tensor) -> (a weak reference to it, its storage address and version, its digest);
+an entry leaves when its tensor is freed (a tensor's ``==`` is elementwise, so tensors are
+not dictionary keys)."""
+
+
+def _state(tensor: Any) -> tuple[Any, ...]:
+    return (
+        tensor.data_ptr(),
+        tensor._version,
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        tensor.storage_offset(),
+        str(tensor.dtype),
+        str(tensor.device),
+    )
+
+
+def _remembered(tensor: Any) -> bytes | None:
+    known = _DIGESTS.get(id(tensor))
+    if known is not None and known[0]() is tensor and known[1] == _state(tensor):
+        return known[2]
+    return None
+
+
+def tensor_digest(tensor: Any) -> bytes:
+    """The SHA-256 digest of every byte of ``tensor``'s values, in row-major order.
+
+    Remembered per tensor with its storage address and its version counter (``_version``,
+    which PyTorch bumps at every in-place change: ``p[5, 3] += 3`` under ``torch.no_grad()``,
+    ``p.zero_()``, ``p.copy_(...)``, ``load_state_dict``), so unchanged weights are not read
+    again; a changed or replaced tensor is hashed whole. Writes through ``p.data``, which
+    PyTorch hides from the version counter, are not seen until the tensor is hashed anew.
+    """
+    known = _remembered(tensor)
+    if known is not None:
+        return known
+    import torch  # loaded already (a tensor was given); importing this module loads no torch
+
+    state = _state(tensor)
+    # the bytes as they are stored (bfloat16 has no numpy type: read as bytes)
+    flat = tensor.detach().reshape(-1).contiguous().cpu().view(torch.uint8)
+    found = hashlib.sha256(flat.numpy().data).digest()
+    ident = id(tensor)
+    _DIGESTS[ident] = (weakref.ref(tensor, lambda _: _DIGESTS.pop(ident, None)), state, found)
+    return found
 
 
 def provenance_of(value: Any) -> Provenance:

@@ -15,7 +15,7 @@ from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
 from interv.engine import stacking as engine_stacking
-from interv.engine.forward import Prompts, Suffix, forward
+from interv.engine.forward import Gradient, Prompts, Suffix, forward
 from interv.engine.interventions import (
     PATCH_COMPONENTS,
     ActivationPatch,
@@ -302,8 +302,7 @@ def test_forward_gradients_at_a_site_are_the_metrics_derivative():
         prompts,
         readout="position_logits",
         positions=task.answer_positions,
-        grad_at=[site],
-        grad_of=metric,
+        gradient=Gradient([site], metric),
     )
     direction = torch.randn(out.captured[site].shape, generator=torch.Generator().manual_seed(3))
     direction = direction.double()
@@ -328,5 +327,7 @@ def test_forward_gradients_at_a_site_are_the_metrics_derivative():
     assert not out.readout.requires_grad and not out.captured[site].requires_grad
     assert all(p.grad is None for p in model.parameters())
     assert not [name for name, point in model.hook_dict.items() if point._forward_hooks]
-    with pytest.raises(IntervError, match="grad_at needs grad_of"):
-        forward(model, prompts, grad_at=[site])
+    with pytest.raises(IntervError, match="a gradient needs a readout"):
+        forward(model, prompts, readout=None, gradient=Gradient([site], metric))
+    with pytest.raises(IntervError, match="at least one Site"):
+        Gradient([], metric)

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import interv.engine.forward as forward_module
 import interv.engine.rows as rows_module
 from interv.analysis import text_loss
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import AttentionPath, Prompts, forward
 from interv.engine.interventions import Combined, ZeroAblation
 from interv.engine.masks import KeyKnockout, WindowAttention
 from interv.engine.restrictions import KeyRestriction
@@ -44,7 +44,7 @@ def test_mask_edits_without_the_pattern_equal_the_pattern_path(name):
     moved = 0.0
     for tokens, real in ((fam.tokens, fam.real), fam.left_padded()):
         task = pairs_of(tokens, real)
-        plain = forward(model, Prompts(tokens, real), attention="pattern").readout
+        plain = forward(model, Prompts(tokens, real), attention=AttentionPath("pattern")).readout
         for edit in (edit.for_model(model) for edit in EDITS):
             rows = forward_under(model, task, edit, attention="rows")
             own = forward_under(model, task, edit, attention="pattern")
@@ -118,15 +118,17 @@ def test_a_per_head_restriction_equals_hugging_face_with_that_head_mask(exact):
     out = forward(
         fam.bridge,
         Prompts(tokens, real),
-        attention="rows",
-        rows=rows_module.RowRequest(exact=exact) if exact else None,
-        key_restrictions=[(slice(0, 2), restriction)],
+        attention=AttentionPath(
+            "rows",
+            rows=rows_module.RowRequest(exact=exact) if exact else None,
+            restrictions=[(slice(0, 2), restriction)],
+        ),
     )
     head_mask = torch.ones(2, 4, n, n, dtype=torch.bool)
     head_mask[:, [1, 3]] = keep(real, slice(0, n), slice(0, n))[:, None]
     expected = _hf_logits_with_head_mask(fam, tokens, real, 2, head_mask)
     torch.testing.assert_close(out.readout[real], expected[real], atol=1e-5, rtol=0)
-    plain = forward(fam.bridge, Prompts(tokens, real), attention="rows").readout
+    plain = forward(fam.bridge, Prompts(tokens, real), attention=AttentionPath("rows")).readout
     assert float((plain[real] - expected[real]).abs().max()) > 1e-3
 
 
@@ -147,9 +149,11 @@ def test_a_row_a_restriction_empties_gets_no_weight_on_both_paths():
             prompts,
             capture=[Site("z", 0)],
             readout=None,
-            attention="rows",
-            rows=rows_module.RowRequest(exact=True) if exact else None,
-            key_restrictions=restriction,
+            attention=AttentionPath(
+                "rows",
+                rows=rows_module.RowRequest(exact=True) if exact else None,
+                restrictions=restriction,
+            ),
         )
         captured[exact] = out.captured[Site("z", 0)]
     for z in captured.values():
@@ -190,7 +194,7 @@ def test_a_long_window_with_sinks_runs_without_any_pattern_where_the_pattern_is_
         own = text_loss(fam.bridge, tokens, streaming, attention="pattern")
     assert seen.square, "the reference run built no [T, T] block: the check could not fail"
     # the one-time check of the model's rows (its own 32-position pattern) runs first
-    forward(fam.bridge, Prompts.of(tokens[:1, :8]), readout=None, attention="rows")
+    forward(fam.bridge, Prompts.of(tokens[:1, :8]), readout=None, attention=AttentionPath("rows"))
     monkeypatch.setattr(forward_module, "MAX_PATTERN_BYTES", 4 * n * n)  # below 2 rows' pattern
     with _Shapes(n) as seen:
         loss = text_loss(fam.bridge, tokens, streaming)  # auto: without the pattern from 32 on
@@ -221,15 +225,13 @@ def test_restrictions_are_refused_outside_attention_without_the_pattern():
         forward(
             fam.bridge,
             Prompts(fam.tokens, fam.real),
-            attention="pattern",
-            key_restrictions=[(slice(0, 2), restriction)],
+            attention=AttentionPath("pattern", restrictions=[(slice(0, 2), restriction)]),
         )
     with pytest.raises(IntervError, match=r"must keep a \[2, 13, 13\] bool tensor"):
         forward(
             fam.bridge,
             Prompts(fam.tokens, fam.real),
-            attention="rows",
-            key_restrictions=[(slice(0, 2), restriction)],
+            attention=AttentionPath("rows", restrictions=[(slice(0, 2), restriction)]),
         )
     with pytest.raises(IntervError, match="heads must be None or a non-empty tuple"):
         KeyRestriction(0, restriction.keep, heads=())

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import interv.engine.forward as forward_module
 import interv.engine.rows as rows_module
 from interv.engine.architecture import KeyRule, architecture_of
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import AttentionPath, Gradient, Prompts, forward
 from interv.engine.rows import (
     RowRequest,
     admits_keys,
@@ -81,7 +81,12 @@ def test_rows_in_small_chunks_equal_the_models_own_pattern(name):
         assert bool((chunk.weights * ~chunk.admitted[:, None]).eq(0).all())
 
     request = RowRequest(on_chunk=keep, chunk=3)
-    forward(fam.bridge, Prompts(tokens, real), readout=None, attention="rows", rows=request)
+    forward(
+        fam.bridge,
+        Prompts(tokens, real),
+        readout=None,
+        attention=AttentionPath("rows", rows=request),
+    )
     at_real = real[:, None, :, None]
     for layer, pattern in own.items():
         torch.testing.assert_close(
@@ -140,8 +145,7 @@ def test_row_numbers_equal_hand_sums_of_the_models_pattern(name, exact, monkeypa
         Prompts(tokens, real),
         capture=sites,
         readout=None,
-        attention="rows",
-        rows=request,
+        attention=AttentionPath("rows", rows=request),
     ).captured
     at_real = real[:, None, :]
     for layer, pattern in own.items():
@@ -174,13 +178,19 @@ def test_auto_runs_without_the_pattern_from_long_context_and_as_the_model_below(
     monkeypatch.setattr(forward_module, "LONG_CONTEXT", 8)
     long = forward(fam.bridge, prompts)
     assert long.attention == "rows"
-    own = forward(fam.bridge, prompts, attention="pattern")
+    own = forward(fam.bridge, prompts, attention=AttentionPath("pattern"))
     torch.testing.assert_close(long.readout[fam.real], own.readout[fam.real], atol=1e-5, rtol=0)
     # a hooked pattern needs the model's own attention: auto keeps it
     kept = forward(fam.bridge, prompts, capture=[Site("pattern", 0)], readout=None)
     assert kept.attention == "pattern"
     with pytest.raises(IntervError, match=r"pattern.*hooked or captured"):
-        forward(fam.bridge, prompts, capture=[Site("pattern", 0)], readout=None, attention="rows")
+        forward(
+            fam.bridge,
+            prompts,
+            capture=[Site("pattern", 0)],
+            readout=None,
+            attention=AttentionPath("rows"),
+        )
 
 
 def test_auto_falls_back_to_the_pattern_for_a_refused_family(monkeypatch):
@@ -189,7 +199,9 @@ def test_auto_falls_back_to_the_pattern_for_a_refused_family(monkeypatch):
     out = forward(fam.bridge, Prompts(fam.tokens, fam.real), readout=None)
     assert out.attention == "pattern"
     with pytest.raises(IntervError, match=r"^gpt_neo: layer 0's attention ran without") as error:
-        forward(fam.bridge, Prompts(fam.tokens, fam.real), readout=None, attention="rows")
+        forward(
+            fam.bridge, Prompts(fam.tokens, fam.real), readout=None, attention=AttentionPath("rows")
+        )
     assert "\n" not in str(error.value)
 
 
@@ -210,7 +222,9 @@ def test_the_first_rows_are_checked_against_the_models_own(monkeypatch):
 
     monkeypatch.setattr(rows_module._Engine, "attend", wrong_scale)
     with pytest.raises(IntervError, match=r"^llama: layer 0's attention rows recomputed") as error:
-        forward(fam.bridge, Prompts(fam.tokens, fam.real), readout=None, attention="rows")
+        forward(
+            fam.bridge, Prompts(fam.tokens, fam.real), readout=None, attention=AttentionPath("rows")
+        )
     assert "\n" not in str(error.value)
 
 
@@ -233,16 +247,18 @@ def test_a_pattern_free_forward_leaves_the_model_as_it_was(name):
             for attn in modules()
         ]
 
-    forward(model, Prompts(fam.tokens, fam.real), attention="pattern")  # Hugging Face installs
+    forward(
+        model, Prompts(fam.tokens, fam.real), attention=AttentionPath("pattern")
+    )  # Hugging Face installs
     clean = state()  # its output-capturing hooks on a model's first forward
 
     def boom(activation, hook):
         raise RuntimeError("boom")
 
     prompts = Prompts(fam.tokens, fam.real)
-    forward(model, prompts, attention="rows")
+    forward(model, prompts, attention=AttentionPath("rows"))
     with pytest.raises(RuntimeError, match="boom"):
-        forward(model, prompts, hooks=[(Site("z", 0), boom)], attention="rows")
+        forward(model, prompts, hooks=[(Site("z", 0), boom)], attention=AttentionPath("rows"))
     assert state() == clean
     assert config._attn_implementation == before
     assert not rows_module._MODULE_LAYERS
@@ -261,9 +277,9 @@ def test_head_ablation_and_value_edits_without_the_pattern_equal_the_pattern_pat
         return activation * 0.5
 
     hooks = [(Site("z", 1), zero_head), (Site("v", 2), scale_values)]
-    rows = forward(fam.bridge, prompts, hooks=hooks, attention="rows")
-    own = forward(fam.bridge, prompts, hooks=hooks, attention="pattern")
-    plain = forward(fam.bridge, prompts, attention="pattern")
+    rows = forward(fam.bridge, prompts, hooks=hooks, attention=AttentionPath("rows"))
+    own = forward(fam.bridge, prompts, hooks=hooks, attention=AttentionPath("pattern"))
+    plain = forward(fam.bridge, prompts, attention=AttentionPath("pattern"))
     real = fam.real
     torch.testing.assert_close(rows.readout[real], own.readout[real], atol=1e-5, rtol=0)
     assert not torch.allclose(own.readout[real], plain.readout[real], atol=1e-3)
@@ -289,7 +305,11 @@ def test_request_values_are_checked():
     with pytest.raises(IntervError, match=r"keys must be a \[batch, n_keys\] int tensor"):
         RowRequest(keys=torch.zeros(3))
     with pytest.raises(IntervError, match="attention must be one of"):
-        forward(family("llama").bridge, Prompts.of(family("llama").tokens), attention="flash")
+        forward(
+            family("llama").bridge,
+            Prompts.of(family("llama").tokens),
+            attention=AttentionPath("flash"),
+        )
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2"])  # the fused path, the chunked path
@@ -303,7 +323,10 @@ def test_gradients_through_attention_without_the_pattern_equal_the_pattern_path(
 
     found = {
         attention: forward(
-            fam.bridge, prompts, grad_at=sites, grad_of=last_logit, attention=attention
+            fam.bridge,
+            prompts,
+            gradient=Gradient(sites, last_logit),
+            attention=AttentionPath(attention),
         ).gradients
         for attention in ("rows", "pattern")
     }
@@ -334,7 +357,9 @@ def test_a_head_sweep_at_long_context_runs_without_the_pattern(monkeypatch):
 
     monkeypatch.setattr(forward_module, "LONG_CONTEXT", 8)
     # the one-time check of the rows (it runs the model's own attention) before the spy
-    forward(fam.bridge, Prompts(task.clean_tokens, task.attention_mask), attention="rows")
+    forward(
+        fam.bridge, Prompts(task.clean_tokens, task.attention_mask), attention=AttentionPath("rows")
+    )
     monkeypatch.setattr(forward_module, "forward", spy)
     import interv.engine.stacking as stacking
 

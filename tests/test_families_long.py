@@ -21,7 +21,7 @@ import torch
 from _families import Family, cells, column, off_row_sink_layers, record
 
 from interv.analysis.concentration import METRICS, concentration
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import AttentionPath, Prompts, forward
 
 
 def _layouts(fam: Family) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
@@ -35,13 +35,15 @@ def _layouts(fam: Family) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
 )
 def forward_without_the_pattern_equals_the_model(fam: Family) -> None:
     for tokens, real in _layouts(fam):
-        out = forward(fam.bridge, Prompts(tokens, real), attention="rows")
+        out = forward(fam.bridge, Prompts(tokens, real), attention=AttentionPath("rows"))
         assert out.attention == "rows"
         with torch.no_grad():
             own = fam.hf(input_ids=tokens, attention_mask=real.long()).logits
         # the bridge's own forward is the reference where it post-processes the logits
         # differently from Hugging Face's model class (e.g. a folded logit scale)
-        bridge = forward(fam.bridge, Prompts(tokens, real), attention="pattern").readout
+        bridge = forward(
+            fam.bridge, Prompts(tokens, real), attention=AttentionPath("pattern")
+        ).readout
         if not torch.allclose(bridge[real], own[real], atol=1e-5, rtol=0):
             own = bridge
         torch.testing.assert_close(out.readout[real], own[real], atol=1e-5, rtol=0)

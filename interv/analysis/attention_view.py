@@ -65,7 +65,7 @@ from interv.engine.architecture import (
     check_off_row_sink,
     rules_text,
 )
-from interv.engine.forward import Prompts, choose_attention, forward
+from interv.engine.forward import AttentionPath, Prompts, choose_attention, forward
 from interv.engine.rows import RowChunk, RowRequest
 from interv.engine.sites import (
     Site,
@@ -646,7 +646,7 @@ def _patterns(model: Any, prompts: Prompts, heads: _Heads, rows: torch.Tensor) -
         hooks=[(Site("pattern", layer), keeper(layer)) for layer in by_layer],
         readout=None,
         stop_after=Site("pattern", max(by_layer)),
-        attention="pattern",
+        attention=AttentionPath("pattern"),
     )
     return torch.stack([kept[pair] for pair in heads], dim=1)
 
@@ -677,8 +677,7 @@ def _rows_without_pattern(
         prompts,
         readout=None,
         stop_after=Site("z", max(by_layer)),
-        attention="rows",
-        rows=RowRequest(on_chunk=keep, layers=frozenset(by_layer)),
+        attention=AttentionPath("rows", RowRequest(on_chunk=keep, layers=frozenset(by_layer))),
     )
     return out
 

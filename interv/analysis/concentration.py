@@ -71,7 +71,7 @@ from interv.engine.architecture import (
     check_off_row_sink,
     layer_list,
 )
-from interv.engine.forward import Prompts, choose_attention, forward, model_device
+from interv.engine.forward import AttentionPath, Prompts, choose_attention, forward, model_device
 from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site, check_prompt_positions, kv_head_of
 from interv.errors import IntervError
@@ -420,8 +420,7 @@ def concentration(
                 prompts,
                 readout=None,
                 stop_after=Site("z", n_layers - 1),
-                attention="rows",
-                rows=request,
+                attention=AttentionPath("rows", request),
             )
         else:
             hooks: list[tuple[Site, Any]] = []
@@ -438,7 +437,7 @@ def concentration(
                 hooks=hooks,
                 readout=None,
                 stop_after=Site(last, n_layers - 1),
-                attention="pattern",
+                attention=AttentionPath("pattern"),
             )
     return HeadConcentration(
         **reducer.results(),

@@ -27,7 +27,7 @@ import torch
 from interv._checks import as_int
 from interv.analysis._inputs import prompt_batch
 from interv.engine.architecture import architecture_of, check_off_row_sink
-from interv.engine.forward import Prompts, choose_attention, forward
+from interv.engine.forward import AttentionPath, Prompts, choose_attention, forward
 from interv.engine.rows import RowRequest, RowStats, admits_keys
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -252,8 +252,7 @@ def sink_profile(
             hooks=hooks,
             readout=None,
             stop_after=Site("z", n_layers - 1),
-            attention="rows",
-            rows=RowRequest(keys=key_abs[:, None], on_layer=rows_hook),
+            attention=AttentionPath("rows", RowRequest(keys=key_abs[:, None], on_layer=rows_hook)),
         )
     else:
         admitted = {
@@ -289,7 +288,7 @@ def sink_profile(
             hooks=hooks,
             readout=None,
             stop_after=Site("pattern", n_layers - 1),
-            attention="pattern",
+            attention=AttentionPath("pattern"),
         )
     return SinkProfile(
         scores=torch.stack(scores, dim=1),

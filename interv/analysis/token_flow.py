@@ -46,7 +46,7 @@ from interv.engine.architecture import (
     check_off_row_sink,
     layer_list,
 )
-from interv.engine.forward import Prompts, choose_attention, forward
+from interv.engine.forward import AttentionPath, Prompts, choose_attention, forward
 from interv.engine.rows import RowChunk, RowRequest
 from interv.engine.sites import Site, kv_head_of
 from interv.errors import IntervError
@@ -433,7 +433,6 @@ def _key_shares_without_pattern(
         ],
         readout=None,
         stop_after=Site("z", cfg.n_layers - 1),
-        attention="rows",
-        rows=RowRequest(on_chunk=reduce, chunk=step),
+        attention=AttentionPath("rows", RowRequest(on_chunk=reduce, chunk=step)),
     )
     return sums[0] / counts, sums[1] / counts

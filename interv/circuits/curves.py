@@ -62,13 +62,13 @@ from interv.circuits.patching import (
     per_prompt_metric,
     qkv_weights,
 )
-from interv.circuits.screens import EdgeScores, fingerprint
+from interv.circuits.screens import EdgeScores
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes
 from interv.errors import IntervError
-from interv.provenance import Provenance, compares, join
+from interv.provenance import Provenance, compares, join, run_fingerprint
 from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
@@ -142,7 +142,8 @@ class FaithfulnessCurve:
         complement: ``"corrupted"`` or ``"mean"``.
         greedy: whether the circuits were grown greedily from the logits (else top edges).
         sentence: what the numbers are, in one sentence.
-        fingerprint: hash of model, prompts and settings.
+        fingerprint: the curve's fingerprint (:func:`~interv.provenance.run_fingerprint` of
+            the provenance and the curve's settings).
         provenance: the model (name, weights, dtype), the prompts and pairs evaluated and
             the metric (:class:`~interv.provenance.Provenance`).
         ranking: the provenance of the ranking the circuits came from (a
@@ -586,15 +587,15 @@ def faithfulness(
         cmd_interval=percentile_interval(boot_cmd, level, n_items=task.n_pairs),
         complement=complement,
         sentence=sentence,
-        fingerprint=fingerprint(
-            model,
-            task,
-            kind="faithfulness",
-            complement=complement,
-            fractions=fractions,
-            metric=target.name,
-            **({"greedy": True} if greedy else {}),
-            **({"convention": convention} if convention != "interv" else {}),
+        fingerprint=run_fingerprint(
+            provenance,
+            {
+                "kind": "faithfulness",
+                "complement": complement,
+                "fractions": [float(f) for f in fractions],
+                "greedy": greedy,
+                "convention": convention,
+            },
         ),
         provenance=provenance,
         ranking=ranked_from,

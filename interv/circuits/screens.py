@@ -48,7 +48,6 @@ the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,69 +73,20 @@ from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes
 from interv.errors import IntervError
-from interv.provenance import Provenance
+from interv.provenance import Provenance, run_fingerprint
 
 if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
-__all__ = ["METHODS", "EdgeScores", "edge_scores", "fingerprint"]
+__all__ = ["METHODS", "EdgeScores", "edge_scores"]
 
 METHODS: tuple[str, ...] = ("eap", "eap-ig")
 """Screens: edge attribution patching, and EAP with integrated gradients over inputs."""
 
 
-def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
-    """A short hash of the model's name and shape, the prompts and the settings."""
-    digest = hashlib.sha256()
-    cfg = model.cfg
-    digest.update(
-        repr(
-            (
-                str(getattr(cfg, "model_name", "")),
-                cfg.n_layers,
-                cfg.n_heads,
-                cfg.d_model,
-                sorted(settings.items()),
-            )
-        ).encode()
-    )
-    for tensor in (
-        task.clean_tokens,
-        task.corrupted_tokens,
-        task.attention_mask,
-        task.answer_positions,
-        task.target_ids,
-        task.foil_ids,
-    ):
-        if tensor is not None:
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 def screen_settings(method: str, steps: int, qk_fix: bool) -> dict[str, Any]:
     """The settings a screen's provenance names: method, gradient runs, QK fix."""
     return {"method": method, "steps": steps, "qk_fix": qk_fix}
-
-
-def scores_fingerprint(
-    model: Any,
-    task: TokenizedPairs,
-    method: str,
-    steps: int,
-    metric: str,
-    direction: str,
-    qk_fix: bool,
-) -> str:
-    """The fingerprint of a screen's scores of ``model`` on ``task`` with these settings."""
-    return fingerprint(
-        model,
-        task,
-        method=method,
-        steps=steps,
-        metric=metric,
-        direction=direction,
-        **({"qk_fix": True} if qk_fix else {}),
-    )
 
 
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
@@ -165,7 +115,8 @@ class EdgeScores:
         method: ``"eap"`` or ``"eap-ig"``.
         steps: gradient runs averaged (1 for EAP).
         metric: the metric's name.
-        fingerprint: hash of model, prompts and settings.
+        fingerprint: the run's fingerprint (:func:`~interv.provenance.run_fingerprint` of
+            the provenance: model and weights, prompts, pairs, metric, direction, settings).
         sentence: what the numbers are, in one sentence.
         direction: ``"noise"`` or ``"denoise"``.
         qk_fix: whether AtP*'s QK fix scored the query/key edges.
@@ -705,6 +656,13 @@ def edge_scores(
             "; query/key edges with AtP*'s QK fix (the receiver head's attention pattern "
             "recomputed exactly, first order from the pattern on)"
         )
+    provenance = Provenance.of(
+        model,
+        task,
+        metric=target.name,
+        direction=direction,
+        settings=screen_settings(method, runs, qk_fix),
+    )
     return EdgeScores(
         graph=graph,
         scores=scores,
@@ -712,15 +670,9 @@ def edge_scores(
         method=method,
         steps=runs,
         metric=target.name,
-        fingerprint=scores_fingerprint(model, task, method, runs, target.name, direction, qk_fix),
+        fingerprint=run_fingerprint(provenance),
         sentence=sentence,
-        provenance=Provenance.of(
-            model,
-            task,
-            metric=target.name,
-            direction=direction,
-            settings=screen_settings(method, runs, qk_fix),
-        ),
+        provenance=provenance,
         unit=target.unit,
         direction=direction,
         qk_fix=qk_fix,

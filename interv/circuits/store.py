@@ -6,8 +6,9 @@ A long discovery (EAP or EAP-IG on every edge, then exact path patching of the v
 top and the audit) writes into one resumable directory (:mod:`interv._journal`: the
 lifecycle, the lock and the kill-safe order are those of every resumable directory):
 
-- ``manifest.json``: what is being discovered (model, task fingerprint, method, steps,
-  QK fix, metric, the screen's rule), the versions, the start time and the status;
+- ``manifest.json``: what is being discovered (its
+  :func:`~interv.provenance.run_identity`: model, weights, prompts, pairs, metric, method,
+  steps, QK fix, the screen's rule), the versions, the start time and the status;
 - ``scores.json``: the screen's scores of every edge (``EdgeScores.to_dict()``), stored
   before any exact work, so that a resumed run ranks and audits exactly as the interrupted
   one did (the scores are not recomputed; scores of other prompts or another model there
@@ -40,14 +41,15 @@ from interv._schema import read, read_lines
 from interv.audit import Screen
 from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.discovery import discover
-from interv.circuits.screens import EdgeScores, edge_scores, fingerprint
+from interv.circuits.screens import EdgeScores, check_method, edge_scores
 from interv.errors import IntervError
-from interv.provenance import Provenance, join
+from interv.provenance import Provenance, identity_differences, join, run_identity
 
 __all__ = [
     "FORMAT",
     "OUTPUTS",
     "CircuitStore",
+    "circuit_settings",
     "discover_in",
     "discover_resumable",
     "read_exact",
@@ -116,10 +118,20 @@ def read_exact(directory: str | Path) -> dict[int, float]:
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
     return "; ".join(
-        f"{key}: {stored.get(key)!r} -> {given.get(key)!r}"
-        for key in sorted(set(stored) | set(given))
-        if stored.get(key) != given.get(key)
+        f"{key}: {mine!r} -> {theirs!r}"
+        for key, mine, theirs in identity_differences(stored, given)
     )
+
+
+def circuit_settings(method: str, steps: int, qk_fix: bool, screen: Screen) -> dict[str, Any]:
+    """The settings of a circuit discovery beside its provenance (checked): the screen's
+    method, its gradient runs (1 for EAP, whatever ``steps`` says), the QK fix, and the rule
+    that picks the edges computed exactly (every field of the :class:`~interv.Screen`)."""
+    if not isinstance(screen, Screen):
+        raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
+    runs = check_method(method, steps, qk_fix)
+    rule = {name: getattr(screen, name) for name in screen.__dataclass_fields__}
+    return {"method": method, "steps": runs, "qk_fix": qk_fix, "screen": rule}
 
 
 class CircuitStore(Store):
@@ -128,28 +140,41 @@ class CircuitStore(Store):
 
     @classmethod
     def open(cls, directory: str | Path, identity: Mapping[str, Any]) -> CircuitStore:
-        """Create ``directory`` for the discovery ``identity`` (a JSON-ready mapping: model,
-        task fingerprint, method, steps, ...), or reopen it to resume the same discovery.
+        """Create ``directory`` for the discovery ``identity`` (its
+        :func:`~interv.provenance.run_identity`: provenance and :func:`circuit_settings`), or
+        reopen it to resume the same discovery.
 
-        Refuses a directory holding another discovery (naming the differing keys, in one
-        line), a non-empty directory that is not a circuit directory, a link among its
-        files, and a directory another process is writing.
+        A provenance field ``identity`` does not know yet (None: the command claims the
+        directory before its model loads) is compared when :meth:`confirm` gives it. Refuses
+        a directory holding another discovery (naming the differing keys, in one line), a
+        non-empty directory that is not a circuit directory, a link among its files, and a
+        directory another process is writing.
         """
         identity = json.loads(json.dumps(dict(identity), sort_keys=True))
 
         def decide(path: Path, stored: dict[str, Any] | None, holds: bool) -> dict[str, Any]:
             if stored is not None:
-                if stored["identity"] == identity:
-                    return resumed(stored)
+                if not identity_differences(stored["identity"], identity):
+                    return resumed({**stored, "identity": _known(stored["identity"], identity)})
                 if holds:
-                    raise IntervError(
-                        f"circuit directory {str(path)!r} holds another discovery (stored -> "
-                        f"given: {_differences(stored['identity'], identity)}); rerun with the "
-                        "stored settings to resume, or choose another --out"
-                    )
+                    _refuse_other(path, stored["identity"], identity)
             return started(FORMAT, identity=identity)
 
         return cls(Journal.open(directory, LAYOUT, decide))
+
+    def confirm(self, identity: Mapping[str, Any]) -> None:
+        """Compare the whole ``identity`` (its provenance known now: the model loaded) with
+        the directory's, refusing another discovery as :meth:`open` does, and store it."""
+        identity = json.loads(json.dumps(dict(identity), sort_keys=True))
+        stored = self.manifest["identity"]
+        if identity_differences(stored, identity):
+            if self.journal.holds_results():
+                _refuse_other(self.directory, stored, identity)
+            stored = {}
+        known = _known(stored, identity)
+        if known != self.manifest["identity"]:
+            self.manifest["identity"] = known
+            self.journal.write_manifest()
 
     def scores(self) -> dict[str, Any] | None:
         """The stored ``EdgeScores.to_dict()``, or None before any is stored."""
@@ -180,6 +205,19 @@ class CircuitStore(Store):
     def write_output(self, name: str, text: str) -> Path:
         """Write one of :data:`OUTPUTS` beside the store's files (safe write, recorded)."""
         return self.journal.write_output(name, text)
+
+
+def _known(stored: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``stored`` with the values ``given`` knows and it does not (None there)."""
+    return {**stored, **{key: value for key, value in given.items() if value is not None}}
+
+
+def _refuse_other(path: Path, stored: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    raise IntervError(
+        f"circuit directory {str(path)!r} holds another discovery (stored -> given: "
+        f"{_differences(stored, given)}); rerun with the stored settings to resume, or choose "
+        "another --out"
+    )
 
 
 def discover_resumable(
@@ -248,22 +286,18 @@ def discover_in(
     in ``directory`` as they are computed, and a call with the same arguments after a kill
     (or an exception) reuses them and recomputes no exact effect.
 
-    The directory is identified by a fingerprint of the model, the prompts and the
-    screen's settings; another discovery into it is refused naming what differs.
+    The directory is identified by the run's :func:`~interv.provenance.run_identity` (the
+    model and its weights, the prompts and pairs, the metric, and :func:`circuit_settings`),
+    the identity ``interv circuit`` writes too: each resumes the other's directory. Another
+    discovery into it is refused naming what differs.
     Returns the ``CircuitResult``.
     """
     screen = Screen(top_k=200, audit=200, alpha=0.05) if screen is None else screen
-    if not isinstance(screen, Screen):
-        raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
     if not isinstance(metric, str):
         raise IntervError(f"metric must be a metric name (a string) here; got {metric!r}")
-    settings = {"method": method, "steps": steps, "qk_fix": qk_fix, "metric": metric}
-    identity = {
-        "model": str(getattr(model.cfg, "model_name", "unknown")),
-        "fingerprint": fingerprint(model, task, **settings),
-        **settings,
-        "screen": {k: getattr(screen, k) for k in screen.__dataclass_fields__},
-    }
+    settings = circuit_settings(method, steps, qk_fix, screen)
+    expected = Provenance.of(model, task, metric=metric)
+    identity = run_identity(expected, settings)
     with CircuitStore.open(directory, identity) as store:
 
         def scores() -> Any:
@@ -289,6 +323,6 @@ def discover_in(
             store,
             scores=scores,
             discover=run,
-            expected=Provenance.of(model, task, metric=metric),
+            expected=expected,
         )
     return result

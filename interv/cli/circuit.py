@@ -92,22 +92,16 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
 
 
-def _identity(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any]:
-    from interv.sweeps.execute import task_fingerprint  # torch: on use (CLI start-up)
+def _identity(args: argparse.Namespace, checked: dict[str, Any], provenance: Any = None) -> dict:
+    """The run's identity (:func:`interv.provenance.run_identity`, the one ``discover_in``
+    writes): before the model loads, its settings and metric only (``provenance`` None)."""
+    from interv.audit import Screen  # torch: on use (CLI start-up)
+    from interv.circuits.store import circuit_settings  # torch: on use (CLI start-up)
+    from interv.provenance import run_identity
 
-    return {
-        "model": str(args.model),
-        "task": checked["task"],
-        "task_fingerprint": task_fingerprint(checked["pairs"]),
-        "method": args.method,
-        "steps": checked["steps"],
-        "qk_fix": bool(args.qk_fix),
-        "metric": args.metric,
-        "verify_top": checked["top_k"],
-        "audit": checked["audit"],
-        "alpha": args.alpha,
-        "seed": args.seed,
-    }
+    screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
+    settings = circuit_settings(args.method, checked["steps"], bool(args.qk_fix), screen)
+    return run_identity({"metric": args.metric} if provenance is None else provenance, settings)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -174,11 +168,13 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
             **resume,
         )
 
+    expected = Provenance.of(model, task, metric=args.metric)
+    store.confirm(_identity(args, checked, expected))  # the weights and prompts known now
     result, ran = discover_resumable(
         store,
         scores=scores,
         discover=run_discovery,
-        expected=Provenance.of(model, task, metric=args.metric),
+        expected=expected,
         finish=False,
     )
     progress.start("faithfulness")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from interv.engine.forward import ForwardOutput, HookFn, Prompts, forward, model_device
+from interv.engine.forward import ForwardOutput, Gradient, HookFn, Prompts, forward, model_device
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
@@ -77,6 +77,5 @@ def answer_gradients(
         capture=capture,
         readout="position_logits",
         positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=answer_metric(metric, task, clean_logits.to(model_device(model))),
+        gradient=Gradient(sites, answer_metric(metric, task, clean_logits.to(model_device(model)))),
     )

@@ -58,6 +58,7 @@ from interv.engine.rows import (
     LONG_CONTEXT,
     MAX_PATTERN_BYTES,
     RowRequest,
+    outside_hooks,
     pattern_bytes,
     pattern_free,
     rows_refusal,
@@ -70,8 +71,11 @@ from interv.errors import IntervError
 from interv.tasks.tokenized import check_context, check_token_ids
 
 __all__ = [
+    "AUTO",
     "READOUTS",
+    "AttentionPath",
     "ForwardOutput",
+    "Gradient",
     "HookFn",
     "Prefix",
     "Prompts",
@@ -239,8 +243,8 @@ class ForwardOutput:
             detached unless the forward ran with gradients.
         prefix: the recorded block inputs (``record_prefix=True`` on a full forward that
             called every block once), else None.
-        gradients: ``grad_at`` site -> the gradient of ``grad_of``'s sum with respect to
-            its activation (empty without ``grad_at``).
+        gradients: each :class:`Gradient` site -> the gradient of its ``of``'s sum with
+            respect to its activation (empty without a gradient).
         attention: how attention was computed: ``"pattern"`` (the model's own, every
             layer's pattern materialized) or ``"rows"`` (without the pattern,
             :mod:`interv.engine.rows`).
@@ -251,6 +255,74 @@ class ForwardOutput:
     prefix: Prefix | None
     gradients: dict[Site, torch.Tensor] = field(default_factory=dict)
     attention: str = "pattern"
+
+
+@dataclass(frozen=True, eq=False)
+class Gradient:
+    """What one :func:`forward` differentiates: the sum of ``of(readout)`` with respect to
+    the activations at the sites ``at``, as the forward's hooks left them (which the rest of
+    the forward reads, so the full downstream derivative).
+
+    Attributes:
+        at: the sites whose gradient :attr:`ForwardOutput.gradients` returns; their
+            activations are captured too.
+        of: readout -> the values to differentiate (e.g. each prompt's metric: rows are
+            independent, so the gradient of the sum holds every prompt's own).
+
+    The model's parameters get no ``.grad``; the readout and captures come back detached.
+    """
+
+    at: tuple[Site, ...]
+    of: Callable[[torch.Tensor], torch.Tensor]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", tuple(self.at))
+        if not self.at or not all(isinstance(site, Site) for site in self.at):
+            raise IntervError(f"a Gradient needs at least one Site in at; got {self.at!r}")
+        if not callable(self.of):
+            raise IntervError(
+                f"a Gradient's of must be callable (readout -> values); got {self.of!r}"
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionPath:
+    """How one :func:`forward` computes attention.
+
+    Attributes:
+        mode: one of :data:`~interv.engine.rows.ATTENTION_MODES`: ``"auto"`` (default)
+            computes attention without the pattern from
+            :data:`~interv.engine.rows.LONG_CONTEXT` positions on, when no hook or capture
+            (interv's or the user's own on the model) needs the pattern and the family allows
+            it (checked against the model's own rows first), else as the model does;
+            ``"pattern"`` as the model does (refused when one layer's pattern would exceed
+            :data:`~interv.engine.rows.MAX_PATTERN_BYTES`); ``"rows"`` without the pattern
+            (refused in one line where interv cannot).
+        rows: what to report about each layer's rows when attention runs without the
+            pattern (:class:`~interv.engine.rows.RowRequest`; it asks for that path).
+        restrictions: ``(rows, KeyRestriction)`` pairs: the keys the heads of a layer may
+            still attend to in the rows ``rows`` of the batch (a stacked copy), ANDed with the
+            layer's own rule inside the attention (:mod:`interv.engine.restrictions`); only
+            where attention runs without the pattern (refused otherwise: the model's own
+            attention runs the z-level edits of :func:`~interv.engine.stacking.edit_hooks`).
+    """
+
+    mode: str = "auto"
+    rows: RowRequest | None = None
+    restrictions: tuple[tuple[slice, KeyRestriction], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "restrictions", tuple(self.restrictions))
+        if self.mode not in ATTENTION_MODES:
+            raise IntervError(f"attention must be one of {ATTENTION_MODES}; got {self.mode!r}")
+        if self.rows is not None and self.mode == "pattern":
+            raise IntervError(
+                "rows= asks for attention without the pattern; attention='pattern' refuses it"
+            )
+
+
+AUTO = AttentionPath()
+"""The default :class:`AttentionPath`: ``"auto"``, nothing reported about the rows."""
 
 
 class _Stopped(Exception):
@@ -267,12 +339,8 @@ def forward(
     positions: torch.Tensor | None = None,
     stop_after: Site | None = None,
     record_prefix: bool = False,
-    grad: bool = False,
-    grad_at: Sequence[Site] = (),
-    grad_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    attention: str = "auto",
-    rows: RowRequest | None = None,
-    key_restrictions: Sequence[tuple[slice, KeyRestriction]] = (),
+    gradient: Gradient | None = None,
+    attention: AttentionPath = AUTO,
 ) -> ForwardOutput:
     """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
 
@@ -289,57 +357,23 @@ def forward(
             ``"position_logits"``.
         stop_after: end the forward right after this site's hook (readout must be None).
         record_prefix: record every block's inputs (full forwards only).
-        grad: run with gradients enabled (default: ``torch.no_grad``).
-        grad_at: sites whose gradient to return (:attr:`ForwardOutput.gradients`): of the
-            sum of ``grad_of(readout)`` with respect to the activation as the ``hooks``
-            left it, which the rest of the forward reads (so the full downstream
-            derivative); their activations are captured too. The model's parameters get
-            no ``.grad``; the readout and captures come back detached.
-        grad_of: readout -> the values to differentiate (e.g. each prompt's metric: rows
-            are independent, so the gradient of the sum holds every prompt's own).
-        attention: one of :data:`~interv.engine.rows.ATTENTION_MODES`: ``"auto"`` (default)
-            computes attention without the pattern from
-            :data:`~interv.engine.rows.LONG_CONTEXT` positions on, when no hook or capture
-            needs the pattern and the family allows it (checked against the model's own
-            rows first), else as the model does; ``"pattern"`` as the model does (refused
-            when one layer's pattern would exceed
-            :data:`~interv.engine.rows.MAX_PATTERN_BYTES`); ``"rows"`` without the pattern
-            (refused in one line where interv cannot).
-        rows: what to report about each layer's rows when attention runs without the
-            pattern (:class:`~interv.engine.rows.RowRequest`; ignored otherwise: see
-            :func:`choose_attention`).
-        key_restrictions: ``(rows, KeyRestriction)`` pairs: the keys the heads of a layer
-            may still attend to in the rows ``rows`` of the batch (a stacked copy), ANDed
-            with the layer's own rule inside the attention
-            (:mod:`interv.engine.restrictions`); only where attention runs without the
-            pattern (refused otherwise: the model's own attention runs the z-level edits
-            of :func:`~interv.engine.stacking.edit_hooks` instead).
+        gradient: what to differentiate (:class:`Gradient`; None: the forward runs under
+            ``torch.no_grad``).
+        attention: how attention is computed (:class:`AttentionPath`).
 
     Returns:
         A :class:`ForwardOutput`.
     """
-    if readout not in READOUTS:
-        raise IntervError(f"unknown readout {readout!r}; choose one of {READOUTS}")
-    if stop_after is not None and readout is not None:
-        raise IntervError(
-            f"stop_after ends the forward early, so readout must be None; got {readout!r}"
-        )
-    if (readout == "position_logits") != (positions is not None):
-        raise IntervError("positions are needed by, and only by, readout='position_logits'")
-    if bool(grad_at) != (grad_of is not None) or (grad_at and readout is None):
-        raise IntervError("grad_at needs grad_of and a readout, and grad_of needs grad_at")
-    if record_prefix and isinstance(inputs, Suffix):
-        raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
-    if isinstance(inputs, Prompts):
-        inputs.check_fits(model.cfg)
+    _check_request(model, inputs, readout, positions, stop_after, record_prefix, gradient)
     writes = None
     if readout == "position_logits" or (readout == "logits" and isinstance(inputs, Suffix)):
         writes = Writes.of(model)  # logits from the final residual stream: the model's own
         writes.check_logits()
+    grad_at = () if gradient is None else gradient.at
     sites = [site for site, _ in hooks] + list(capture) + list(grad_at)
-    mode = choose_attention(model, inputs, attention, rows=rows, sites=sites)
+    mode = choose_attention(model, inputs, attention.mode, rows=attention.rows, sites=sites)
     real = _attention_mask(inputs)
-    if key_restrictions and (mode != "rows" or real is None):
+    if attention.restrictions and (mode != "rows" or real is None):
         raise IntervError(
             "key restrictions are applied inside attention computed without the pattern, but "
             "this forward runs the model's own attention; edit the pattern at the z level "
@@ -348,19 +382,8 @@ def forward(
     device = model_device(model)
     captured: dict[Site, torch.Tensor] = {}
     seen: dict[str, torch.Tensor] = {}
-    grad = grad or bool(grad_at)
-    # a gradient site returns its own copy of the activation, which replaces it: at resid_mid
-    # that copy must become the residual stream too, as an edit's does
-    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks] + [
-        (hook_name(site), _differentiable(site.without_positions(), captured)) for site in grad_at
-    ]
-    fwd_hooks = _with_mid_rebuilds(
-        fwd_hooks,
-        {s.layer for s in (*(site for site, _ in hooks), *grad_at) if s.component == "resid_mid"},
-    )
-    fwd_hooks += [
-        (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
-    ]
+    grad = gradient is not None
+    fwd_hooks = _hooks_of(model, hooks, capture, grad_at, captured, grad)
     last_block = block_output_hook(model.cfg.n_layers - 1)
     stop_name = None if stop_after is None else hook_name(stop_after)
     if readout in ("position_logits", "final_residual"):
@@ -375,7 +398,7 @@ def forward(
     logits = None
     # entered after the hooks, so that interv's own hooks run after the caller's
     without_pattern = (
-        pattern_free(model, real.to(device), rows or RowRequest(), key_restrictions)
+        pattern_free(model, real.to(device), attention.rows or RowRequest(), attention.restrictions)
         if mode == "rows" and real is not None
         else nullcontext()
     )
@@ -409,33 +432,106 @@ def forward(
             at = normed[rows, positions.to(normed.device)].unsqueeze(1)
             out = writes.finish_logits(model.unembed(at).squeeze(1))
         gradients: dict[Site, torch.Tensor] = {}
-        if grad_at:
-            sites = list(dict.fromkeys(site.without_positions() for site in grad_at))
-            found = torch.autograd.grad(
-                grad_of(out).sum(), [captured[s] for s in sites], allow_unused=True
-            )
-            unused = [hook_name(s) for s, g in zip(sites, found, strict=True) if g is None]
-            if unused:
-                raise IntervError(
-                    f"no gradient at {unused}: this model does not read what those hooks return "
-                    "(it discards their edits), so nothing downstream depends on them"
-                )
-            gradients = dict(zip(sites, found, strict=True))
+        if gradient is not None:
+            gradients = _gradients(gradient, out, captured)
             captured = {site: value.detach() for site, value in captured.items()}
             out = out.detach()
     if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
         out = out.float()
-    residuals, block_kwargs = recorded
-    prefix = None
-    if len(residuals) == model.cfg.n_layers and last_block in seen:
-        prefix = Prefix(
-            (*residuals, seen[last_block].detach()),
-            tuple(block_kwargs),
-            len(residuals[0]),
-            inputs.mask if isinstance(inputs, Prompts) else None,
-        )
     return ForwardOutput(
-        readout=out, captured=captured, prefix=prefix, gradients=gradients, attention=mode
+        readout=out,
+        captured=captured,
+        prefix=_prefix_of(model, inputs, recorded, seen, last_block),
+        gradients=gradients,
+        attention=mode,
+    )
+
+
+def _check_request(
+    model: Any,
+    inputs: Prompts | Suffix,
+    readout: str | None,
+    positions: torch.Tensor | None,
+    stop_after: Site | None,
+    record_prefix: bool,
+    gradient: Gradient | None,
+) -> None:
+    """Refuse, in one line, a :func:`forward` whose arguments do not go together."""
+    if readout not in READOUTS:
+        raise IntervError(f"unknown readout {readout!r}; choose one of {READOUTS}")
+    if stop_after is not None and readout is not None:
+        raise IntervError(
+            f"stop_after ends the forward early, so readout must be None; got {readout!r}"
+        )
+    if (readout == "position_logits") != (positions is not None):
+        raise IntervError("positions are needed by, and only by, readout='position_logits'")
+    if gradient is not None and readout is None:
+        raise IntervError("a gradient needs a readout to differentiate; got readout=None")
+    if gradient is not None and not isinstance(gradient, Gradient):
+        raise IntervError(f"gradient must be an interv.engine.forward.Gradient; got {gradient!r}")
+    if record_prefix and isinstance(inputs, Suffix):
+        raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
+    if isinstance(inputs, Prompts):
+        inputs.check_fits(model.cfg)
+
+
+def _hooks_of(
+    model: Any,
+    hooks: Sequence[tuple[Site, HookFn]],
+    capture: Sequence[Site],
+    grad_at: Sequence[Site],
+    captured: dict[Site, torch.Tensor],
+    grad: bool,
+) -> list[tuple[str, HookFn]]:
+    """The forward's hooks by hook name: the caller's, the gradient sites' copies, the
+    ``resid_mid`` rebuilds and the captures, in that order."""
+    # a gradient site returns its own copy of the activation, which replaces it: at resid_mid
+    # that copy must become the residual stream too, as an edit's does
+    fwd_hooks = [(hook_name(site), fn) for site, fn in hooks] + [
+        (hook_name(site), _differentiable(site.without_positions(), captured)) for site in grad_at
+    ]
+    fwd_hooks = _with_mid_rebuilds(
+        fwd_hooks,
+        {s.layer for s in (*(site for site, _ in hooks), *grad_at) if s.component == "resid_mid"},
+    )
+    return fwd_hooks + [
+        (hook_name(site), _keeper(site.without_positions(), captured, grad)) for site in capture
+    ]
+
+
+def _gradients(
+    gradient: Gradient, out: torch.Tensor, captured: dict[Site, torch.Tensor]
+) -> dict[Site, torch.Tensor]:
+    """The gradient of ``gradient.of(out)``'s sum at each of its sites (see :class:`Gradient`)."""
+    sites = list(dict.fromkeys(site.without_positions() for site in gradient.at))
+    found = torch.autograd.grad(
+        gradient.of(out).sum(), [captured[s] for s in sites], allow_unused=True
+    )
+    unused = [hook_name(s) for s, g in zip(sites, found, strict=True) if g is None]
+    if unused:
+        raise IntervError(
+            f"no gradient at {unused}: this model does not read what those hooks return "
+            "(it discards their edits), so nothing downstream depends on them"
+        )
+    return dict(zip(sites, found, strict=True))
+
+
+def _prefix_of(
+    model: Any,
+    inputs: Prompts | Suffix,
+    recorded: tuple[list[torch.Tensor], list[dict[str, Any]]],
+    seen: dict[str, torch.Tensor],
+    last_block: str,
+) -> Prefix | None:
+    """The recorded block inputs as a :class:`Prefix`, when every block ran once."""
+    residuals, block_kwargs = recorded
+    if len(residuals) != model.cfg.n_layers or last_block not in seen:
+        return None
+    return Prefix(
+        (*residuals, seen[last_block].detach()),
+        tuple(block_kwargs),
+        len(residuals[0]),
+        inputs.mask if isinstance(inputs, Prompts) else None,
     )
 
 
@@ -459,7 +555,11 @@ def choose_attention(
     (see its ``attention``; ``sites`` are the hooked and captured sites, ``pattern_sites``
     those hooked only where the model's own attention runs: the z-level form of key
     restrictions), after the checks (a pattern-free forward is verified against the model's
-    own rows first).
+    own rows first). Hooks added to the model itself at the points attention without the
+    pattern never fires (:func:`~interv.engine.rows.outside_hooks`: a user's
+    ``model.add_hook("blocks.0.attn.hook_pattern", fn)``) are read at every call, never
+    remembered: ``"auto"`` then runs the model's own attention, so they fire, and ``"rows"``
+    refuses in one line naming the hook point.
 
     Raises:
         IntervError: ``attention="rows"`` where interv cannot compute attention without the
@@ -478,13 +578,14 @@ def choose_attention(
     else:
         n_rows, n_pos = inputs.n, int(inputs.prefixes[0].residuals[0].shape[1])
     needs = [site for site in sites if site.component == "pattern"]
+    held = outside_hooks(model)  # the user's own hooks, read at every call
     fallback = ""
     if (
         attention == "rows"
         or rows is not None
-        or (attention == "auto" and n_pos >= LONG_CONTEXT and not needs)
+        or (attention == "auto" and n_pos >= LONG_CONTEXT and not needs and not held)
     ):
-        reason = _rows_unavailable(model, inputs, real, needs)
+        reason = _rows_unavailable(model, inputs, real, needs, held)
         if reason is None:
             return "rows"
         if attention == "rows" or rows is not None:
@@ -493,12 +594,15 @@ def choose_attention(
     needs += [site for site in pattern_sites if site.component == "pattern"]
     size = pattern_bytes(model, n_rows, n_pos)
     if size > MAX_PATTERN_BYTES:
-        why = (
-            f"a hook or capture of block {needs[0].layer}'s attention pattern (pattern patching, "
-            "a pattern-level edit, rollout) needs it"
-            if needs
-            else "the model's own attention materializes it"
-        )
+        if needs:
+            why = (
+                f"a hook or capture of block {needs[0].layer}'s attention pattern (pattern "
+                "patching, a pattern-level edit, rollout) needs it"
+            )
+        elif held:
+            why = f"the hook added to the model at {held[0]} needs it"
+        else:
+            why = "the model's own attention materializes it"
         raise IntervError(
             f"one layer's attention pattern would hold {size / 2**30:.1f} GiB ({n_rows} rows x "
             f"{model.cfg.n_heads} heads x {n_pos}^2 positions), above interv's limit of "
@@ -509,7 +613,11 @@ def choose_attention(
 
 
 def _rows_unavailable(
-    model: Any, inputs: Prompts | Suffix, real: torch.Tensor | None, needs: list[Site]
+    model: Any,
+    inputs: Prompts | Suffix,
+    real: torch.Tensor | None,
+    needs: list[Site],
+    held: list[str],
 ) -> str | None:
     """Why this forward cannot run without the pattern (one line), or None after
     :func:`~interv.engine.rows.verify` accepted the model."""
@@ -517,6 +625,13 @@ def _rows_unavailable(
         return (
             f"the {needs[0].phrase} is hooked or captured, which needs the full pattern "
             "(attention='pattern')"
+        )
+    if held:
+        return (
+            f"{held[0]} carries a hook added to the model (model.add_hook or model.hooks; "
+            f"{len(held)} such hook point{'s' if len(held) > 1 else ''}), which attention "
+            "without the pattern would skip; remove it (model.reset_hooks()) or use "
+            "attention='pattern'"
         )
     if real is None:
         return "prefixes recorded without their mask (a suffix) cannot run without the pattern"
@@ -531,7 +646,13 @@ def _rows_unavailable(
             model,
             tokens,
             real,
-            lambda prefix, **kwargs: forward(model, Prompts.of(prefix), readout=None, **kwargs),
+            lambda prefix, capture, attention, rows=None: forward(
+                model,
+                Prompts.of(prefix),
+                capture=capture,
+                readout=None,
+                attention=AttentionPath(attention, rows),
+            ),
         )
     except IntervError as error:
         return str(error)

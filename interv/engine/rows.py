@@ -43,7 +43,7 @@ where they do not. ``forward(..., attention="auto")`` (:mod:`interv.engine.forwa
 pattern-free from :data:`LONG_CONTEXT` positions on.
 
 >>> request = RowRequest(on_layer=lambda layer, stats: kept.append(stats))
->>> forward(model, Prompts.of(tokens), readout=None, attention="rows", rows=request)
+>>> forward(model, Prompts.of(tokens), readout=None, attention=AttentionPath("rows", request))
 >>> kept[0].entropy.shape                          # [batch, head_index, pos], nats
 """
 
@@ -67,11 +67,13 @@ __all__ = [
     "ATTENTION_MODES",
     "LONG_CONTEXT",
     "MAX_PATTERN_BYTES",
+    "PATTERN_HOOKS",
     "RowChunk",
     "RowRequest",
     "RowStats",
     "admits_keys",
     "admitted_counts",
+    "outside_hooks",
     "pattern_bytes",
     "pattern_free",
     "rows_refusal",
@@ -1117,6 +1119,26 @@ def pattern_bytes(model: Any, n_rows: int, n_pos: int) -> int:
     parameter = next(model.parameters(), None)
     itemsize = 4 if parameter is None else max(2, parameter.element_size())
     return n_rows * int(model.cfg.n_heads) * n_pos * n_pos * itemsize
+
+
+PATTERN_HOOKS = ("hook_attn_scores", "hook_pattern")
+"""The hook points of an attention bridge that attention without the pattern never fires."""
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def outside_hooks(model: Any) -> list[str]:
+    """The names of ``model``'s :data:`PATTERN_HOOKS` points that carry a hook attached from
+    outside (``model.add_hook``, ``with model.hooks(...)``): attention without the pattern
+    would skip them. Read at every choice of the path, never remembered."""
+    held = []
+    for layer, block in enumerate(getattr(model, "blocks", ())):
+        attn = block._modules.get("attn")
+        for name in PATTERN_HOOKS:
+            point = getattr(attn, name, None)
+            if point is not None and any(getattr(point, d, None) for d in _HOOK_DICTS):
+                held.append(f"blocks.{layer}.attn.{name}")
+    return held
 
 
 _VERIFIED: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()

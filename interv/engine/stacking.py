@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.engine.forward import (
+    AttentionPath,
     ForwardOutput,
     HookFn,
     Prefix,
@@ -311,7 +312,7 @@ def _stacked_runs(
         readout=readout,
         positions=None if positions is None else positions.repeat(len(prompts)),
         record_prefix=record_prefix,
-        attention=attention,
+        attention=AttentionPath(attention),
     )
     split = []
     for k, run_sites in enumerate(sites):
@@ -382,7 +383,14 @@ def edited_forward(
     ]
     hooks = edit_hooks(model.cfg, copies)
     if not restricted:
-        return forward(model, inputs, hooks=hooks, capture=capture, attention=attention, **kwargs)
+        return forward(
+            model,
+            inputs,
+            hooks=hooks,
+            capture=capture,
+            attention=AttentionPath(attention),
+            **kwargs,
+        )
     rest = [
         (rows, kept, context)
         for rows, intervention, context in copies
@@ -402,11 +410,12 @@ def edited_forward(
             inputs,
             hooks=rest_hooks,
             capture=capture,
-            attention="rows",
-            key_restrictions=restricted,
+            attention=AttentionPath("rows", restrictions=restricted),
             **kwargs,
         )
-    return forward(model, inputs, hooks=hooks, capture=capture, attention="pattern", **kwargs)
+    return forward(
+        model, inputs, hooks=hooks, capture=capture, attention=AttentionPath("pattern"), **kwargs
+    )
 
 
 def edit_hooks(
