@@ -280,14 +280,22 @@ def family(name: str) -> Family:
     return _BUILT[name]
 
 
-def build(name: str, edit: Callable[[Any], None] | None = None, tag: str = "") -> Family:
-    """A fresh tiny model of family ``name`` (not cached): ``edit(hf_model)`` runs on the
+def build(
+    name: str,
+    edit: Callable[[Any], None] | None = None,
+    tag: str = "",
+    configure: Callable[[Any], None] | None = None,
+) -> Family:
+    """A fresh tiny model of family ``name`` (not cached): ``configure(config)`` runs on its
+    Hugging Face config (e.g. a longer ``max_position_embeddings``), ``edit(hf_model)`` on the
     random Hugging Face model before it is saved and booted (e.g. to zero the queries);
     ``tag`` names its directory apart from the shared one."""
     import transformers
     from transformer_lens.model_bridge import TransformerBridge
 
     config = _configs()[name]()
+    if configure is not None:
+        configure(config)
     auto = (
         transformers.AutoModelForMaskedLM if name in ENCODERS else transformers.AutoModelForCausalLM
     )
