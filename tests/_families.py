@@ -147,6 +147,12 @@ def _configs() -> dict[str, Callable[[], Any]]:
         "stablelm": lambda: hf.StableLmConfig(**_GQA),
         "starcoder2": lambda: hf.Starcoder2Config(**_GQA, sliding_window=WINDOW),
         "smollm3": lambda: hf.SmolLM3Config(**_GQA),
+        "exaone4": lambda: hf.Exaone4Config(
+            **_GQA,
+            head_dim=8,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        ),
         "gpt_oss": lambda: hf.GptOssConfig(
             **_GQA, head_dim=8, sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2
         ),
@@ -190,6 +196,7 @@ FAMILIES: tuple[str, ...] = (
     "stablelm",
     "starcoder2",
     "smollm3",
+    "exaone4",
     "gpt_oss",
     "llama4",
     "bert",

@@ -270,9 +270,10 @@ def test_a_native_rotary_bridge_is_refused_and_keeps_plain_eap():
     assert torch.isfinite(edge_scores(model, task).scores).all()
 
 
-ROTARY = ["llama", "qwen3", "gemma2", "mistral"]
+ROTARY = ["llama", "qwen3", "gemma2", "mistral", "exaone4"]
 """Rotary families: plain; with per-head QK norm; with an attention soft cap and sliding
-windows on every other layer; with a sliding window (4 keys) everywhere."""
+windows on every other layer; with a sliding window (4 keys) everywhere; with per-head QK norm,
+sliding rotary layers and a global layer without rotation (EXAONE-4's NoPE)."""
 
 
 def _family_task(name: str) -> tuple:

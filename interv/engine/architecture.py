@@ -1052,6 +1052,12 @@ def _layer_attention(
     positional = {"standard": "learned", "relative_positional_bias": "relative"}.get(pet, pet)
     if positional == "rotary" and not bool(getattr(inner, "use_rope", True)):
         positional = "none"
+    if (
+        positional == "rotary"
+        and getattr(inner, "sliding_window", None) is not None
+        and getattr(inner, "is_sliding", True) is False
+    ):
+        positional = "none"  # EXAONE-4's global layers of a hybrid: no rotation (NoPE)
     if positional not in POSITIONAL:
         raise IntervError(f"{family}: positional scheme {pet!r} is not modelled")
     scale: float | None
