@@ -15,6 +15,13 @@ as plain fields, and every consumer reads them from there:
   queries), :meth:`KeyRule.describe` says it in words;
 - :class:`LayerAttention`: the rest of one layer's attention (positional scheme, logit scale
   and soft cap, query/key norms, off-row sink, output gate);
+- :class:`AttentionRecipe` (:func:`recipe_of`, one per layer, read afresh each call): how the
+  layer turns its queries and keys into a row, with the handles that takes (the sink
+  parameter, the QK norm modules, the rotary convention, ALiBi, how the bridge hands q/k over);
+  its :meth:`~AttentionRecipe.logits`, :meth:`~AttentionRecipe.rows` and
+  :meth:`~AttentionRecipe.admitted` are the one recipe the rows engine, AtP*'s QK fix and the
+  mask edits compute with. This module is the only one that reads Hugging Face's or the
+  bridge's attention attributes;
 - :class:`Architecture`: the per-layer values plus the block and output facts (pre/post norms,
   parallel residual, residual multiplier, mixture-of-experts layers, final logit soft cap and
   scale), :meth:`Architecture.require` refusing in one line what interv cannot model exactly.

@@ -25,7 +25,10 @@ bidirectional AND padding AND the family's window or chunk), not from Hugging Fa
 whose ``T x T`` construction is switched off. The largest arrays are one chunk of rows
 (``batch x heads x chunk x keys``, a few MiB) and the ``[batch, head, T]`` row numbers.
 
-Where a layer is computed (the ``style`` of each attention bridge):
+Where a layer is computed (its recipe's
+:attr:`~interv.engine.architecture.AttentionRecipe.handover`), and how (its recipe's scale, soft
+cap, off-row sink and ALiBi, :meth:`~interv.engine.architecture.AttentionRecipe.logits` and
+:meth:`~interv.engine.architecture.AttentionRecipe.rows` on the chunked path):
 
 - ``handoff`` (transformer-lens's ``PositionEmbeddingsAttentionBridge``: Llama, Mistral, Qwen,
   Gemma, OLMo, Phi, Cohere, Granite, StableLM, Starcoder2, SmolLM3, gpt-oss): the bridge runs
