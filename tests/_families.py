@@ -147,6 +147,12 @@ def _configs() -> dict[str, Callable[[], Any]]:
         "stablelm": lambda: hf.StableLmConfig(**_GQA),
         "starcoder2": lambda: hf.Starcoder2Config(**_GQA, sliding_window=WINDOW),
         "smollm3": lambda: hf.SmolLM3Config(**_GQA),
+        "exaone4": lambda: hf.Exaone4Config(
+            **_GQA,
+            head_dim=8,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        ),
         "gpt_oss": lambda: hf.GptOssConfig(
             **_GQA, head_dim=8, sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2
         ),
@@ -190,6 +196,7 @@ FAMILIES: tuple[str, ...] = (
     "stablelm",
     "starcoder2",
     "smollm3",
+    "exaone4",
     "gpt_oss",
     "llama4",
     "bert",
@@ -280,14 +287,22 @@ def family(name: str) -> Family:
     return _BUILT[name]
 
 
-def build(name: str, edit: Callable[[Any], None] | None = None, tag: str = "") -> Family:
-    """A fresh tiny model of family ``name`` (not cached): ``edit(hf_model)`` runs on the
+def build(
+    name: str,
+    edit: Callable[[Any], None] | None = None,
+    tag: str = "",
+    configure: Callable[[Any], None] | None = None,
+) -> Family:
+    """A fresh tiny model of family ``name`` (not cached): ``configure(config)`` runs on its
+    Hugging Face config (e.g. a longer ``max_position_embeddings``), ``edit(hf_model)`` on the
     random Hugging Face model before it is saved and booted (e.g. to zero the queries);
     ``tag`` names its directory apart from the shared one."""
     import transformers
     from transformer_lens.model_bridge import TransformerBridge
 
     config = _configs()[name]()
+    if configure is not None:
+        configure(config)
     auto = (
         transformers.AutoModelForMaskedLM if name in ENCODERS else transformers.AutoModelForCausalLM
     )

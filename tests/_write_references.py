@@ -54,6 +54,7 @@ POST_NORMS = {
     ),
     "olmo2": ("post_attention_layernorm", None, "post_feedforward_layernorm"),
     "olmo3": ("post_attention_layernorm", None, "post_feedforward_layernorm"),
+    "exaone4": ("post_attention_layernorm", None, "post_feedforward_layernorm"),
 }
 # Fused q/k/v projections: module name -> layout.
 FUSED = {"c_attn": "split", "query_key_value": "per_head", "qkv_proj": "split"}

@@ -33,7 +33,12 @@ from interv.circuits.screens import (
     qk_base,
     qk_fixed_scores,
 )
-from interv.engine.architecture import architecture_of
+from interv.engine.architecture import (
+    AttentionRecipe,
+    KeyRule,
+    LayerAttention,
+    recipe_of,
+)
 from interv.engine.targets import get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs
@@ -188,7 +193,14 @@ def test_a_grouped_key_head_sums_the_pattern_changes_of_its_query_heads():
     q = torch.randn(n, n_pos, heads, d_head).double()
     k = torch.randn(n, n_pos, kv, d_head).double()
     allowed = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()[None, None].expand(n, 1, -1, -1)
-    profile = QKLayer(scale=0.5, softcap=None, allowed=allowed)
+    recipe = AttentionRecipe(
+        layer=0,
+        family="test",
+        attention=LayerAttention(keys=KeyRule(), positional="learned", scale=0.5),
+        handover="handoff",
+        pattern_feeds_output=True,
+    )
+    profile = QKLayer(recipe, allowed)
     pattern = profile.pattern(q, _groups(k, heads))
     base = QKBase(q=[q], k=[k], pattern=[pattern], layers=[profile])
     x = torch.randn(n, n_pos, d_model).double()
@@ -209,12 +221,14 @@ def test_refusals(zoo, monkeypatch):
     model, task = zoo
     with pytest.raises(IntervError, match=r"qk_fix must be True or False; got 'yes'"):
         edge_scores(model, task, qk_fix="yes")
-    arch = architecture_of(model)
-    wrong = dataclasses.replace(
-        arch, layers=tuple(dataclasses.replace(layer, scale=1.0) for layer in arch.layers)
-    )
+
+    def wrong(model, layer):  # the layer's recipe with a scale of 1
+        recipe = recipe_of(model, layer)
+        attention = dataclasses.replace(recipe.attention, scale=1.0)
+        return dataclasses.replace(recipe, attention=attention)
+
     with monkeypatch.context() as patch:
-        patch.setattr("interv.circuits.screens.architecture_of", lambda model: wrong)
+        patch.setattr("interv.circuits.screens.recipe_of", wrong)
         with pytest.raises(IntervError, match=r"pattern of layer 0 recomputed .* differs"):
             edge_scores(model, task, qk_fix=True)
         edge_scores(model, task)  # plain EAP stays available
@@ -256,9 +270,10 @@ def test_a_native_rotary_bridge_is_refused_and_keeps_plain_eap():
     assert torch.isfinite(edge_scores(model, task).scores).all()
 
 
-ROTARY = ["llama", "qwen3", "gemma2", "mistral"]
+ROTARY = ["llama", "qwen3", "gemma2", "mistral", "exaone4"]
 """Rotary families: plain; with per-head QK norm; with an attention soft cap and sliding
-windows on every other layer; with a sliding window (4 keys) everywhere."""
+windows on every other layer; with a sliding window (4 keys) everywhere; with per-head QK norm,
+sliding rotary layers and a global layer without rotation (EXAONE-4's NoPE)."""
 
 
 def _family_task(name: str) -> tuple:
@@ -293,7 +308,7 @@ def test_the_fix_recomputes_hugging_faces_own_pattern_on_rotary_families(name):
         gap = ((qk.pattern[layer] - reference.double()) * rows).abs().max()
         assert gap < 1e-5, (name, layer, float(gap))
     with pytest.MonkeyPatch.context() as patch:  # without the rotation the check refuses
-        patch.setattr("interv.circuits.screens._rotate", lambda x, cos, sin: x)
+        patch.setattr("interv.engine.architecture.rotate_half", lambda x, cos, sin: x)
         with pytest.raises(IntervError, match=r"rotary embedding.*differs from the model's"):
             qk_base(fam.bridge, graph, task, "clean")
 
@@ -302,3 +317,19 @@ def test_the_fix_recomputes_hugging_faces_own_pattern_on_rotary_families(name):
 def test_in_the_linear_limit_the_rotary_fix_equals_plain_eap(name):
     fam, task = _family_task(name)
     _check_linear_limit(fam.bridge, task)
+
+
+@pytest.mark.parametrize("name", ["gpt_neo", "gptj"])
+def test_a_pattern_hooked_after_the_outputs_is_refused_before_any_forward(name):
+    """GPT-Neo's and GPT-J's bridges hook the pattern Hugging Face's module returns, after the
+    heads' outputs: the metric has no gradient there, refused in one line before a forward."""
+    fam, task = _family_task(name)
+    ran = []
+    handle = fam.bridge.blocks[0].register_forward_pre_hook(lambda *args: ran.append(1))
+    try:
+        with pytest.raises(IntervError, match=r"hooked only after the heads' outputs") as error:
+            edge_scores(fam.bridge, task, qk_fix=True)
+    finally:
+        handle.remove()
+    assert not ran and "\n" not in str(error.value)
+    assert str(error.value).startswith(f"{name}: qk_fix=True")

@@ -10,10 +10,12 @@ restrictions.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from _families import _attention_modules, _mask_kwarg, family
-from test_families_rest import pairs_of
+from _families import _attention_modules, _mask_kwarg, build, family
+from test_families_rest import masked_logits, pairs_of
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import interv.engine.forward as forward_module
@@ -71,6 +73,45 @@ def test_text_loss_without_the_pattern_equals_the_pattern_path_on_stacked_copies
     own = text_loss(fam.bridge, tokens, edits, first_position=2, attention="pattern")
     torch.testing.assert_close(rows.values, own.values, atol=1e-5, rtol=0)
     assert float((own.values - own.clean).abs().max()) > 1e-3
+
+
+@functools.cache
+def _peaked_gpt_oss():
+    """gpt-oss whose rows put almost all their mass on a few keys (queries scaled by 30) and
+    little on the learned sink (sink logits lowered by 5), with outputs large enough to show in
+    the logits (output projections scaled by 10), up to 4,096 positions."""
+
+    def configure(config):
+        config.max_position_embeddings = 4096
+
+    def edit(hf):
+        for layer in hf.model.layers:
+            layer.self_attn.q_proj.weight.mul_(30.0)
+            layer.self_attn.sinks.sub_(5.0)
+            layer.self_attn.o_proj.weight.mul_(10.0)
+
+    return build("gpt_oss", edit=edit, tag="-peaked", configure=configure)
+
+
+# before the sink-aware edit read the layer's logits: off by 7.9e-5 (300) and 6.6e-4 (2,300) on
+# the pattern path, from renormalizing by sum(kept) + (1 - sum(a)) in float32
+@pytest.mark.parametrize("n_pos", [300, pytest.param(2300, marks=pytest.mark.slow)])
+def test_a_window_under_an_off_row_sink_equals_hugging_face_with_that_mask(n_pos):
+    fam = _peaked_gpt_oss()
+    generator = torch.Generator().manual_seed(3)
+    tokens = torch.randint(2, 64, (1, n_pos), generator=generator)
+    tokens[:, 0] = 0
+    real = torch.ones(1, n_pos, dtype=torch.bool)
+    task = pairs_of(tokens, real)
+    edit = WindowAttention(1).for_model(fam.bridge)  # each query keeps itself alone
+    expected = masked_logits(fam, tokens, real, edit)
+    clean = masked_logits(fam, tokens, real, WindowAttention(n_pos))
+    assert float((expected - clean).abs().max()) > 1e-2, "the window changed nothing"
+    for attention in ("pattern", "rows"):
+        with torch.no_grad():
+            out = forward_under(fam.bridge, task, edit, attention=attention)
+        assert out.attention == attention
+        torch.testing.assert_close(out.readout.float(), expected, atol=1e-5, rtol=0)
 
 
 def test_a_combined_edit_that_rewrites_the_heads_first_keeps_the_pattern_path():

@@ -217,7 +217,8 @@ def test_the_first_rows_are_checked_against_the_models_own(monkeypatch):
     original = rows_module._Engine.attend
 
     def wrong_scale(self, call):
-        call.scale *= 1.5
+        recipe = call.recipe
+        call.recipe = recipe.called_with(call.scale * 1.5, recipe.softcap, recipe.sinks)
         return original(self, call)
 
     monkeypatch.setattr(rows_module._Engine, "attend", wrong_scale)

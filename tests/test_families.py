@@ -297,6 +297,14 @@ FACTS: dict[str, dict[str, object]] = {
     "cohere2": {"parallel_residual": True, "logit_scale": 0.0625},
     "granite": {"scale": 0.25, "residual_multiplier": 0.5, "logit_scale": 0.25},
     "smollm3": {"positional_by_layer": ("rotary", "rotary", "rotary", "none")},
+    "exaone4": {
+        "positional_by_layer": ("rotary", "rotary", "rotary", "none"),
+        "qk_norm": True,
+        "pre_attention_norm": False,
+        "pre_mlp_norm": False,
+        "post_attention_norm": True,
+        "post_mlp_norm": True,
+    },
     "gpt_oss": {"off_row_sink": True, "moe_layers": (0, 1, 2, 3)},
     "llama4": {
         "positional_by_layer": ("rotary", "rotary", "rotary", "none"),

@@ -31,16 +31,18 @@ and the score is ``sum (pattern' - pattern) * g_pattern`` over query and key pos
 change staying the base run's). A key edge under grouped-query attention changes the key
 of every query head of its group: their terms are summed. Value, MLP and logits edges are
 scored as without the fix. In the linear limit (small changes) the fix equals plain EAP.
-The pattern is recomputed as the model computes it (:class:`QKLayer`, read from
-:func:`interv.engine.architecture.architecture_of`): the hooked queries and keys through the
+The pattern is recomputed as the model computes it (:class:`QKLayer`, the layer's
+:class:`~interv.engine.architecture.AttentionRecipe`): the hooked queries and keys through the
 layer's per-head QK norm (Qwen3, Gemma-3) and the rotary embedding with the tables the
 model passes to the block (Llama, SmolLM2, Mistral, Gemma; partial rotary), the layer's
 scale and attention soft cap (Gemma-2), and the keys its rule admits (causal, padding,
 sliding windows). Before scoring, every layer's recomputed base pattern is checked against
-the model's own and refused (IntervError) where they differ; refused up front: ALiBi and
-relative positions, off-row sinks, position-dependent scales, a QK norm over all heads
-(OLMo-2), linear-attention layers, and bridges that do not pass rotary tables to their blocks
-(native ones).
+the model's own and refused (IntervError) where they differ; refused up front, from each
+layer's recipe: patterns hooked only after the heads' outputs (GPT-Neo, GPT-J, OPT: the
+metric has no gradient there), ALiBi and relative positions, off-row sinks,
+position-dependent scales, a QK norm over all heads (OLMo-2), adjacent-pair rotations,
+linear-attention layers; refused at the base run: bridges that do not pass rotary tables to
+their blocks (native ones).
 
 These are first-order estimates, never exact (the QK fix included: it is exact only up to
 the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
@@ -67,7 +69,7 @@ from interv.circuits.patching import (
     tokens_of,
 )
 from interv.engine.answer_metric import answer_gradients
-from interv.engine.architecture import architecture_of
+from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
@@ -297,67 +299,36 @@ def _reader_gradients(
 
 @dataclass(frozen=True, eq=False)
 class QKLayer:
-    """How one layer's attention pattern follows from its hooked queries and keys, as the
-    model computes it (internal): QK norm, rotary embedding, scale, soft cap, admitted keys.
+    """How one layer's attention pattern follows from its hooked queries and keys in one run
+    (internal): the layer's :class:`~interv.engine.architecture.AttentionRecipe` (QK norm,
+    rotary convention, scale, soft cap), the keys it admits and the run's rotary tables.
 
     Attributes:
-        scale: the constant on ``q . k``.
-        softcap: ``c`` of the logits' soft cap ``c tanh(logits / c)``, or None.
+        recipe: the layer's recipe.
         allowed: ``[n, 1, query_pos, key_pos]`` bool: the keys the layer admits.
         rotary: ``(cos, sin)`` ``[n or 1, pos, rotary_dim]`` float64 as the model passes them
-            to the layer (the first ``rotary_dim`` dimensions rotated, halves rotated against
-            each other), or None without a rotary embedding.
-        q_norm, k_norm: the layer's query and key norms (per head, over ``d_head``), or None.
+            to the layer, or None without a rotary embedding.
     """
 
-    scale: float
-    softcap: float | None
+    recipe: AttentionRecipe
     allowed: torch.Tensor
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None
-    q_norm: Any = None
-    k_norm: Any = None
 
     def queries(self, q: torch.Tensor) -> torch.Tensor:
         """Hooked queries ``[..., pos, heads, d_head]`` as the logits read them."""
-        return self._prepare(q, self.q_norm)
+        return self.recipe.prepare(q, "q", self.rotary)
 
     def keys(self, k: torch.Tensor) -> torch.Tensor:
         """Hooked keys ``[..., pos, kv_heads, d_head]`` as the logits read them."""
-        return self._prepare(k, self.k_norm)
-
-    def _prepare(self, x: torch.Tensor, norm: Any) -> torch.Tensor:
-        if norm is not None:
-            weight = next(norm.parameters(), None)
-            dtype = x.dtype if weight is None else weight.dtype
-            x = norm(x.to(dtype)).to(torch.float64)
-        if self.rotary is not None:
-            x = _rotate(x, *self.rotary)
-        return x
+        return self.recipe.prepare(k, "k", self.rotary)
 
     def pattern(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Softmax attention ``[..., heads, query_pos, key_pos]`` from prepared ``q [...,
         qpos, heads, d]`` and ``k [..., kpos, heads, d]`` (excluded keys 0, empty rows 0)."""
-        logits = torch.einsum("...qhd,...khd->...hqk", q, k) * self.scale
-        if self.softcap is not None:
-            logits = self.softcap * torch.tanh(logits / self.softcap)
-        allowed = self.allowed.view(
-            self.allowed.shape[0], *([1] * (logits.ndim - 4)), *self.allowed.shape[1:]
-        )
-        logits = logits.masked_fill(~allowed, float("-inf"))
-        return torch.softmax(logits, dim=-1).nan_to_num(0.0)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The rotary embedding of ``x [n, ..., pos, heads, d_head]``: its first ``rotary_dim``
-    dimensions ``r`` become ``r cos + rotate_half(r) sin`` (Llama's convention, halves
-    rotated against each other), the rest pass."""
-    width = cos.shape[-1]
-    shape = (cos.shape[0], *([1] * (x.ndim - 4)), cos.shape[1], 1, width)
-    cos, sin = cos.reshape(shape), sin.reshape(shape)
-    part, rest = x[..., :width], x[..., width:]
-    half = width // 2
-    turned = torch.cat([-part[..., half:], part[..., :half]], dim=-1)
-    return torch.cat([part * cos + turned * sin, rest], dim=-1)
+        extra = q.ndim - 4  # axes between the prompt and the positions
+        allowed = self.allowed.view(self.allowed.shape[0], *([1] * extra), *self.allowed.shape[1:])
+        logits = self.recipe.logits(q.transpose(-2, -3), k.transpose(-2, -3), allowed)
+        return self.recipe.rows(logits)
 
 
 @dataclass(frozen=True, eq=False)
@@ -380,41 +351,19 @@ class QKBase:
 
 def check_qk_fix(model: Any) -> None:
     """Refuse, before any work, the QK fix for models whose attention logits it cannot
-    recompute from the hooked queries and keys (one line naming the reason)."""
+    recompute from the hooked queries and keys, or whose pattern the metric does not depend on
+    through the pattern hook (one line naming the reason, from the layer's recipe)."""
     arch = architecture_of(model)
     hint = "use qk_fix=False (plain EAP/EAP-IG), or verify the query/key edges with discover()"
     arch.require("attention_rows", hint=hint)
-    arch.require("normalized_rows", hint=hint)
-    arch.require("constant_scale", hint=hint)
     for layer in range(arch.n_layers):
-        attention = arch.layer(layer)
-        if attention.positional not in ("rotary", "learned", "none"):
+        reason = recipe_of(model, layer).qk_fix_refusal()
+        if reason is not None:
             arch.refuse(
-                f"qk_fix=True recomputes attention logits from the hooked queries and keys, and "
-                f"layer {layer}'s {attention.positional} position scheme adds to the logits "
-                "where interv does not reproduce it",
+                f"qk_fix=True recomputes each attention pattern from the hooked queries and keys "
+                f"and scores it through the pattern's gradient, and {reason}",
                 hint=hint,
             )
-
-
-def _qk_norm(model: Any, layer: int, which: str) -> Any:
-    """The layer's query (``which="q"``) or key norm module, refused unless it normalizes
-    each head over ``d_head`` (a norm over all heads at once, OLMo-2's, is not built)."""
-    original = getattr(model.blocks[layer].attn, "original_component", None)
-    norm = None
-    for name in (f"{which}_norm", f"{which}_layernorm"):
-        norm = getattr(original, name, None) if original is not None else None
-        if norm is not None:
-            break
-    weight = None if norm is None else next(norm.parameters(), None)
-    if norm is None or (weight is not None and weight.shape[-1] != model.cfg.d_head):
-        architecture_of(model).refuse(
-            f"qk_fix=True: layer {layer}'s {which} norm "
-            + ("was not found" if norm is None else f"spans {tuple(weight.shape)}, not each head")
-            + "; the QK fix recomputes queries and keys per head",
-            hint="use qk_fix=False",
-        )
-    return norm
 
 
 def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
@@ -436,9 +385,9 @@ def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
     qs, ks, patterns, profiles = [], [], [], []
     rows = mask[:, None, :, None]
     for layer in layers:
-        attention = arch.layer(layer)
+        recipe = recipe_of(model, layer)
         rotary = None
-        if attention.positional == "rotary":
+        if recipe.rotation is not None:
             tables = (
                 None if out.prefix is None else out.prefix.kwargs[layer].get("position_embeddings")
             )
@@ -449,14 +398,7 @@ def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
                     hint="use qk_fix=False",
                 )
             rotary = (tables[0].double(), tables[1].double())
-        profile = QKLayer(
-            scale=float(attention.scale),
-            softcap=attention.softcap,
-            allowed=arch.key_rule(layer).admitted(mask).unsqueeze(1),
-            rotary=rotary,
-            q_norm=_qk_norm(model, layer, "q") if attention.qk_norm else None,
-            k_norm=_qk_norm(model, layer, "k") if attention.qk_norm else None,
-        )
+        profile = QKLayer(recipe, recipe.admitted(mask).unsqueeze(1), rotary)
         q = got[Site("q", layer)].double()
         k = got[Site("k", layer)].double()
         pattern = profile.pattern(profile.queries(q), _groups(profile.keys(k), graph.n_heads))
@@ -466,22 +408,11 @@ def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
             1e-4 if got[Site("pattern", layer)].dtype in (torch.float32, torch.float64) else 2e-2
         )
         if not gap <= tolerance:
-            steps = ", ".join(
-                part
-                for part, used in (
-                    ("QK norm", profile.q_norm is not None),
-                    ("rotary embedding", rotary is not None),
-                    (f"scale {profile.scale:.4g}", True),
-                    (f"soft cap {profile.softcap}", profile.softcap is not None),
-                    (arch.key_rule(layer).describe(), True),
-                )
-                if used
-            )
             raise IntervError(
                 f"qk_fix=True: the attention pattern of layer {layer} recomputed from its hooked "
-                f"queries and keys ({steps}) differs from the model's by {gap:.3g} (tolerance "
-                f"{tolerance:g}), so this model computes its attention logits some other way; "
-                "use qk_fix=False"
+                f"queries and keys ({recipe.describe()}) differs from the model's by {gap:.3g} "
+                f"(tolerance {tolerance:g}), so this model computes its attention logits some "
+                "other way; use qk_fix=False"
             )
         qs.append(q)
         ks.append(k)

@@ -15,6 +15,13 @@ as plain fields, and every consumer reads them from there:
   queries), :meth:`KeyRule.describe` says it in words;
 - :class:`LayerAttention`: the rest of one layer's attention (positional scheme, logit scale
   and soft cap, query/key norms, off-row sink, output gate);
+- :class:`AttentionRecipe` (:func:`recipe_of`, one per layer, read afresh each call): how the
+  layer turns its queries and keys into a row, with the handles that takes (the sink
+  parameter, the QK norm modules, the rotary convention, ALiBi, how the bridge hands q/k over);
+  its :meth:`~AttentionRecipe.logits`, :meth:`~AttentionRecipe.rows` and
+  :meth:`~AttentionRecipe.admitted` are the one recipe the rows engine, AtP*'s QK fix and the
+  mask edits compute with. This module is the only one that reads Hugging Face's or the
+  bridge's attention attributes;
 - :class:`Architecture`: the per-layer values plus the block and output facts (pre/post norms,
   parallel residual, residual multiplier, mixture-of-experts layers, final logit soft cap and
   scale), :meth:`Architecture.require` refusing in one line what interv cannot model exactly.
@@ -39,6 +46,8 @@ IntervError: gemma2: the model's logits apply a final logit soft cap 30 after th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,15 +59,19 @@ from interv.errors import IntervError
 
 __all__ = [
     "FEATURES",
+    "HANDOVERS",
     "OFF_ROW_SINK_OPTIONS",
     "POSITIONAL",
     "Architecture",
+    "AttentionRecipe",
     "KeyRule",
     "LayerAttention",
     "architecture_of",
     "check_admitted",
     "check_off_row_sink",
     "layer_list",
+    "recipe_of",
+    "rotate_half",
     "rules_text",
 ]
 
@@ -129,7 +142,7 @@ class KeyRule:
         self,
         real: torch.Tensor,
         queries: torch.Tensor | slice | None = None,
-        keys: slice | None = None,
+        keys: torch.Tensor | slice | None = None,
     ) -> torch.Tensor:
         """The ``[batch, query, key]`` bool mask: True where the key is admitted.
 
@@ -140,8 +153,10 @@ class KeyRule:
                 ``[query]`` int tensor shared by every prompt; or ``[batch, query]`` per
                 prompt. Only these rows are built, so a chunk of queries of a long prompt
                 costs ``chunk x key``, never ``key x key``.
-            keys: the key positions to build columns for, ``slice(low, high)`` (None = every
-                position): the mask's ``[..., low:high]``, without building the rest.
+            keys: the key positions to build columns for: ``slice(low, high)`` (None = every
+                position), the mask's ``[..., low:high]`` without building the rest; or a
+                ``[batch, n_keys]`` int tensor of chosen keys per prompt (e.g. each prompt's
+                sinks; a position outside ``0..pos-1`` is never admitted).
         """
         if real.ndim != 2 or real.dtype != torch.bool:
             raise IntervError(
@@ -164,10 +179,17 @@ class KeyRule:
                     f"queries must be a [query] or [batch, query] int tensor; got shape "
                     f"{tuple(queries.shape)}"
                 )
-        low, high, _ = (keys or slice(0, n_keys)).indices(n_keys)
-        key = torch.arange(low, high, device=device)[None, None, :]
         t = query[:, :, None]  # [batch or 1, query, 1]
-        mask = real[:, None, low:high].expand(real.shape[0], query.shape[1], high - low)
+        if isinstance(keys, torch.Tensor):
+            chosen = keys.to(device=device, dtype=torch.int64)
+            inside = (chosen >= 0) & (chosen < n_keys)
+            key = chosen.clamp(0, n_keys - 1)[:, None, :]  # [batch, 1, n_keys]
+            mask = (real.gather(1, key[:, 0]) & inside)[:, None, :]
+            mask = mask.expand(real.shape[0], query.shape[1], chosen.shape[1])
+        else:
+            low, high, _ = (keys or slice(0, n_keys)).indices(n_keys)
+            key = torch.arange(low, high, device=device)[None, None, :]
+            mask = real[:, None, low:high].expand(real.shape[0], query.shape[1], high - low)
         if self.causal:
             mask = mask & (key <= t)
         if self.window is not None:
@@ -312,6 +334,226 @@ class LayerAttention:
     qk_norm: bool = False
     off_row_sink: bool = False
     output_gate: bool = False
+
+
+HANDOVERS = ("handoff", "reconstruct", "interface")
+"""How a layer's attention bridge hands its queries and keys to interv (:attr:`AttentionRecipe.
+handover`): ``"handoff"`` (transformer-lens's ``PositionEmbeddingsAttentionBridge``: the bridge
+runs until its rotated queries and keys, ``hook_rot_q``/``hook_rot_k``, and hands over before
+the scores), ``"reconstruct"`` (``JointQKVAttentionBridge`` and its rotary and ALiBi variants:
+interv replaces the bridge's score computation), ``"interface"`` (bridges that run Hugging
+Face's module whole: interv is Hugging Face's attention function for the duration)."""
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionRecipe:
+    """How one layer turns its queries and keys into a row, as the model computes it: the one
+    reader of Hugging Face's and the bridge's attention attributes (:func:`recipe_of`).
+
+    ``row = softmax over [logits at the admitted keys, the off-row sink logit]`` with
+    ``logits = softcap(scale * q . k + bias)``: :meth:`logits` and :meth:`rows` compute it,
+    :meth:`admitted` says which keys stay (the layer's :class:`KeyRule` AND whatever an
+    intervention keeps), :meth:`prepare` turns hooked queries or keys into the ones the logits
+    read (QK norm, rotary embedding). The rows engine (:mod:`interv.engine.rows`), the QK fix
+    (:mod:`interv.circuits.screens`) and the mask edits (:mod:`interv.engine.masks`) all use it.
+
+    Attributes:
+        layer: the layer.
+        family: the family (for messages).
+        attention: the layer's :class:`LayerAttention` (key rule, scale, soft cap...).
+        handover: one of :data:`HANDOVERS`, or None where the bridge hands nothing over
+            (its Hugging Face module computes its pattern itself: GPT-Neo).
+        pattern_feeds_output: the bridge's pattern hook fires before ``a . V``, so an edit or a
+            gradient of the pattern reaches the head's output (False where the bridge runs
+            Hugging Face's module whole and hooks the returned weights afterwards: GPT-Neo,
+            GPT-J, OPT, Llama-4, BERT).
+        scores_hooked: the bridge hooks the logits (``hook_attn_scores``, scaled, capped and
+            masked, before the off-row sink joins) before the softmax.
+        sinks: ``[heads]`` the learned off-row sink logits (the module's parameter), or None.
+        alibi: the block passes a per-head linear bias (Bloom's ALiBi) added to the logits.
+        q_norm, k_norm: the query and key norm modules (Hugging Face's), or None.
+        norm_per_head: the norms normalize each head over ``d_head`` (False: over all heads at
+            once, OLMo-2's).
+        norm_after_rotary: the norms run after the rotary embedding (HunYuan).
+        rotation: the rotary convention: ``"half"`` (Llama's, halves rotated against each
+            other, the first ``rotary_dim`` dimensions), ``"pairs"`` (adjacent pairs: Cohere,
+            GLM, ERNIE), or None without a rotary embedding.
+        gated: the bridge gates the heads' merged output with a gate module of its own.
+    """
+
+    layer: int
+    family: str
+    attention: LayerAttention
+    handover: str | None
+    pattern_feeds_output: bool
+    scores_hooked: bool = False
+    sinks: torch.Tensor | None = None
+    alibi: bool = False
+    q_norm: Any = None
+    k_norm: Any = None
+    norm_per_head: bool = True
+    norm_after_rotary: bool = False
+    rotation: str | None = None
+    gated: bool = False
+
+    @property
+    def keys(self) -> KeyRule:
+        """The layer's :class:`KeyRule`."""
+        return self.attention.keys
+
+    @property
+    def scale(self) -> float | None:
+        """The constant on ``q . k`` (None: not one constant; :attr:`LayerAttention.scale`)."""
+        return self.attention.scale
+
+    @property
+    def softcap(self) -> float | None:
+        """``c`` of the logits' soft cap ``c tanh(logits / c)``, or None."""
+        return self.attention.softcap
+
+    def called_with(self, scale: float, softcap: Any, sinks: Any) -> AttentionRecipe:
+        """This recipe with the scale, soft cap and sink logits that Hugging Face's module
+        passes to its attention function for one call (they stand for the layer's own)."""
+        attention = dataclasses.replace(
+            self.attention, scale=float(scale), softcap=_positive(softcap)
+        )
+        sink = sinks if isinstance(sinks, torch.Tensor) else None
+        return dataclasses.replace(self, attention=attention, sinks=sink)
+
+    def admitted(
+        self,
+        real: torch.Tensor,
+        queries: torch.Tensor | slice | None = None,
+        keys: torch.Tensor | slice | None = None,
+        kept: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The key mask ``[batch, query, key]`` bool: the layer's own rule
+        (:meth:`KeyRule.admitted`, same arguments) AND ``kept`` (broadcastable: the keys an
+        intervention lets stay), so an edit never re-admits a key the model excludes."""
+        allowed = self.keys.admitted(real, queries, keys)
+        return allowed if kept is None else allowed & kept
+
+    def logits(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        admitted: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``[..., head, query, key]`` logits ``softcap(scale * q . k + bias)``, ``-inf`` where
+        ``admitted`` (broadcastable bool) is False, in ``q``'s dtype.
+
+        Args:
+            q: ``[..., head, query, d_head]`` prepared queries (:meth:`prepare`).
+            k: ``[..., head, key, d_head]`` prepared keys (query heads: grouped keys repeated).
+            admitted: the keys that stay (:meth:`admitted`, a head axis inserted), or None.
+            bias: an additive logit broadcastable to the result (Bloom's ALiBi), or None.
+        """
+        if self.scale is None:
+            raise IntervError(
+                f"{self.family}: layer {self.layer} scales q . k by a position-dependent or "
+                "unknown factor"
+            )
+        logits = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        if bias is not None:
+            logits = logits + bias.to(logits.dtype)
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        if admitted is not None:
+            logits = logits.masked_fill(~admitted, -math.inf)
+        return logits
+
+    def rows(self, logits: torch.Tensor) -> torch.Tensor:
+        """The attention rows ``[..., head, query, key]`` of ``logits`` (:meth:`logits`): the
+        softmax over the keys and, where the layer has one, its off-row sink logit (which then
+        takes the rest of each row's mass); 0 at excluded keys and in rows without a key."""
+        if self.sinks is not None:
+            sink = self.sinks.detach().to(device=logits.device, dtype=logits.dtype)
+            sink = sink.reshape(-1, 1, 1).expand(*logits.shape[:-1], 1)
+            weights = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            weights = torch.softmax(logits, dim=-1)
+        empty = (logits == -math.inf).all(dim=-1, keepdim=True)
+        return torch.where(empty, 0.0, weights)
+
+    def prepare(
+        self, x: torch.Tensor, which: str, tables: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """Hooked queries (``which="q"``) or keys (``"k"``) ``[n, ..., pos, heads, d_head]`` as
+        the logits read them, float64: the layer's QK norm (per head), then the rotary
+        embedding with ``tables`` ``(cos, sin)`` ``[n or 1, pos, rotary_dim]`` as the model
+        passes them to the block (None: no rotation)."""
+        norm = self.q_norm if which == "q" else self.k_norm
+        if norm is not None:
+            weight = next(norm.parameters(), None)
+            dtype = x.dtype if weight is None else weight.dtype
+            x = norm(x.to(dtype))
+        x = x.to(torch.float64)
+        if tables is not None:
+            x = rotate_half(x, tables[0].to(x), tables[1].to(x))
+        return x
+
+    def describe(self) -> str:
+        """The recipe in words, e.g. ``"QK norm, rotary embedding, scale 0.3536, soft cap 50,
+        causal AND padding AND sliding window 4"``."""
+        steps = [
+            part
+            for part, used in (
+                ("QK norm", self.attention.qk_norm),
+                ("rotary embedding", self.rotation is not None),
+                ("ALiBi", self.alibi),
+                (f"scale {self.scale:.4g}" if self.scale is not None else "", True),
+                (f"soft cap {self.softcap:g}" if self.softcap else "", self.softcap is not None),
+                ("an off-row sink logit", self.sinks is not None),
+                (self.keys.describe(), True),
+            )
+            if used and part
+        ]
+        return ", ".join(steps)
+
+    def qk_fix_refusal(self) -> str | None:
+        """Why AtP*'s QK fix cannot recompute this layer's pattern from its hooked queries and
+        keys (one line), or None."""
+        at = f"layer {self.layer}"
+        if not self.pattern_feeds_output:
+            return (
+                f"{at}'s attention pattern is hooked only after the heads' outputs (the bridge "
+                "runs Hugging Face's attention module whole), so the metric has no gradient "
+                "with respect to it"
+            )
+        if self.sinks is not None:
+            return f"{at}'s rows sum to less than 1 (a learned off-row sink logit per head)"
+        if self.scale is None:
+            return f"{at} scales q . k by a position-dependent or unknown factor"
+        if self.attention.positional not in ("rotary", "learned", "none"):
+            return (
+                f"{at}'s {self.attention.positional} position scheme adds to the logits where "
+                "the QK fix does not reproduce it"
+            )
+        if self.rotation not in (None, "half"):
+            return f"{at}'s rotary embedding rotates adjacent pairs, which the QK fix does not"
+        if self.attention.qk_norm:
+            if self.q_norm is None or self.k_norm is None:
+                return f"{at}'s query/key norm was not found"
+            if not self.norm_per_head:
+                return f"{at}'s query/key norm spans every head at once, not each head"
+            if self.norm_after_rotary:
+                return f"{at}'s queries and keys are normalized after the rotation"
+        return None
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding (Llama's convention) of ``x [n, ..., pos, heads, d_head]`` with
+    ``cos``/``sin`` ``[n or 1, pos, rotary_dim]``: the first ``rotary_dim`` dimensions ``r``
+    become ``r cos + rotate_half(r) sin`` (halves rotated against each other), the rest
+    pass."""
+    width = cos.shape[-1]
+    shape = (cos.shape[0], *([1] * (x.ndim - 4)), cos.shape[1], 1, width)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    part, rest = x[..., :width], x[..., width:]
+    half = width // 2
+    turned = torch.cat([-part[..., half:], part[..., :half]], dim=-1)
+    return torch.cat([part * cos + turned * sin, rest], dim=-1)
 
 
 FEATURES: dict[str, str] = {
@@ -602,6 +844,87 @@ def architecture_of(model: Any) -> Architecture:
     return arch
 
 
+def recipe_of(model: Any, layer: int) -> AttentionRecipe:
+    """The :class:`AttentionRecipe` of ``model``'s layer ``layer`` (a transformer-lens
+    ``TransformerBridge``), read from the layer's attention bridge and Hugging Face module each
+    call (it holds the module's own sink parameter and norms, so it follows weight edits);
+    refuses a layer without softmax attention in one line."""
+    arch = architecture_of(model)
+    attention = arch.layer(layer)
+    cfg = model.cfg
+    attn = model.blocks[layer]._modules.get("attn")
+    original = getattr(attn, "original_component", None)
+    inner = getattr(original, "self", original)  # BERT-style: the scores live in .self
+    names = {cls.__name__ for cls in type(attn).__mro__}
+    q_norm = _module_named(inner, ("q_norm", "q_layernorm"))
+    k_norm = _module_named(inner, ("k_norm", "k_layernorm"))
+    per_head = True
+    for norm in (q_norm, k_norm):
+        weight = None if norm is None else next(norm.parameters(), None)
+        if weight is not None and weight.shape[-1] != int(cfg.d_head):
+            per_head = False
+    rotation = None
+    if attention.positional == "rotary":
+        pairs = bool(getattr(cfg, "rotary_interleaved_cos_sin", False)) or bool(
+            getattr(cfg, "rotary_adjacent_pairs", False)
+        )
+        rotation = "pairs" if pairs else "half"
+    sinks = getattr(inner, "sinks", None)
+    feeds = _pattern_feeds_output(attn)
+    return AttentionRecipe(
+        layer=layer,
+        family=arch.family,
+        attention=attention,
+        handover=_handover(attn, names),
+        pattern_feeds_output=feeds,
+        scores_hooked=feeds and hasattr(attn, "hook_attn_scores"),
+        sinks=sinks if isinstance(sinks, torch.Tensor) else None,
+        alibi="BloomAttentionBridge" in names,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        norm_per_head=per_head,
+        norm_after_rotary=bool(getattr(cfg, "qk_norm_after_rope", False)),
+        rotation=rotation,
+        gated=attn is not None and attn._modules.get("gate") is not None,
+    )
+
+
+def _module_named(module: Any, names: Sequence[str]) -> Any:
+    for name in names:
+        found = getattr(module, name, None) if module is not None else None
+        if isinstance(found, torch.nn.Module):
+            return found
+    return None
+
+
+def _handover(attn: Any, names: set[str]) -> str | None:
+    """How a layer's attention bridge hands over its queries and keys (:data:`HANDOVERS`)."""
+    if attn is None:
+        return None
+    if "PositionEmbeddingsAttentionBridge" in names and hasattr(attn, "hook_rot_k"):
+        return "handoff"
+    if "JointQKVAttentionBridge" in names:
+        return "reconstruct"
+    if type(attn).__name__ == "AttentionBridge" and attn.original_component is not None:
+        return "interface"
+    return None
+
+
+def _pattern_feeds_output(attn: Any) -> bool:
+    """Whether the bridge fires ``hook_pattern`` before ``a . V`` in this attention module:
+    transformer-lens's plain ``AttentionBridge`` runs Hugging Face's module whole and fires
+    the pattern hook on its returned weights, unless the module hooks the pattern inside."""
+    if attn is None:
+        return False
+    # transformer-lens is heavy to import; it is loaded whenever a bridge exists
+    from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+
+    if type(attn).forward is not AttentionBridge.forward:
+        return True  # a subclass that computes the attention itself, pattern before z
+    original = getattr(attn, "original_component", None)
+    return bool(getattr(original, "accepts_pattern_fn", False))
+
+
 def _detect(model: Any) -> Architecture:
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "blocks"):
@@ -736,6 +1059,12 @@ def _layer_attention(
     positional = {"standard": "learned", "relative_positional_bias": "relative"}.get(pet, pet)
     if positional == "rotary" and not bool(getattr(inner, "use_rope", True)):
         positional = "none"
+    if (
+        positional == "rotary"
+        and getattr(inner, "sliding_window", None) is not None
+        and getattr(inner, "is_sliding", True) is False
+    ):
+        positional = "none"  # EXAONE-4's global layers of a hybrid: no rotation (NoPE)
     if positional not in POSITIONAL:
         raise IntervError(f"{family}: positional scheme {pet!r} is not modelled")
     scale: float | None

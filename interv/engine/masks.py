@@ -40,24 +40,27 @@ window re-admits nothing. On a model with such windows, the sentence of the inte
 it applies to the model (:meth:`~interv.engine.protocol.Intervention.for_model`, which
 :func:`interv.run` calls) names them: "..., within the model's own sliding window 4 at
 layers 0, 2, ...". Where a layer adds a learned sink logit to the softmax's denominator
-(gpt-oss), the row is renormalized over the kept keys and that sink: with observed weights
-``a`` and deficit ``d = 1 - sum(a)``, ``a'_j = a_j / (sum_{i in M} a_i + d)``, exactly the
-masked softmax with the sink logit in it. Gated heads (Qwen3-Next, Qwen3.5: ``z = sigmoid(g) *
-(a . V)``): the change ``(A' - A) V`` passes the head's own gate, read at site ``gate``.
-Refused in one line: layers without softmax attention rows (a hybrid's linear layers) and
-layers whose pattern the bridge hooks only after the heads' outputs (families transformer-lens
-wraps whole: GPT-Neo, GPT-J, OPT, Llama-4, BERT, RoBERTa).
+(gpt-oss), the row is the masked softmax with the sink logit in it, computed in float64 from
+the layer's observed logits (site ``scores``) by the layer's
+:class:`~interv.engine.architecture.AttentionRecipe` (renormalizing the observed weights by
+``sum_{i in M} a_i + (1 - sum(a))`` instead loses the sink's share to cancellation when a row's
+mass is almost all on real keys and few of them stay). Gated heads (Qwen3-Next, Qwen3.5:
+``z = sigmoid(g) * (a . V)``): the change ``(A' - A) V`` passes the head's own gate, read at
+site ``gate``. Refused in one line: layers without softmax attention rows (a hybrid's linear
+layers) and layers whose pattern the bridge hooks only after the heads' outputs (families
+transformer-lens wraps whole: GPT-Neo, GPT-J, OPT, Llama-4, BERT, RoBERTa).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interv._checks import as_int, as_positions
-from interv.engine.architecture import Architecture, architecture_of, layer_list
+from interv.engine.architecture import Architecture, architecture_of, layer_list, recipe_of
 from interv.engine.protocol import EditContext, Intervention, register
 from interv.engine.restrictions import KeyRestriction
 from interv.engine.sites import Site, check_layer, check_positions, kv_head_of
@@ -115,10 +118,12 @@ class _MaskEdit(Intervention):
 
     def observes(self) -> tuple[Site, ...]:
         gated = getattr(self, "_gated", ())  # known once for_model has seen the model
+        sunk = getattr(self, "_sunk", ())
         return tuple(
             site
             for layer in self._declared_layers()
             for site in (
+                *((Site("scores", layer),) if layer in sunk else ()),
                 Site("pattern", layer),
                 Site("v", layer),
                 *((Site("gate", layer),) if layer in gated else ()),
@@ -160,6 +165,8 @@ class _MaskEdit(Intervention):
         object.__setattr__(bound, "_own_masks", _own_masks_phrase(arch, layers))
         gated = tuple(layer for layer in layers if arch.layers[layer].output_gate)
         object.__setattr__(bound, "_gated", gated)
+        sunk = tuple(layer for layer in layers if arch.layers[layer].off_row_sink)
+        object.__setattr__(bound, "_sunk", sunk)
         return bound
 
     def _own_masks_text(self) -> tuple[str, str]:
@@ -187,27 +194,38 @@ class _MaskEdit(Intervention):
         own = architecture_of(context.model).layers[site.layer]
         if own is None:  # for_model refuses such a layer before any forward
             raise IntervError(f"layer {site.layer} has no softmax attention rows to mask")
-        if own.output_gate and site.layer not in getattr(self, "_gated", ()):
-            raise IntervError(
-                f"layer {site.layer}'s heads gate their output; apply "
-                f"{type(self).__name__}.for_model(model) first (interv.run and text_loss do), "
-                "so that the edit reads the gate"
-            )
-        key = ("mask", id(self), own.keys)
-        allowed = context.state.get(key)
-        if allowed is None:
+        for needed, what, known in (
+            (own.output_gate, "heads gate their output", "_gated"),
+            (own.off_row_sink, "rows have an off-row sink logit", "_sunk"),
+        ):
+            if needed and site.layer not in getattr(self, known, ()):
+                raise IntervError(
+                    f"layer {site.layer}'s {what}; apply {type(self).__name__}.for_model(model) "
+                    "first (interv.run and text_loss do), so that the edit reads "
+                    + ("the gate" if known == "_gated" else "the layer's logits")
+                )
+        key = ("mask", id(self), site.layer)
+        found = context.state.get(key)
+        if found is None:
+            recipe = recipe_of(context.model, site.layer)
             real = context.mask.to(pattern.device)
             every = slice(0, pattern.shape[-1])
-            allowed = self.kept(real, every, every) & own.keys.admitted(real)
-            context.state[key] = allowed
-        kept = pattern * allowed[:, None].to(pattern.dtype)
-        mass = kept.sum(dim=-1, keepdim=True)
-        if own.off_row_sink:  # the learned sink logit stays in the denominator
-            mass = mass + (1 - pattern.sum(dim=-1, keepdim=True)).clamp(min=0)
-        new = torch.where(mass > 0, kept / torch.where(mass > 0, mass, 1.0), 0.0)
+            found = recipe, recipe.admitted(real, kept=self.kept(real, every, every))
+            context.state[key] = found
+        recipe, allowed = found
         heads = [kv_head_of(context.cfg, h) for h in range(pattern.shape[1])]
         per_head = values[:, :, heads]  # [n, key, head, d_head]
-        delta = torch.einsum("nhqk,nkhd->nqhd", new - pattern, per_head.to(pattern.dtype))
+        if own.off_row_sink:
+            # the masked softmax with the sink logit in it, from the layer's own logits
+            # (float64): no cancellation of the sink's share 1 - sum(a)
+            scores = context.observed(Site("scores", site.layer)).to(torch.float64)
+            new = recipe.rows(scores.masked_fill(~allowed[:, None], -math.inf))
+            delta = torch.einsum("nhqk,nkhd->nqhd", new - pattern.double(), per_head.double())
+        else:
+            kept = pattern * allowed[:, None].to(pattern.dtype)
+            mass = kept.sum(dim=-1, keepdim=True)
+            new = torch.where(mass > 0, kept / torch.where(mass > 0, mass, 1.0), 0.0)
+            delta = torch.einsum("nhqk,nkhd->nqhd", new - pattern, per_head.to(pattern.dtype))
         if own.output_gate:  # z = sigmoid(g) * (a . V): the change passes the same gate
             gate = context.observed(Site("gate", site.layer))  # [n, pos, head * d_head]
             delta = delta * torch.sigmoid(gate.to(delta.dtype)).reshape(delta.shape)
@@ -228,11 +246,17 @@ def _why_not_editable(arch: Architecture, model: Any, layer: int, kind: str) -> 
     own = arch.layers[layer]
     if own is None:
         return f"layer {layer} is {arch.layer_kinds[layer]}, with no softmax attention rows to mask"
-    if _pattern_after_output(model.blocks[layer].attn):
+    recipe = recipe_of(model, layer)
+    if not recipe.pattern_feeds_output:
         return (
             f"transformer-lens hooks layer {layer}'s attention pattern only after the heads' "
             "outputs (z) are computed (it wraps Hugging Face's attention module whole), so a "
             "mask edit written at z cannot read it"
+        )
+    if recipe.sinks is not None and not recipe.scores_hooked:
+        return (
+            f"layer {layer}'s rows have an off-row sink logit and the bridge does not hook the "
+            "logits, which the edit needs to renormalize the kept keys against the sink"
         )
     if not own.keys.causal and kind == "WindowAttention":
         return (
@@ -240,19 +264,6 @@ def _why_not_editable(arch: Architecture, model: Any, layer: int, kind: str) -> 
             "layers"
         )
     return None
-
-
-def _pattern_after_output(attention: Any) -> bool:
-    """Whether the bridge fires ``hook_pattern`` after ``hook_z`` in this attention module:
-    transformer-lens's plain ``AttentionBridge`` runs Hugging Face's module whole and fires
-    the pattern hook on its returned weights, unless the module hooks the pattern inside."""
-    # transformer-lens is heavy to import; it is loaded whenever a bridge exists
-    from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
-
-    if type(attention).forward is not AttentionBridge.forward:
-        return False  # a subclass that computes the attention itself, pattern before z
-    original = getattr(attention, "original_component", None)
-    return not bool(getattr(original, "accepts_pattern_fn", False))
 
 
 def _own_masks_phrase(arch: Architecture, layers: tuple[int, ...]) -> tuple[str, str]:

@@ -25,7 +25,10 @@ bidirectional AND padding AND the family's window or chunk), not from Hugging Fa
 whose ``T x T`` construction is switched off. The largest arrays are one chunk of rows
 (``batch x heads x chunk x keys``, a few MiB) and the ``[batch, head, T]`` row numbers.
 
-Where a layer is computed (the ``style`` of each attention bridge):
+Where a layer is computed (its recipe's
+:attr:`~interv.engine.architecture.AttentionRecipe.handover`), and how (its recipe's scale, soft
+cap, off-row sink and ALiBi, :meth:`~interv.engine.architecture.AttentionRecipe.logits` and
+:meth:`~interv.engine.architecture.AttentionRecipe.rows` on the chunked path):
 
 - ``handoff`` (transformer-lens's ``PositionEmbeddingsAttentionBridge``: Llama, Mistral, Qwen,
   Gemma, OLMo, Phi, Cohere, Granite, StableLM, Starcoder2, SmolLM3, gpt-oss): the bridge runs
@@ -58,7 +61,13 @@ from typing import Any
 
 import torch
 
-from interv.engine.architecture import Architecture, KeyRule, architecture_of
+from interv.engine.architecture import (
+    Architecture,
+    AttentionRecipe,
+    KeyRule,
+    architecture_of,
+    recipe_of,
+)
 from interv.engine.restrictions import KeyRestriction
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -246,25 +255,8 @@ def admitted_counts(rule: KeyRule, real: torch.Tensor) -> torch.Tensor:
 
 def admits_keys(rule: KeyRule, real: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """``[batch, pos, n_keys]`` bool: whether ``rule`` admits key ``keys[b, i]`` (padded
-    positions, ``[batch, n_keys]``) for each query (equal to ``rule.admitted(real)`` gathered
-    at those keys)."""
-    n_pos = real.shape[1]
-    keys = keys.to(real.device)
-    inside = (keys >= 0) & (keys < n_pos)
-    j = keys.clamp(0, n_pos - 1)[:, None, :]
-    ok = real.gather(1, keys.clamp(0, n_pos - 1))[:, None, :] & inside[:, None, :]
-    t = torch.arange(n_pos, device=real.device)[None, :, None]
-    if rule.causal:
-        ok = ok & (j <= t)
-    if rule.window is not None:
-        ok = ok & (j > t - rule.window)
-    if rule.chunk is not None:
-        first = real.to(torch.int64).argmax(dim=1)[:, None, None]
-        ok = ok & (
-            torch.div(j - first, rule.chunk, rounding_mode="floor")
-            == torch.div(t - first, rule.chunk, rounding_mode="floor")
-        )
-    return ok.expand(-1, n_pos, -1)
+    positions, ``[batch, n_keys]``) for each query (:meth:`KeyRule.admitted` at those keys)."""
+    return rule.admitted(real, keys=keys)
 
 
 def _key_range(rule: KeyRule, firsts: list[int], start: int, stop: int, n_pos: int) -> tuple:
@@ -452,18 +444,26 @@ def _padded(tensor: torch.Tensor, width: int) -> torch.Tensor:
 class _Call:
     """One attention computation: a layer's rotated queries and keys, and values.
 
-    ``q`` ``[b, h, t, d]``, ``k``/``v`` ``[b, kv, t, d]`` (the model's dtype); ``bias``
-    ``[b, h, t]`` an additive per-key logit (ALiBi), ``sinks`` ``[h]`` off-row sink logits.
+    ``q`` ``[b, h, t, d]``, ``k``/``v`` ``[b, kv, t, d]`` (the model's dtype); ``recipe`` how
+    the layer turns them into rows (scale, soft cap, off-row sink); ``bias`` ``[b, h, t]`` an
+    additive per-key logit (ALiBi).
     """
 
     layer: int
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    scale: float
-    softcap: float | None = None
-    sinks: torch.Tensor | None = None
+    recipe: AttentionRecipe
     bias: torch.Tensor | None = None
+
+    @property
+    def scale(self) -> float:
+        scale = self.recipe.scale
+        if scale is None:
+            raise IntervError(
+                f"layer {self.layer}: q . k is scaled by a position-dependent or unknown factor"
+            )
+        return scale
 
 
 class _Engine:
@@ -484,6 +484,10 @@ class _Engine:
         self.request = request
         self.restrictions = tuple(restrictions)
         self.ran: set[int] = set()
+        self.recipes: tuple[AttentionRecipe | None, ...] = tuple(
+            None if layer is None else recipe_of(model, index)
+            for index, layer in enumerate(arch.layers)
+        )
 
     def real_for(self, batch: int) -> torch.Tensor:
         n = self.real.shape[0]
@@ -523,8 +527,8 @@ class _Engine:
         exact = (
             request.exact
             or (report and request.on_chunk is not None)
-            or call.softcap is not None
-            or call.sinks is not None
+            or call.recipe.softcap is not None
+            or call.recipe.sinks is not None
             or call.bias is not None
         )
         if not exact:
@@ -642,22 +646,11 @@ class _Engine:
             allowed = self._admitted(
                 rule, real, restricted, slice(start, stop), slice(low, high), n_heads
             )
-            scores = torch.matmul(
-                q[:, :, start:stop].to(f32), k[:, :, low:high].to(f32).transpose(-1, -2)
+            bias = None if call.bias is None else call.bias[:, :, None, low:high]
+            scores = call.recipe.logits(
+                q[:, :, start:stop].to(f32), k[:, :, low:high].to(f32), allowed, bias
             )
-            scores = scores * call.scale
-            if call.bias is not None:
-                scores = scores + call.bias[:, :, None, low:high].to(f32)
-            if call.softcap is not None:
-                scores = torch.tanh(scores / call.softcap) * call.softcap
-            scores = scores.masked_fill(~allowed, -math.inf)
-            if call.sinks is not None:  # a learned logit joins the softmax, then is dropped
-                sink = call.sinks.to(f32).reshape(1, -1, 1, 1).expand(batch, -1, stop - start, 1)
-                weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-            else:
-                weights = torch.softmax(scores, dim=-1)
-            empty = ~allowed.any(dim=-1, keepdim=True)  # no admitted key (a padding query)
-            weights = torch.where(empty, 0.0, weights)
+            weights = call.recipe.rows(scores)  # 0 in a row without an admitted key
             out[:, :, start:stop] = torch.matmul(weights.to(v.dtype), v[:, :, low:high])
             admitted = allowed[:, 0]  # [b, q, k] (no restriction where rows are reported)
             if report and self.request.on_chunk is not None:
@@ -846,22 +839,6 @@ class _Handoff(Exception):
     """Raised by the hook on a layer's rotated keys: interv takes over from there."""
 
 
-def _mro_names(module: Any) -> set[str]:
-    return {cls.__name__ for cls in type(module).__mro__}
-
-
-def _style(attn: Any) -> str | None:
-    """How a layer's attention bridge hands over its queries and keys (module docstring)."""
-    names = _mro_names(attn)
-    if "PositionEmbeddingsAttentionBridge" in names and hasattr(attn, "hook_rot_k"):
-        return "handoff"
-    if "JointQKVAttentionBridge" in names:
-        return "reconstruct"
-    if type(attn).__name__ == "AttentionBridge" and attn.original_component is not None:
-        return "interface"
-    return None
-
-
 def _output(attn: Any, z: torch.Tensor) -> torch.Tensor:
     """The bridge's own tail after ``a . V``: heads merged, the output projection (through
     ``hook_z``; per head where ``use_attn_result`` asks for ``hook_result``)."""
@@ -909,20 +886,10 @@ def _install_handoff(engine: _Engine, layer: int, attn: Any) -> Callable[[], Non
                 f"layer {layer}: the attention bridge finished without handing over its rotated "
                 "queries and keys"
             )
-        hf_attn = attn.original_component
         q, k, values = state.pop("q"), state.pop("k"), state.pop("v")
         batch, _, n_pos, d_head = q.shape
         v = values.reshape(batch, n_pos, -1, d_head).transpose(1, 2)
-        call = _Call(
-            layer,
-            q,
-            k,
-            v,
-            float(getattr(hf_attn, "scaling", d_head**-0.5)),
-            softcap=getattr(hf_attn, "attn_logit_softcapping", None),
-            sinks=getattr(hf_attn, "sinks", None),
-        )
-        z = engine.attend(call)
+        z = engine.attend(_Call(layer, q, k, v, engine.recipes[layer]))
         merged = attn._pre_output_projection(z.transpose(1, 2).reshape(batch, n_pos, -1))
         weight = getattr(attn.o.original_component, "weight", None)
         if (
@@ -949,25 +916,19 @@ def _install_reconstruct(engine: _Engine, layer: int, attn: Any) -> Callable[[],
     cfg = attn.config
     n_heads = int(cfg.n_heads)
     n_kv = int(getattr(cfg, "n_key_value_heads", None) or n_heads)
-    bloom = "BloomAttentionBridge" in _mro_names(attn)
+    recipe = engine.recipes[layer]
 
     def reconstruct(q: Any, k: Any, v: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
-        q, k, v, batch, n_pos, d_head = attn._reshape_qkv_to_heads(q, k, v, n_heads, n_kv)
+        q, k, v, batch, n_pos, _ = attn._reshape_qkv_to_heads(q, k, v, n_heads, n_kv)
         embeddings = kwargs.get("position_embeddings")
         if hasattr(attn, "_apply_rotary_pos_emb") and isinstance(embeddings, tuple):
             cos, sin = attn._apply_position_embedding_hooks(embeddings)
             q, k = attn._apply_rotary_pos_emb(q, k, cos, sin)
-        scale = d_head**-0.5
-        if (
-            bool(getattr(cfg, "scale_attn_by_inverse_layer_idx", False))
-            and attn._layer_idx is not None
-        ):
-            scale /= float(attn._layer_idx + 1)
         bias = None
         alibi = kwargs.get("alibi")
-        if bloom and isinstance(alibi, torch.Tensor):
+        if recipe.alibi and isinstance(alibi, torch.Tensor):
             bias = alibi.reshape(batch, n_heads, -1)[..., :n_pos]
-        z = engine.attend(_Call(layer, q, k, v, scale, bias=bias))
+        z = engine.attend(_Call(layer, q, k, v, recipe, bias=bias))
         return _output(attn, z), None
 
     attn.__dict__["_reconstruct_attention"] = reconstruct
@@ -1000,12 +961,12 @@ def _interface_attention(
             "pattern-free forward"
         )
     layer = _MODULE_LAYERS[id(module)]
+    engine = _ENGINES[-1]
+    # Hugging Face passes this call's scale, soft cap and sink logits: they stand for the
+    # layer's recipe (Llama-4's NoPE layers scale their queries before the call)
     scale = float(scaling) if scaling is not None else float(query.shape[-1]) ** -0.5
-    call = _Call(layer, query, key, value, scale, softcap=kwargs.get("softcap"))
-    sinks = kwargs.get("s_aux")
-    if isinstance(sinks, torch.Tensor):
-        call.sinks = sinks
-    z = _ENGINES[-1].attend(call)
+    recipe = engine.recipes[layer].called_with(scale, kwargs.get("softcap"), kwargs.get("s_aux"))
+    z = engine.attend(_Call(layer, query, key, value, recipe))
     return z.transpose(1, 2).contiguous(), None
 
 
@@ -1055,21 +1016,19 @@ def rows_refusal(model: Any) -> str | None:
         reason = arch.lacks(feature)
         if reason is not None:
             return f"{arch.family}: {reason}"
-    cfg = model.cfg
-    if bool(getattr(cfg, "qk_norm_after_rope", False)):
-        return f"{arch.family}: queries and keys are normalized after the rotation"
     for layer, block in enumerate(model.blocks):
         if arch.layers[layer] is None:
             continue
-        attn = block._modules.get("attn")
-        style = None if attn is None else _style(attn)
-        if style is None:
-            name = type(attn).__name__
+        recipe = recipe_of(model, layer)
+        if recipe.norm_after_rotary:
+            return f"{arch.family}: queries and keys are normalized after the rotation"
+        if recipe.handover is None:
+            name = type(block._modules.get("attn")).__name__
             return (
                 f"{arch.family}: layer {layer}'s attention ({name}) does not hand its queries and "
                 "keys to interv"
             )
-        if attn._modules.get("gate") is not None:
+        if recipe.gated:
             return f"{arch.family}: layer {layer}'s heads are gated after a . V"
     return None
 
@@ -1096,11 +1055,9 @@ def pattern_free(
         try:
             for layer, block in enumerate(model.blocks):
                 attn = block._modules.get("attn")
-                if engine.arch.layers[layer] is None or attn is None:
-                    continue
-                style = _style(attn)
-                if style is not None:  # rows_refusal checked every layer
-                    undo.append(_INSTALL[style](engine, layer, attn))
+                recipe = engine.recipes[layer]
+                if recipe is not None and recipe.handover is not None:  # rows_refusal checked
+                    undo.append(_INSTALL[recipe.handover](engine, layer, attn))
             stack.enter_context(_hugging_face_switched(model))
             _ENGINES.append(engine)
             yield engine

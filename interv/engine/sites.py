@@ -17,6 +17,10 @@ Components and the activation each carries (transformer-lens vocabulary):
 - ``"k"``, ``"v"``: per key/value head, ``[batch, pos, n_key_value_heads, d_head]``.
   A site names the *query* head; under grouped-query attention query head ``h`` reads
   key/value head ``kv_head_of(cfg, h)``, shared with the other heads of its group.
+- ``"scores"``: attention logits before the softmax, ``[batch, head_index, query_pos,
+  key_pos]`` (scaled, soft-capped and masked as the bridge hooks them; an off-row sink logit
+  joins the softmax after them). Bridges that run Hugging Face's attention module whole do not
+  hook them.
 - ``"pattern"``: attention weights, ``[batch, head_index, query_pos, key_pos]``.
 - ``"gate"``: gated attention only (Qwen3-Next, Qwen3.5): the logits of each head's output
   gate, ``[batch, pos, head_index * d_head]``; ``z = sigmoid(gate) * (a . V)`` per head.
@@ -25,7 +29,7 @@ Components and the activation each carries (transformer-lens vocabulary):
   each position), ``[batch, pos, 1]``. These two belong to no block: their ``layer`` is
   None.
 
-Within a block the hooks fire in the order resid_pre, q, k, v, pattern, gate (where the
+Within a block the hooks fire in the order resid_pre, q, k, v, scores, pattern, gate (where the
 heads are gated), z, attn_out, resid_mid, mlp_out, resid_post; after the last block come
 final_resid and final_scale (:data:`COMPONENTS`).
 
@@ -73,6 +77,7 @@ _HOOK_TEMPLATES: dict[str, str] = {
     "q": "blocks.{layer}.attn.hook_q",
     "k": "blocks.{layer}.attn.hook_k",
     "v": "blocks.{layer}.attn.hook_v",
+    "scores": "blocks.{layer}.attn.hook_attn_scores",
     "pattern": "blocks.{layer}.attn.hook_pattern",
     "gate": "blocks.{layer}.attn.hook_q_gate",
     "z": "blocks.{layer}.attn.hook_z",
@@ -117,6 +122,7 @@ _PHRASES = {
     "q": "{who} queries (q)",
     "k": "{who} keys (k)",
     "v": "{who} values (v)",
+    "scores": "{who} attention logits before the softmax (scores)",
     "pattern": "{who} attention pattern",
     "gate": "{who} output gate logits (gate)",
 }
