@@ -14,6 +14,7 @@ import torch
 from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.audit import Screen, verify_screen
 from interv.circuits import CircuitResult, EdgeScores, FaithfulnessCurve, Graph
+from interv.circuits.curves import cmd, cpr
 from interv.circuits.stability import CircuitStability
 from interv.provenance import Provenance
 
@@ -96,6 +97,7 @@ def make_curve(
     with a band."""
     circuit = make_circuit() if circuit is None else circuit
     mean = [1 - math.exp(-30 * f) for f in FRACTIONS]
+    signed = [0.9 * m for m in mean]
     return FaithfulnessCurve(
         fractions=FRACTIONS,
         n_edges_kept=[max(1, round(f * circuit.graph.n_edges)) for f in FRACTIONS],
@@ -103,11 +105,11 @@ def make_curve(
         mean=mean,
         low=[m - 0.1 for m in mean],
         high=[m + 0.1 for m in mean],
-        signed_mean=[0.9 * m for m in mean],
+        signed_mean=signed,
         m_full=3.0,
         m_empty=0.1,
-        cpr=0.8,
-        cmd=0.2,
+        cpr=cpr(FRACTIONS, signed),  # the areas of the curve, as faithfulness computes them
+        cmd=cmd(FRACTIONS, mean),
         cpr_interval=(0.7, 0.9),
         cmd_interval=(0.1, 0.3),
         complement=complement,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -34,10 +35,13 @@ __all__ = [
     "StoredCurve",
     "StoredScores",
     "StoredStability",
+    "curve_sizes",
+    "trapezoids",
 ]
 
 Count = Annotated[int, AtLeast(0)]
 Finites = Annotated[list[float], Finite()]
+Interval = tuple[float, float]
 METHODS = Literal["eap", "eap-ig"]
 
 
@@ -177,16 +181,16 @@ class StoredCurve:
     fractions: Finites
     n_edges_kept: list[Annotated[int, AtLeast(1)]]
     per_prompt: list[list[float]]
-    mean: list[float]
+    mean: Finites
     low: list[float]
     high: list[float]
-    signed_mean: list[float]
+    signed_mean: Finites
     m_full: Annotated[float, Finite()]
     m_empty: Annotated[float, Finite()]
-    cpr: float
-    cmd: float
-    cpr_interval: tuple[float, float]
-    cmd_interval: tuple[float, float]
+    cpr: Annotated[float, Finite()]
+    cmd: Annotated[float, Finite(), AtLeast(0)]
+    cpr_interval: Interval
+    cmd_interval: Interval
     complement: Literal["corrupted", "mean"]
     sentence: str
     provenance: Provenance
@@ -210,6 +214,83 @@ class StoredCurve:
             raise IntervError(f"fractions must lie in (0, 1]; got {bad[0]!r}")
         if any(b <= a for a, b in itertools.pairwise(self.fractions)):
             raise IntervError(f"fractions must increase; got {self.fractions}")
+        if self.m_full == self.m_empty:
+            raise IntervError(
+                f"m_full and m_empty are both {self.m_full}: faithfulness is undefined there"
+            )
+        curve_sizes(self.fractions, self.n_edges_kept, self.convention)
+        for pruned in self.n_edges_pruned or ():
+            kept = zip(pruned, self.n_edges_kept, strict=True)
+            over = [i for i, (a, b) in enumerate(kept) if a > b]
+            if over:
+                i = over[0]
+                raise IntervError(
+                    f"n_edges_pruned keeps {pruned[i]} edges of a circuit of "
+                    f"{self.n_edges_kept[i]} at fraction {self.fractions[i]}"
+                )
+        for i, (low, high) in enumerate(zip(self.low, self.high, strict=True)):
+            _interval(f"low[{i}], high[{i}]", (low, high))
+        _interval("cpr_interval", self.cpr_interval)
+        _interval("cmd_interval", self.cmd_interval)
+        for name, stored, curve in (
+            ("cpr", self.cpr, self.signed_mean),
+            ("cmd", self.cmd, [abs(1.0 - f) for f in self.mean]),
+        ):
+            area = trapezoids(self.fractions, curve)
+            if not math.isclose(stored, area, rel_tol=1e-9, abs_tol=1e-12):
+                source = "signed_mean" if name == "cpr" else "mean"
+                raise IntervError(
+                    f"{name} is {stored!r} but the stored curve ({source} over fractions) "
+                    f"gives {area!r}"
+                )
+
+
+def trapezoids(fractions: Sequence[float], values: Sequence[float]) -> float:
+    """The trapezoid area under ``values`` over ``fractions``: what CPR (of the signed
+    curve) and CMD (of ``|1 - f|``) are (:func:`interv.circuits.curves.cpr`, ``cmd``)."""
+    return sum(
+        (b - a) * (y + z) / 2
+        for (a, y), (b, z) in itertools.pairwise(zip(fractions, values, strict=True))
+    )
+
+
+def _interval(name: str, interval: tuple[float, float]) -> None:
+    low, high = interval
+    if low > high:  # NaN (no interval: too few prompts) compares False
+        raise IntervError(f"{name} runs from {low!r} down to {high!r}")
+
+
+def curve_sizes(
+    fractions: Sequence[float], kept: Sequence[int], convention: str, n_edges: int | None = None
+) -> None:
+    """Refuse circuit sizes that do not follow one edge count ``N`` as the convention says
+    (``max(1, round(p N))``; MIB ``int(p N)``): the graph's ``n_edges`` where given, else any
+    count that gives the largest fraction's size."""
+    if any(b < a for a, b in itertools.pairwise(kept)):
+        raise IntervError(f"n_edges_kept must not shrink as the fractions grow; got {kept}")
+
+    def size(p: float, n: int) -> int:
+        return int(p * n) if convention == "mib" else max(1, round(p * n))
+
+    last_p, last = fractions[-1], kept[-1]
+    if n_edges is not None:
+        counts = [n_edges]
+    elif last_p == 1:
+        counts = [last]
+    else:
+        start = max(1, math.floor((last - 0.5) / last_p))
+        counts = range(start, start + min(int(2 / last_p) + 2, 10_000))
+        counts = [n for n in counts if size(last_p, n) == last] or [start]
+    for n in counts:
+        if [size(p, n) for p in fractions] == kept:
+            return
+    expected = [size(p, counts[0]) for p in fractions]
+    i = next(i for i, (a, b) in enumerate(zip(expected, kept, strict=True)) if a != b)
+    source = "the circuit's graph" if n_edges is not None else f"the size {last} at {last_p}"
+    raise IntervError(
+        f"n_edges_kept[{i}] is {kept[i]} at fraction {fractions[i]}, but a graph of "
+        f"{counts[0]} edges ({source}) gives {expected[i]}"
+    )
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 
 from interv._checks import as_int
-from interv._schema import json_ready, parse
+from interv._schema import AtLeast, Finite, Keys, NonEmpty, Within, json_ready, parse
 from interv.analysis.concentration import HeadConcentration
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph
@@ -63,6 +63,13 @@ LINK_METRICS: dict[str, str] = {
 }
 """The concentration numbers shown beside a circuit's heads, and their units."""
 
+SENTENCES = ("circuit", "concentration", "agreement", "parked")
+"""The semantics a link carries, one sentence each."""
+
+Count = Annotated[int, AtLeast(0)]
+Share = Annotated[float, Within(0.0, 1.0)]
+Metrics = Annotated[dict[str, float], Keys(tuple(LINK_METRICS))]
+
 
 @dataclass(frozen=True)
 class CircuitEdge:
@@ -70,9 +77,13 @@ class CircuitEdge:
     path-patching effect or None; both in the metric's unit)."""
 
     label: str
-    score: float
-    exact: float | None
-    status: str
+    score: Annotated[float, Finite()]
+    exact: Annotated[float, Finite()] | None
+    status: Literal["exact (verified)", "exact (audit)", "estimated"]
+
+    def __post_init__(self) -> None:
+        if (self.exact is None) != (self.status == "estimated"):
+            raise IntervError(f"edge {self.label!r} is {self.status!r} with exact {self.exact}")
 
 
 @dataclass(frozen=True)
@@ -91,14 +102,30 @@ class CircuitHead:
     """
 
     label: str
-    layer: int
-    head: int
+    layer: Count
+    head: Count
     in_circuit: bool
-    strength: float
+    strength: Annotated[float, Finite(), AtLeast(0)]
     edges: tuple[CircuitEdge, ...]
-    concentration: dict[str, float]
-    spread: dict[str, float]
+    concentration: Metrics
+    spread: Metrics
     parked: bool
+
+    def __post_init__(self) -> None:
+        if self.label != f"L{self.layer}H{self.head}":
+            raise IntervError(
+                f"head {self.label!r} is stored as layer {self.layer}, head {self.head}"
+            )
+        for name, value in self.concentration.items():
+            high = None if name == "contribution_norm" else 1.0 + 1e-6  # a share of the row
+            Within(-1e-6 if high else 0.0, high).check(value, f"{self.label}.concentration.{name}")
+        for name, value in self.spread.items():
+            Within(0.0).check(value, f"{self.label}.spread.{name}")
+        if self.in_circuit != bool(self.edges):
+            raise IntervError(
+                f"head {self.label}: in_circuit is {self.in_circuit} with {len(self.edges)} "
+                "circuit edges"
+            )
 
 
 @dataclass(frozen=True)
@@ -109,15 +136,19 @@ class RankAgreement:
     where ``reason`` says why there is no value or no interval.
     """
 
-    metric: str
-    against: str
-    n_heads: int
-    rho: float
-    low: float
-    high: float
-    level: float
+    metric: Literal[tuple(LINK_METRICS)]  # type: ignore[valid-type]
+    against: Literal["membership", "strength"]
+    n_heads: Count
+    rho: Annotated[float, Within(-1.0, 1.0)]
+    low: Annotated[float, Within(-1.0, 1.0)]
+    high: Annotated[float, Within(-1.0, 1.0)]
+    level: Annotated[float, Finite(), Within(0.0, 1.0)]
     reason: str
     sentence: str
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:  # NaN (no interval) compares False
+            raise IntervError(f"its interval runs from {self.low} down to {self.high}")
 
 
 @dataclass(frozen=True)
@@ -139,14 +170,37 @@ class MissionLink:
 
     model: str
     task: str
-    n_prompts: int
-    circuit_size: int
-    n_exact: int
-    heads: tuple[CircuitHead, ...]
+    n_prompts: Annotated[int, AtLeast(1)]
+    circuit_size: Count
+    n_exact: Count
+    heads: Annotated[tuple[CircuitHead, ...], NonEmpty()]
     agreements: tuple[RankAgreement, ...]
     parked_outside: tuple[str, ...]
-    sentences: dict[str, str]
+    sentences: Annotated[dict[str, str], Keys(SENTENCES)]
     provenance: Provenance
+
+    def __post_init__(self) -> None:
+        if self.n_exact > self.circuit_size:
+            raise IntervError(
+                f"n_exact {self.n_exact} exceeds the circuit's {self.circuit_size} edges"
+            )
+        labels = [head.label for head in self.heads]
+        if len(set(labels)) != len(labels):
+            raise IntervError(f"heads list a head twice: {labels}")
+        unknown = sorted(set(self.parked_outside) - set(labels))
+        if unknown:
+            raise IntervError(f"parked_outside names heads the link does not hold: {unknown}")
+        edges = {edge.label for head in self.heads for edge in head.edges}
+        if len(edges) > self.circuit_size:
+            raise IntervError(
+                f"the heads touch {len(edges)} circuit edges; the circuit holds {self.circuit_size}"
+            )
+        for agreement in self.agreements:
+            if agreement.n_heads > len(self.heads):
+                raise IntervError(
+                    f"an agreement counts {agreement.n_heads} heads; the link holds "
+                    f"{len(self.heads)}"
+                )
 
     @property
     def circuit_heads(self) -> tuple[CircuitHead, ...]:

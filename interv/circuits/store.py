@@ -37,7 +37,7 @@ import torch
 from interv._checks import read_json
 from interv._journal import MANIFEST, Journal, Layout, Store, resumed, started
 from interv._outputs import regular_file
-from interv._schema import read, read_lines
+from interv._schema import in_file, read, read_lines
 from interv.audit import Screen
 from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.discovery import discover
@@ -220,6 +220,9 @@ def _refuse_other(path: Path, stored: Mapping[str, Any], given: Mapping[str, Any
     )
 
 
+_REDO = "run the discovery again into a new directory (interv circuit --out DIR) to redo it"
+
+
 def discover_resumable(
     store: CircuitStore,
     *,
@@ -250,7 +253,10 @@ def discover_resumable(
         store.write_scores(computed.to_dict())
         found = computed
     else:
-        found = from_dict(stored)
+        try:
+            found = from_dict(stored)
+        except IntervError as error:
+            raise in_file(store.directory / SCORES, error, _REDO) from None
         if expected is not None:
             join(expected, found, what=("this run", f"the stored {store.directory / SCORES}"))
     known = store.known()

@@ -23,6 +23,7 @@ from typing import Any
 
 from interv._checks import read_json
 from interv._outputs import claim_dir
+from interv._schema import from_file
 from interv.errors import IntervError
 
 __all__ = ["is_circuit_dir", "rerender_circuit"]
@@ -51,10 +52,17 @@ def _format_of(path: Path, what: str) -> Any:
 
 def is_circuit_dir(directory: Path) -> bool:
     """Whether ``directory`` was written by ``interv circuit``: its ``circuit.json`` is a
-    circuit, or its manifest is that of a circuit run (links are refused, not followed)."""
+    circuit, or its manifest is that of a circuit run (links are refused, not followed; a
+    ``circuit.json`` that is not a file, refused)."""
     _refuse_links(directory)
-    if (directory / "circuit.json").is_file():
+    path = directory / "circuit.json"
+    if path.is_file():
         return True
+    if path.exists():
+        raise IntervError(
+            f"{str(path)!r} is a directory (or another non-file), not the file interv circuit "
+            f"writes: move it out of {str(directory)!r}, or {_REDO}"
+        )
     manifest = directory / "manifest.json"
     if not manifest.is_file():
         return False
@@ -86,13 +94,13 @@ def _not_being_written(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
+_REDO = "rerun the interv circuit command into a new --out to redo it"
+
+
 def _read(path: Path, what: str, reader: Any) -> Any:
     """The typed value in the JSON file ``path`` (``reader(data)`` reads it through its
-    schema), a damaged field named with the file."""
-    try:
-        return reader(read_json(path, what))
-    except IntervError as error:
-        raise IntervError(f"{str(path)!r} is damaged: {error}") from None
+    schema), a damaged field named with the file, and how to redo it."""
+    return from_file(path, reader, what, redo=_REDO)
 
 
 def _read_inputs(directory: Path) -> tuple[Any, Any, Any, list[str]]:

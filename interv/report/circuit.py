@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from interv._checks import as_int
 from interv._inert import markdown_text
 from interv.audit import ESTIMATED, EXACT_AUDIT, EXACT_VERIFIED, Audit
+from interv.circuits._stored import curve_sizes
 from interv.circuits.curves import FaithfulnessCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.mission import CircuitEdge, MissionLink, RankAgreement
@@ -54,10 +55,23 @@ def check_together(
             circuit, faithfulness.ranking, what=("the circuit", "the faithfulness curve's ranking")
         )
         join(circuit, faithfulness, what=("the circuit", "the faithfulness curve"))
+        curve_sizes(  # bounded by the circuit's graph
+            faithfulness.fractions,
+            faithfulness.n_edges_kept,
+            faithfulness.convention,
+            circuit.graph.n_edges,
+        )
     if link is not None:
         if not isinstance(link, MissionLink):
             raise IntervError(f"link must be a MissionLink; got {type(link).__name__}")
         join(circuit, link, what=("the circuit", "the mission link"))
+        graph = circuit.graph
+        if link.circuit_size > graph.n_edges or len(link.heads) != graph.n_layers * graph.n_heads:
+            raise IntervError(
+                f"the mission link holds {len(link.heads)} heads and a circuit of "
+                f"{link.circuit_size} edges; the circuit's graph has "
+                f"{graph.n_layers * graph.n_heads} heads and {graph.n_edges} edges"
+            )
 
 
 def edge_rows(circuit: CircuitResult, n: int) -> list[int]:

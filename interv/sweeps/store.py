@@ -48,7 +48,7 @@ from typing import Annotated, Any, Literal
 from interv._checks import as_path, read_json
 from interv._journal import MANIFEST, STATUSES, Journal, Layout, Store, now, resumed, started
 from interv._outputs import complete_lines, regular_file
-from interv._schema import AtLeast, Finite, NonEmpty, parse, read
+from interv._schema import AtLeast, BeforeProvenance, Finite, NonEmpty, in_file, parse
 from interv.engine.results import MetricInfo, Scope, StoredOutcome
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -211,11 +211,13 @@ def _as_dir(directory: Any) -> Path:
     return as_path(directory, "sweep directory")
 
 
-def _damaged(error: IntervError) -> IntervError:
-    return IntervError(
-        f"{error}; interv wrote it otherwise (rerun the sweep into a new --out, or restore "
-        "the file)"
-    )
+_REDO = "rerun the sweep into a new --out to redo it"
+
+
+def _damaged(path: Path, error: IntervError) -> IntervError:
+    if isinstance(error, BeforeProvenance):
+        return in_file(path, error, _REDO)
+    return in_file(path, error, f"interv wrote it otherwise ({_REDO}, or restore the file)")
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
@@ -234,9 +236,9 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise IntervError(f"{path} has format {found!r}; this interv reads {FORMAT!r}")
     try:
-        return dataclasses.asdict(read(path, SweepManifest, "sweep manifest"))
+        return dataclasses.asdict(parse(SweepManifest, manifest, "sweep manifest"))
     except IntervError as error:
-        raise _damaged(error) from None
+        raise _damaged(path, error) from None
 
 
 def read_baselines(directory: str | Path) -> dict[str, Any] | None:
@@ -253,7 +255,7 @@ def read_baselines(directory: str | Path) -> dict[str, Any] | None:
     try:
         parse(SweepBaselines, baselines, "sweep baselines")
     except IntervError as error:
-        raise _damaged(IntervError(f"{str(path)!r} is damaged: {error}")) from None
+        raise _damaged(path, error) from None
     return baselines
 
 
