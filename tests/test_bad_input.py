@@ -204,9 +204,9 @@ CLI_CASES = [
     (["demo", "--out", "/proc/interv-demo"], r"cannot create .*'/proc/interv-demo'", True),
     (["demo", "--out", "mine"], r"'mine' holds files interv did not write \(report\.md\)", True),
     (["demo", "--out", "edited"], r"report\.md \(changed since interv wrote it\)", True),
-    (["demo", "--n-prompts", "0"], r"n_prompts must be >= 1; got 0", True),
-    (["demo", "--n-prompts", "-3"], r"n_prompts must be >= 1; got -3", True),
-    (["demo", "--n-prompts", "two"], r"--n-prompts: invalid int value: 'two'", True),
+    (["demo", "--n-pairs", "0"], r"--n-pairs must be >= 1; got 0", True),
+    (["demo", "--n-pairs", "-3"], r"--n-pairs must be >= 1; got -3", True),
+    (["demo", "--n-pairs", "two"], r"--n-pairs: invalid int value: 'two'", True),
     (["demo", "--layers", "2"], r"layers \[2\] do not exist; induction-2l has 2 layers", True),
     (
         ["demo", "--layers", "-1"],
@@ -316,28 +316,32 @@ CLI_CASES = [
     ),
     (["pruning", "induction-2l", "--plot", "pruning.png"], r"did not write it", True),
     (["pruning", "induction-2l", "--plot", "afile/p.png"], r"'afile' is a file", True),
-    (["entropy-change", "--zoo", "nosuch", "--from", "0"], r"unknown zoo model 'nosuch'", True),
+    (["entropy-change", "nosuch", "--from", "0"], r"unknown zoo model 'nosuch'", True),
     (
-        ["entropy-change", "--zoo", "induction-2l", "--from", "7"],
+        ["entropy-change", "induction-2l", "--from", "7"],
         r"--from 7: .* no checkpoint at that step; shipped steps: 0, ",
         True,
     ),
     (
-        ["entropy-change", "--zoo", "induction-2l", "--from", "0", "--n-sequences", "0"],
+        ["entropy-change", "induction-2l", "--from", "0", "--n-sequences", "0"],
         r"--n-sequences must be >= 1",
         True,
     ),
-    (["paths", "nosuch", "--sender", "0", "2"], r"unknown model spec 'nosuch'; valid specs", True),
-    (["paths", "induction-2l", "--sender", "0", "2", "--metric", "acc"], r"--metric 'acc'", True),
-    (["paths", "induction-2l", "--sender", "0", "2", "--n-pairs", "0"], r"--n-pairs must", True),
-    (["paths", "induction-2l", "--sender", "0", "2", "--top", "0"], r"--top must be >= 1", True),
+    (["paths", "nosuch", "--sender", "L0H2"], r"unknown model spec 'nosuch'; valid specs", True),
     (
-        ["paths", "induction-2l", "--sender", "0", "2", "--receivers", "X1"],
-        r"a head is written L1H3 or 1:3 \(layer, head\); got 'X1'",
+        ["paths", "induction-2l", "--sender", "L0H2", "--metric", "acc"],
+        r"--metric: invalid choice: 'acc'",
+        True,
+    ),
+    (["paths", "induction-2l", "--sender", "L0H2", "--n-pairs", "0"], r"--n-pairs must", True),
+    (["paths", "induction-2l", "--sender", "L0H2", "--top", "0"], r"--top must be >= 1", True),
+    (
+        ["paths", "induction-2l", "--sender", "L0H2", "--receivers", "X1"],
+        r"--receivers: a head is written L1H3 \(layer 1, head 3\); got 'X1'",
         True,
     ),
     (
-        ["paths", "induction-2l", "--sender", "5", "0"],
+        ["paths", "induction-2l", "--sender", "L5H0"],
         r"layer 5 is out of range; the model has 2 layers",
         False,
     ),
@@ -1593,7 +1597,7 @@ def pairs_workdir(workdir):
     return workdir
 
 
-_PATHS = ["paths", "induction-2l", "--sender", "0", "2"]
+_PATHS = ["paths", "induction-2l", "--sender", "L0H2"]
 _HEADS = ["interactions", "induction-2l", "--heads", "L1H0", "L1H1"]
 PAIRS_CLI_CASES = [
     (["demo", "--pairs", "missing.jsonl"], r"--pairs: task file 'missing\.jsonl' does not", True),
@@ -1612,8 +1616,8 @@ PAIRS_CLI_CASES = [
     ),
     (["demo", "--pairs", "nofoil.jsonl"], r"the pairs 'nofoil' have no foils", True),
     ([*_PATHS, "--pairs", "pairs.jsonl", "--n-pairs", "5"], r"holds only 1 pairs", True),
-    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "4"], r"--n-prompts 4: .*only 1", True),
-    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "0"], r"--n-prompts must be >= 1", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-pairs", "4"], r"--n-pairs 4: .*only 1", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-pairs", "0"], r"--n-pairs must be >= 1", True),
     (
         [*_PATHS, "--pairs", "pairs.jsonl", "--task", "ioi"],
         r"argument --task: not allowed with argument --pairs",
@@ -1631,7 +1635,7 @@ PAIRS_CLI_CASES = [
         False,
     ),
     (
-        ["paths", "induction-2l", "--pairs", "pairs.jsonl", "--sender", "5", "0"],
+        ["paths", "induction-2l", "--pairs", "pairs.jsonl", "--sender", "L5H0"],
         r"layer 5 is out of range; the model has 2 layers \(valid layers 0\.\.1\)",
         False,
     ),
