@@ -39,6 +39,7 @@ __all__ = [
     "counting",
     "in_notebook",
     "show_progress",
+    "silenced",
     "stages",
 ]
 
@@ -50,6 +51,8 @@ Progress = bool | None | Callable[[int, int, str], object]
 # set while a bar (or a callback) of interv is running: inner work with progress=None stays
 # quiet, so a sweep's units or the demo's stages are not overdrawn by each run's own bar
 _ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("interv_progress", default=False)
+# set by `interv ... --quiet`: progress=None draws nothing
+_SILENT: contextvars.ContextVar[bool] = contextvars.ContextVar("interv_silent", default=False)
 
 
 def check_progress(progress: Any, name: str = "progress") -> Progress:
@@ -95,11 +98,21 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def silenced() -> Iterator[None]:
+    """Inside it, ``progress=None`` draws no bar (the command line's ``--quiet``)."""
+    token = _SILENT.set(True)
+    try:
+        yield
+    finally:
+        _SILENT.reset(token)
+
+
 def show_progress(enabled: Progress) -> bool:
     """``enabled``, or (None) whether stderr is a terminal; False for a callback (it is
     called instead of drawing)."""
     if enabled is None:
-        return _stderr_is_terminal()
+        return not _SILENT.get() and _stderr_is_terminal()
     return enabled is True
 
 
@@ -116,7 +129,7 @@ def bar_class(enabled: bool | None) -> Any:
     bar of interv."""
     notebook = in_notebook()
     if enabled is None:
-        if _ACTIVE.get() or not (notebook or _stderr_is_terminal()):
+        if _ACTIVE.get() or _SILENT.get() or not (notebook or _stderr_is_terminal()):
             return None
     elif not enabled:
         return None

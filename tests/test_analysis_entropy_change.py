@@ -166,7 +166,7 @@ def test_entropy_change_command_prints_per_head_split_with_units(capsys):
     parser = argparse.ArgumentParser(prog="interv")
     register(parser.add_subparsers())
     args = parser.parse_args(
-        ["entropy-change", "--zoo", "induction-2l", "--from", "0", "--n-sequences", "2"]
+        ["entropy-change", "induction-2l", "--from", "0", "--n-sequences", "2"]
     )
     assert args.handler(args) == 0
     out = capsys.readouterr().out

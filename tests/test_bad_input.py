@@ -204,9 +204,9 @@ CLI_CASES = [
     (["demo", "--out", "/proc/interv-demo"], r"cannot create .*'/proc/interv-demo'", True),
     (["demo", "--out", "mine"], r"'mine' holds files interv did not write \(report\.md\)", True),
     (["demo", "--out", "edited"], r"report\.md \(changed since interv wrote it\)", True),
-    (["demo", "--n-prompts", "0"], r"n_prompts must be >= 1; got 0", True),
-    (["demo", "--n-prompts", "-3"], r"n_prompts must be >= 1; got -3", True),
-    (["demo", "--n-prompts", "two"], r"--n-prompts: invalid int value: 'two'", True),
+    (["demo", "--n-pairs", "0"], r"--n-pairs must be >= 1; got 0", True),
+    (["demo", "--n-pairs", "-3"], r"--n-pairs must be >= 1; got -3", True),
+    (["demo", "--n-pairs", "two"], r"--n-pairs: invalid int value: 'two'", True),
     (["demo", "--layers", "2"], r"layers \[2\] do not exist; induction-2l has 2 layers", True),
     (
         ["demo", "--layers", "-1"],
@@ -214,7 +214,8 @@ CLI_CASES = [
         True,
     ),
     (["demo", "--layers", "1", "1"], r"layers must not repeat a position; got \[1, 1\]", True),
-    (["demo", "--model", "gpt2"], r"invalid choice: 'gpt2' \(choose from", True),
+    (["demo", "gpt2"], r"invalid choice: 'gpt2' \(choose from", True),
+    (["demo", "--model", "gpt2"], r"--model 'gpt2': the demo runs one of", True),
     # interv report: what the directory holds
     (["report", "nosuch"], r"directory 'nosuch' does not exist", True),
     (["report", "afile"], r"'afile' is a file; expected a directory written by", True),
@@ -261,7 +262,11 @@ CLI_CASES = [
     (["sweep", "notask.toml", "--out", "s"], r"task\.path 'missing\.jsonl' does not exist", True),
     (["sweep", "badlayer.toml", "--out", "s"], r"layer 7 is out of range; .* 0\.\.1", False),
     (["sweep", "ok.toml", "--out", "s", "--top-k", "0"], r"screen\.top_k must be >= 1", True),
-    (["sweep", "ok.toml", "--out", "s", "--alpha", "1.5"], r"alpha must lie in \(0, 1\)", True),
+    (
+        ["sweep", "ok.toml", "--out", "s", "--alpha", "1.5"],
+        r"alpha must be a number in \(0, 1\)",
+        True,
+    ),
     (["sweep", "ok.toml", "--out", "s", "--alpha", "x"], r"--alpha must be a number", True),
     (
         ["sweep", "valuescale.toml", "--out", "s", "--screen"],
@@ -299,8 +304,12 @@ CLI_CASES = [
         r"cannot be tokenized: .* zoo models take the task 'induction'",
         False,
     ),
-    (["pruning", "induction-2l", "--metric", "acc"], r"unknown --metric 'acc'; choose", True),
-    (["pruning", "induction-2l", "--rankings", "size"], r"unknown rankings \['size'\]", True),
+    (["pruning", "induction-2l", "--metric", "acc"], r"--metric: invalid choice: 'acc'", True),
+    (
+        ["pruning", "induction-2l", "--rankings", "size"],
+        r"--rankings: invalid choice: 'size'",
+        True,
+    ),
     (["pruning", "induction-2l", "--n-pairs", "0"], r"--n-pairs must be >= 1; got 0", True),
     (
         ["pruning", "induction-2l", "--ks", "4", "2"],
@@ -316,28 +325,32 @@ CLI_CASES = [
     ),
     (["pruning", "induction-2l", "--plot", "pruning.png"], r"did not write it", True),
     (["pruning", "induction-2l", "--plot", "afile/p.png"], r"'afile' is a file", True),
-    (["entropy-change", "--zoo", "nosuch", "--from", "0"], r"unknown zoo model 'nosuch'", True),
+    (["entropy-change", "nosuch", "--from", "0"], r"unknown zoo model 'nosuch'", True),
     (
-        ["entropy-change", "--zoo", "induction-2l", "--from", "7"],
+        ["entropy-change", "induction-2l", "--from", "7"],
         r"--from 7: .* no checkpoint at that step; shipped steps: 0, ",
         True,
     ),
     (
-        ["entropy-change", "--zoo", "induction-2l", "--from", "0", "--n-sequences", "0"],
+        ["entropy-change", "induction-2l", "--from", "0", "--n-sequences", "0"],
         r"--n-sequences must be >= 1",
         True,
     ),
-    (["paths", "nosuch", "--sender", "0", "2"], r"unknown model spec 'nosuch'; valid specs", True),
-    (["paths", "induction-2l", "--sender", "0", "2", "--metric", "acc"], r"--metric 'acc'", True),
-    (["paths", "induction-2l", "--sender", "0", "2", "--n-pairs", "0"], r"--n-pairs must", True),
-    (["paths", "induction-2l", "--sender", "0", "2", "--top", "0"], r"--top must be >= 1", True),
+    (["paths", "nosuch", "--sender", "L0H2"], r"unknown model spec 'nosuch'; valid specs", True),
     (
-        ["paths", "induction-2l", "--sender", "0", "2", "--receivers", "X1"],
-        r"a head is written L1H3 or 1:3 \(layer, head\); got 'X1'",
+        ["paths", "induction-2l", "--sender", "L0H2", "--metric", "acc"],
+        r"--metric: invalid choice: 'acc'",
+        True,
+    ),
+    (["paths", "induction-2l", "--sender", "L0H2", "--n-pairs", "0"], r"--n-pairs must", True),
+    (["paths", "induction-2l", "--sender", "L0H2", "--top", "0"], r"--top must be >= 1", True),
+    (
+        ["paths", "induction-2l", "--sender", "L0H2", "--receivers", "X1"],
+        r"--receivers: a head is written L1H3 \(layer 1, head 3\); got 'X1'",
         True,
     ),
     (
-        ["paths", "induction-2l", "--sender", "5", "0"],
+        ["paths", "induction-2l", "--sender", "L5H0"],
         r"layer 5 is out of range; the model has 2 layers",
         False,
     ),
@@ -1593,7 +1606,7 @@ def pairs_workdir(workdir):
     return workdir
 
 
-_PATHS = ["paths", "induction-2l", "--sender", "0", "2"]
+_PATHS = ["paths", "induction-2l", "--sender", "L0H2"]
 _HEADS = ["interactions", "induction-2l", "--heads", "L1H0", "L1H1"]
 PAIRS_CLI_CASES = [
     (["demo", "--pairs", "missing.jsonl"], r"--pairs: task file 'missing\.jsonl' does not", True),
@@ -1612,8 +1625,8 @@ PAIRS_CLI_CASES = [
     ),
     (["demo", "--pairs", "nofoil.jsonl"], r"the pairs 'nofoil' have no foils", True),
     ([*_PATHS, "--pairs", "pairs.jsonl", "--n-pairs", "5"], r"holds only 1 pairs", True),
-    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "4"], r"--n-prompts 4: .*only 1", True),
-    (["demo", "--pairs", "pairs.jsonl", "--n-prompts", "0"], r"--n-prompts must be >= 1", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-pairs", "4"], r"--n-pairs 4: .*only 1", True),
+    (["demo", "--pairs", "pairs.jsonl", "--n-pairs", "0"], r"--n-pairs must be >= 1", True),
     (
         [*_PATHS, "--pairs", "pairs.jsonl", "--task", "ioi"],
         r"argument --task: not allowed with argument --pairs",
@@ -1631,7 +1644,7 @@ PAIRS_CLI_CASES = [
         False,
     ),
     (
-        ["paths", "induction-2l", "--pairs", "pairs.jsonl", "--sender", "5", "0"],
+        ["paths", "induction-2l", "--pairs", "pairs.jsonl", "--sender", "L5H0"],
         r"layer 5 is out of range; the model has 2 layers \(valid layers 0\.\.1\)",
         False,
     ),

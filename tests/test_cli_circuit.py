@@ -47,26 +47,26 @@ def no_load(monkeypatch):
 
 BASE = ["circuit", "induction-2l", "--out", "run"]
 CASES = [
-    (["--method", "acdc"], r"unknown --method 'acdc'; choose one of \('eap', 'eap-ig'\)"),
-    (["--verify-top", "0"], r"--verify-top K must be >= 1; got 0"),
-    (["--verify-top", "-3"], r"--verify-top K must be >= 1; got -3"),
-    (["--audit", "-1"], r"--audit N must be >= 0; got -1"),
+    (["--method", "acdc"], r"--method: invalid choice: 'acdc' \(choose from 'eap', 'eap-ig'\)"),
+    (["--top-k", "0"], r"--top-k must be >= 1; got 0"),
+    (["--top-k", "-3"], r"--top-k must be >= 1; got -3"),
+    (["--audit", "-1"], r"--audit must be >= 0; got -1"),
     (["--method", "eap-ig", "--steps", "0"], r"--steps \(interpolation steps m\) must be >= 1"),
     (["--steps", "4"], r"--steps 4 applies to --method eap-ig only"),
     (["--pairs", "missing.jsonl"], r"--pairs: .*missing\.jsonl"),
     (["--pairs", "bad.jsonl"], r"bad\.jsonl"),
     (["--task", "nosuch"], r"unknown task 'nosuch'; available tasks are"),
-    (["--metric", "accuracy"], r"unknown --metric 'accuracy'; choose one of"),
+    (["--metric", "accuracy"], r"--metric: invalid choice: 'accuracy' \(choose from"),
     (
         ["--complement", "zero"],
-        r"unknown --complement 'zero'; choose one of \('corrupted', 'mean'\)",
+        r"--complement: invalid choice: 'zero' \(choose from 'corrupted', 'mean'\)",
     ),
-    (["--convention", "leaderboard"], r"unknown --convention 'leaderboard'; choose one of"),
+    (["--convention", "leaderboard"], r"--convention: invalid choice: 'leaderboard'"),
     (["--n-pairs", "0"], r"--n-pairs must be >= 1; got 0"),
     (["--n-edges", "0"], r"--n-edges must be >= 1; got 0"),
     (["--batch-size", "0"], r"--batch-size must be >= 1; got 0"),
     (["--alpha", "2"], r"--alpha must be a number in \(0, 1\) or 'none'"),
-    (["--stability", "1"], r"--stability B \(bootstrap resamples\) must be >= 2; got 1"),
+    (["--stability", "1"], r"--stability \(bootstrap resamples\) must be >= 2; got 1"),
     (["--task", "ioi", "--pairs", "x.jsonl"], r"not allowed with argument"),
 ]
 
@@ -109,10 +109,21 @@ def test_the_command_is_listed_in_the_help(capsys):
     with pytest.raises(SystemExit):
         main(["circuit", "--help"])
     out = capsys.readouterr().out
-    assert "--verify-top K" in out and "--audit N" in out and "eap-ig" in out
+    assert "--top-k TOP_K" in out and "--audit AUDIT" in out and "eap-ig" in out
 
 
-ZOO = ["circuit", "induction-2l", "--n-pairs", "8", "--verify-top", "5", "--audit", "10"]
+ZOO = [
+    "circuit",
+    "induction-2l",
+    "--n-pairs",
+    "8",
+    "--top-k",
+    "5",
+    "--audit",
+    "10",
+    "--alpha",
+    "none",
+]
 OUTPUTS = ("circuit.json", "faithfulness.json", "mission.json", "circuit.md", "circuit.html")
 
 
@@ -176,7 +187,8 @@ def test_a_pairs_file_gives_the_prompts(tmp_path, capsys):
     pairs = tmp_path / "my_pairs.jsonl"
     interv.load_task("induction", n_pairs=4, seed=1).to_jsonl(pairs)
     out = tmp_path / "run"
-    argv = ["circuit", "induction-2l", "--pairs", str(pairs), "--verify-top", "3", "--audit", "0"]
+    argv = ["circuit", "induction-2l", "--pairs", str(pairs), "--top-k", "3", "--audit", "0"]
+    argv += ["--alpha", "none"]
     extra = ["--greedy", "--stability", "20", "--convention", "mib"]
     assert main([*argv, *extra, "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -235,7 +247,7 @@ def test_a_discovery_killed_mid_run_is_resumed_by_the_same_command(tmp_path):
 
 def test_k_beyond_the_graph_is_refused_after_loading_and_leaves_no_directory(workdir, capsys):
     before = _snapshot(workdir)
-    assert main(["circuit", "induction-2l", "--verify-top", "1000", "--out", "run"]) == 2
+    assert main(["circuit", "induction-2l", "--top-k", "1000", "--out", "run"]) == 2
     err = capsys.readouterr().err
-    assert "--verify-top 1000 exceeds the graph's 81 edges" in err
+    assert "--top-k 1000 exceeds the graph's 81 edges" in err
     assert _snapshot(workdir) == before  # the claimed directory was removed again

@@ -46,7 +46,7 @@ def test_pruning_takes_the_users_pairs(own_pairs, capsys):
 
 @pytest.mark.slow
 def test_demo_reports_on_the_users_pairs(own_pairs, capsys):
-    argv = ["demo", "--pairs", "agree.jsonl", "--n-prompts", "3", "--layers", "1", "--out", "r"]
+    argv = ["demo", "--pairs", "agree.jsonl", "--n-pairs", "3", "--layers", "1", "--out", "r"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "scope: interv-zoo/induction-2l on agree, 3 prompts" in out

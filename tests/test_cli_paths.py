@@ -36,7 +36,7 @@ def test_a_badly_written_head_fails_before_any_model_loads(capsys, monkeypatch):
 
     monkeypatch.setattr(interv.models.loading, "load_model", pytest.fail)
     assert main(["interactions", "induction-2l", "--heads", "L1H0", "one"]) == 2
-    assert "a head is written L1H3 or 1:3 (layer, head); got 'one'" in capsys.readouterr().err
+    assert "--heads: a head is written L1H3 (layer 1, head 3); got 'one'" in capsys.readouterr().err
     with pytest.raises(IntervError):
         parse_head("L1")
 

@@ -204,7 +204,7 @@ def test_a_running_circuit_command_is_not_raced(tmp_path, capsys):
 
 def test_a_zoo_circuit_run_re_renders_to_the_same_files(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["circuit", "induction-2l", "--n-pairs", "4", "--verify-top", "3", "--audit", "2"]
+    argv = ["circuit", "induction-2l", "--n-pairs", "4", "--top-k", "3", "--audit", "2"]
     assert main([*argv, "--out", str(out), "--quiet"]) == 0
     before = _snapshot(out)
     assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0

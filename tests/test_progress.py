@@ -47,9 +47,9 @@ SCRIPT = """
 import sys
 from interv.cli import main
 for argv in (
-    ["demo", "--n-prompts", "2", "--layers", "1", "--out", "report"],
+    ["demo", "--n-pairs", "2", "--layers", "1", "--out", "report"],
     ["sweep", "sweep.toml", "--out", "sweep"],
-    ["entropy-change", "--zoo", "induction-2l", "--from", "0", "--n-sequences", "2"],
+    ["entropy-change", "induction-2l", "--from", "0", "--n-sequences", "2"],
 ):
     assert main(argv) == 0, argv
 """

@@ -131,7 +131,7 @@ def test_rerun_with_another_config_is_refused_before_loading_the_model(single, m
     monkeypatch.setattr(execute.SweepWorker, "load", pytest.fail)
     other = json.loads(json.dumps(RAW))
     other["sweep"]["batch_size"] = 12
-    with pytest.raises(IntervError, match=r"differing keys \(stored -> given\):\n  sweep\.batch"):
+    with pytest.raises(IntervError, match=r"differing keys \(stored -> given\): sweep\.batch"):
         run_sweep(other, directory)
 
 

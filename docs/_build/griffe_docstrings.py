@@ -5,6 +5,9 @@
   with ``~`` (as Sphinx does), the whole target otherwise.
 - A doctest example in the running text (``>>> ...`` lines at the docstring's own
   indentation) becomes a fenced Python block, which Markdown would read as a quote.
+- A dataclass field declared ``converted(converter, default=...)`` (``interv._fields``)
+  shows its real default, and a field with none shows as required: griffe would otherwise
+  render the ``converted(...)`` call itself as the default.
 - A parameter entry that documents several parameters at once (``x, y: rows ...``) becomes
   one entry per parameter, so that griffe still checks every documented name against the
   signature (a stale one fails ``mkdocs build --strict``).
@@ -53,8 +56,22 @@ def _rewrite(obj: griffe.Object) -> None:
         obj.docstring.value = _fenced_examples(_GROUPED.sub(_one_per_name, text))
 
 
+def _unconverted(value: object) -> object:
+    """The default inside ``converted(converter, default=X)``: ``X``, or None (required)."""
+    if isinstance(value, griffe.ExprCall) and str(value.function).rsplit(".", 1)[-1] == "converted":
+        for argument in value.arguments:
+            if isinstance(argument, griffe.ExprKeyword) and argument.name == "default":
+                return argument.value
+        return None
+    return value
+
+
 class IntervDocstrings(griffe.Extension):
-    """Rewrite every docstring griffe loads (see the module docstring)."""
+    """Rewrite every docstring griffe loads, and converted fields' defaults (see the module
+    docstring)."""
+
+    def on_attribute_instance(self, *, attr: griffe.Attribute, **kwargs: object) -> None:
+        attr.value = _unconverted(attr.value)
 
     def on_object(self, *, obj: griffe.Object, **kwargs: object) -> None:
         _rewrite(obj)

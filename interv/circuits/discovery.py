@@ -239,6 +239,10 @@ def _known_tensor(known: Mapping[int, float] | None, graph: Graph) -> torch.Tens
     return out
 
 
+DEFAULT_TOP_K = 200
+""":func:`discover`'s default verified top, clamped to the graph's edges."""
+
+
 def discover(
     model: Any,
     task: TokenizedPairs,
@@ -246,7 +250,7 @@ def discover(
     method: str = "eap",
     steps: int = 5,
     qk_fix: bool = False,
-    screen: Screen = Screen(top_k=200, audit=200, alpha=0.05),  # noqa: B008 - frozen value
+    screen: Screen | None = None,
     metric: str | TargetMetric = "logit_diff",
     known: Mapping[int, float] | None = None,
     scores: EdgeScores | None = None,
@@ -262,7 +266,8 @@ def discover(
         task: clean/corrupted prompt pairs of equal token lengths.
         method, steps, qk_fix, metric: the screen (:func:`interv.circuits.edge_scores`).
         screen: the checking rule (:class:`interv.Screen`); its ``top_k`` must not exceed
-            the graph's edges.
+            the graph's edges. None (default): ``Screen(top_k=200, audit=200, alpha=0.05)``
+            with ``top_k`` clamped to the graph's edges (an 81-edge graph verifies all 81).
         known: edge index (or label) -> exact prompt-mean effect already computed; reused.
         scores: the screen's scores from an earlier (interrupted) call; None computes them.
         batch_size: edges per stacked exact forward (:func:`interv.circuits.edge_effects`).
@@ -286,6 +291,9 @@ def discover(
                 "none (EdgeScores.to_dict(per_prompt=False) drops them); pass scores with their "
                 "per-prompt values, or scores=None to compute them"
             )
+    graph = Graph.from_model(model)
+    if screen is None:  # the default fits the graph it runs on
+        screen = Screen(top_k=min(DEFAULT_TOP_K, graph.n_edges), audit=200, alpha=0.05)
     if not isinstance(screen, Screen):
         raise IntervError(
             f"screen must be an interv.Screen (e.g. Screen(top_k=200, audit=200)); got {screen!r}"
@@ -295,7 +303,6 @@ def discover(
             f"Screen(estimator={screen.estimator!r}) is for node screens (interv.run); an edge "
             "screen is chosen by discover's method= and steps= (e.g. method='eap-ig', steps=5)"
         )
-    graph = Graph.from_model(model)
     if screen.top_k > graph.n_edges:
         raise IntervError(
             f"Screen top_k ({screen.top_k}) must be at most the graph's {graph.n_edges} edges"

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 from interv import __version__
+from interv.cli._vocabulary import IntervParser
 from interv.cli.analysis import register as register_analysis
 from interv.cli.circuit import register as register_circuit
 from interv.cli.grid import register as register_grid
@@ -41,7 +42,7 @@ def _add_metrics(subparsers: argparse._SubParsersAction) -> None:
             "Concentration metrics of one attention row (weights over keys, summing to 1). "
             "These describe how concentrated the weights are, not how much the head matters. "
             "Weights may be rounded as typed (0.3333 0.3333 0.3333): a sum that rounding of "
-            "the typed decimals explains (at most 1%%) is rescaled to 1, and said so."
+            "the typed decimals explains (at most 1%) is rescaled to 1, and said so."
         ),
     )
     parser.add_argument("weights", nargs="+", help="attention weights a_1..a_n")
@@ -92,8 +93,13 @@ def _typed_row(texts: Sequence[str], allow_deficit: bool) -> tuple[list[float], 
     allowance = min(allowance, _ROUNDING_CAP)
     total = sum(values, Decimal(0))
     weights = [float(v) for v in values]
-    if any(v < 0 for v in values) or total <= 0:
+    if any(v < 0 for v in values):
         return weights, None  # the metrics name the negative weight
+    if total <= 0:
+        raise IntervError(
+            f"the {len(values)} weights are all 0; expected a row of attention weights summing "
+            "to 1 (e.g. interv metrics 0.7 0.1 0.1 0.1)"
+        )
     gap = total - 1
     if gap == 0:
         return weights, None
@@ -133,7 +139,7 @@ def _run_metrics(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``interv`` command."""
-    parser = argparse.ArgumentParser(
+    parser = IntervParser(
         prog="interv",
         description=(
             "Causal interpretability for transformers: attention-concentration metrics "
@@ -141,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"interv {__version__}")
-    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    subparsers = parser.add_subparsers(
+        title="commands", metavar="COMMAND", parser_class=IntervParser
+    )
     _add_metrics(subparsers)
     register_zoo(subparsers)
     register_analysis(subparsers)
@@ -151,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     register_sweeps(subparsers)
     register_report(subparsers)
     return parser
+
+
+def _quietly(handler, args: argparse.Namespace) -> int:
+    """``--quiet``: the handler with no progress bar and nothing on stdout (errors and
+    warnings still reach stderr)."""
+    import contextlib
+    import io
+
+    from interv._progress import silenced
+
+    with silenced(), contextlib.redirect_stdout(io.StringIO()):
+        return handler(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        if getattr(args, "quiet", False):
+            return _quietly(handler, args)
         return handler(args)
     except IntervError as error:
         print(f"interv: error: {error}", file=sys.stderr)

@@ -7,7 +7,7 @@ status). Handlers import torch and the models lazily, so ``interv --help`` stays
 - ``interv similarity MODEL [--prompts FILE] [--measures ...] [--k K] [--plot FILE]``:
   head distances under keep-sink and drop-sink, the verdict flip rate with its
   bootstrap interval, the clustering agreement, and the Aitchison sink share.
-- ``interv entropy-change --zoo NAME --from STEP [--to STEP]``: per-head and overall
+- ``interv entropy-change MODEL --from STEP [--to STEP]``: per-head and overall
   split of the entropy change between two training checkpoints into sink and content
   parts.
 - ``interv pruning MODEL [--task NAME | --pairs FILE.jsonl | --text] [--max-heads K] [--ks K ...]
@@ -28,6 +28,7 @@ from interv import zoo
 from interv._checks import as_int, as_positions, check_index, read_text
 from interv._outputs import claim_file
 from interv._progress import stages
+from interv.cli._vocabulary import METRICS, add_deprecated
 from interv.cli.tasks import add_task_options, command_pairs
 from interv.engine.sites import head_label
 from interv.errors import IntervError
@@ -150,7 +151,21 @@ def _run_similarity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zoo_model(args: argparse.Namespace) -> str:
+    """The positional MODEL, or the deprecated ``--zoo``'s value; never two different."""
+    if args.zoo_option is not None and args.model is not None and args.zoo_option != args.model:
+        raise IntervError(f"two models given: {args.model!r} and --zoo {args.zoo_option!r}")
+    name = args.model or args.zoo_option
+    if name is None:
+        raise IntervError(
+            f"give the zoo model: interv entropy-change MODEL --from STEP; available: "
+            f"{', '.join(zoo.available())}"
+        )
+    return name
+
+
 def _run_entropy_change(args: argparse.Namespace) -> int:
+    args.zoo = _zoo_model(args)
     if args.zoo not in zoo.available():
         raise IntervError(
             f"unknown zoo model {args.zoo!r}; available: {', '.join(zoo.available())}"
@@ -291,6 +306,18 @@ def _run_pruning(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the orders of :data:`interv.analysis.pruning.RANKINGS` (a test keeps the two equal)
+RANKING_NAMES = (
+    "entropy",
+    "content_entropy",
+    "sink_mass",
+    "contribution",
+    "exact_effect",
+    "attribution",
+    "random",
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``similarity``, ``entropy-change`` and ``pruning`` commands to the parser."""
     similarity = subparsers.add_parser(
@@ -305,7 +332,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     similarity.add_argument("model", help="model spec for interv.load_model, e.g. smollm2-135m")
     similarity.add_argument(
-        "--prompts", type=Path, default=None, help="text file, one prompt a line (default: 4)"
+        "--prompts",
+        type=Path,
+        default=None,
+        metavar="FILE.txt",
+        help="text file, one prompt a line (default: 4 shipped prompts)",
     )
     similarity.add_argument(
         "--measures",
@@ -329,6 +360,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--plot",
         type=Path,
         default=None,
+        metavar="FILE.png",
         help="save one image per measure, FILE-<measure>.png (never over a file interv did "
         "not write)",
     )
@@ -343,7 +375,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "sharpening (exact identity: total = sink part + content part)."
         ),
     )
-    change.add_argument("--zoo", required=True, help="zoo model name, e.g. induction-2l")
+    change.add_argument("model", nargs="?", default=None, help="zoo model name, e.g. induction-2l")
+    add_deprecated(change, "--zoo", dest="zoo_option", new="interv entropy-change MODEL")
     change.add_argument("--from", dest="from_step", type=int, required=True, help="early step")
     change.add_argument(
         "--to", dest="to_step", type=int, default=None, help="late step (default: final weights)"
@@ -370,6 +403,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pruning.add_argument(
         "--metric",
         default="loss",
+        choices=("loss", *METRICS),
         help="task metric: loss (-log_prob of the target, nats; default) or a target metric",
     )
     pruning.add_argument("--max-heads", type=int, default=None, help="most heads removed")
@@ -396,6 +430,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rankings",
         nargs="+",
         default=None,
+        choices=RANKING_NAMES,
         help="orders: entropy content_entropy sink_mass contribution exact_effect attribution "
         "random (default: all; attribution is left out with --text)",
     )
@@ -405,6 +440,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--plot",
         type=Path,
         default=None,
+        metavar="FILE.png",
         help="save the curves as an image (never over a file interv did not write)",
     )
     pruning.set_defaults(handler=_run_pruning)

@@ -1,15 +1,16 @@
 """``interv circuit``: find a circuit, check it exactly, and write it with its report.
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
-[--qk-fix] --verify-top K --audit N [--stability B] --out DIR`` scores every edge with the
-screen (EAP, or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by
-``|score|`` and ``N`` random others exactly (path patching from the corrupted run into the
+[--qk-fix] --top-k K --audit N [--alpha A] [--stability R] --out DIR`` scores every edge
+with the screen (EAP, or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by
+``|score|`` and ``N`` random others exactly (and more of the top until the miss-rate bound
+is below ``A``, 0.05 by default) (path patching from the corrupted run into the
 clean run), measures the faithfulness curve at MIB's edge fractions, computes the
 concentration of every head (clean run, answer position) beside the circuit, and writes
 into DIR:
 
-- ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability B`` it holds the
-  circuit's stability over ``B`` bootstrap resamples of the prompts, see
+- ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability R`` it holds the
+  circuit's stability over ``R`` bootstrap resamples of the prompts, see
   :func:`interv.circuits.circuit_stability`), ``faithfulness.json``, ``mission.json``;
 - ``circuit.md`` (Markdown) and ``circuit.html`` (the self-contained page: the layered
   drawing, the curve, the mission link);
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from interv._checks import as_int
+from interv.cli._vocabulary import METRICS, add_alpha, add_deprecated, add_quiet
 from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
 
@@ -38,22 +40,6 @@ METHODS = ("eap", "eap-ig")
 COMPLEMENTS = ("corrupted", "mean")
 CONVENTIONS = ("interv", "mib")
 _STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
-
-
-def _alpha(text: str) -> float | None:
-    if text.lower() == "none":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
-        ) from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(
-            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
-        )
-    return value
 
 
 def _checked(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,8 +59,8 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
             "drop it or pass --method eap-ig"
         )
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
-    top_k = as_int(args.verify_top, "--verify-top K", minimum=1)
-    audit = as_int(args.audit, "--audit N", minimum=0)
+    top_k = as_int(args.top_k, "--top-k", minimum=1)
+    audit = as_int(args.audit, "--audit", minimum=0)
     for flag in ("n_edges", "batch_size"):
         if getattr(args, flag) is not None:
             as_int(getattr(args, flag), f"--{flag.replace('_', '-')}", minimum=1)
@@ -87,7 +73,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_model_spec(args.model)
     pairs = command_pairs(args, metric=args.metric)  # read and checked; nothing loads
     if args.stability is not None:
-        check_resamples(args.stability, pairs.n_pairs, "--stability B")
+        check_resamples(args.stability, pairs.n_pairs, "--stability R")
     task_name = Path(args.pairs).stem if args.pairs is not None else args.task or args._task_default
     return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
 
@@ -143,7 +129,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     model = load_model(args.model)
     task = checked["pairs"].tokenize(model)
     graph = Graph.from_model(model)
-    for flag, value in (("--verify-top", checked["top_k"]), ("--n-edges", args.n_edges)):
+    for flag, value in (("--top-k", checked["top_k"]), ("--n-edges", args.n_edges)):
         if value is not None and value > graph.n_edges:
             raise IntervError(
                 f"{flag} {value} exceeds the graph's {graph.n_edges} edges ({graph.describe()})"
@@ -259,44 +245,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
     add_task_options(parser, default_task="induction", n_pairs_default=8)
     parser.add_argument("--seed", type=int, default=0, help="seed of the task (default: 0)")
-    parser.add_argument("--method", default="eap", help="eap (default) or eap-ig")
     parser.add_argument(
-        "--steps", type=int, default=None, metavar="M", help="EAP-IG steps m >= 1 (default 5)"
+        "--method", default="eap", choices=METHODS, help="edge scores: eap (default) or eap-ig"
     )
+    parser.add_argument("--steps", type=int, default=None, help="EAP-IG steps m >= 1 (default 5)")
     parser.add_argument(
         "--qk-fix", action="store_true", help="AtP*'s exact softmax for query/key edges"
     )
-    parser.add_argument("--metric", default="logit_diff", help="target metric (logit_diff)")
     parser.add_argument(
-        "--verify-top", type=int, default=20, metavar="K", help="edges verified (default 20)"
+        "--metric",
+        default="logit_diff",
+        choices=METRICS,
+        help="target metric (default: logit_diff)",
     )
+    parser.add_argument("--top-k", type=int, default=20, help="edges verified exactly (default 20)")
+    add_deprecated(parser, "--verify-top", dest="top_k", new="--top-k", type=int)
     parser.add_argument(
-        "--audit", type=int, default=60, metavar="N", help="random edges audited (default 60)"
+        "--audit", type=int, default=60, help="random other edges checked exactly (default 60)"
     )
-    parser.add_argument(
-        "--alpha",
-        type=_alpha,
-        default=None,
-        metavar="A",
-        help="verify more until the 95%% miss-rate bound is below A (default none: one look)",
-    )
+    add_alpha(parser)
     parser.add_argument(
         "--stability",
         type=int,
         default=None,
-        metavar="B",
-        help="find the circuit again on B bootstrap resamples of the prompts (Jaccard, "
+        metavar="RESAMPLES",
+        help="find the circuit again on RESAMPLES bootstrap resamples of the prompts (Jaccard, "
         "stable edges; default: not computed)",
     )
     parser.add_argument(
         "--n-edges",
         type=int,
         default=None,
-        help="circuit size for the mission link (default: K, every edge exact)",
+        help="circuit size for the mission link (default: TOP_K, every edge exact)",
     )
     parser.add_argument(
         "--complement",
         default="corrupted",
+        choices=COMPLEMENTS,
         help="what fills the edges outside a circuit: corrupted (default) or mean",
     )
     parser.add_argument(
@@ -307,6 +292,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--convention",
         default="interv",
+        choices=CONVENTIONS,
         help="faithfulness curve sizes: interv (default: max(1, round(p N)) edges) or mib "
         "(MIB's int(p N) edges, pruned to those connecting the input to the logits)",
     )
@@ -314,9 +300,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-size",
         type=int,
         default=None,
-        metavar="B",
         help="edges (or circuits) per stacked exact forward (default: by memory)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="the output directory")
-    parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    add_quiet(parser)
     parser.set_defaults(handler=_run)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from interv._checks import as_positions, check_index
 from interv._outputs import claim_dir
+from interv.cli._vocabulary import METRICS, add_quiet
 from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
 
@@ -72,6 +73,10 @@ def _run_grid(args: argparse.Namespace) -> int:
     check_model_spec(args.model)
     if args.metric not in METRICS:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
+    if args.quiet and args.out is None:
+        raise IntervError(
+            "--quiet without --out would print nothing and write nothing; add --out DIR"
+        )
     layers = as_positions(args.layers, "--layers", allow_empty=False)
     pairs = command_pairs(args, metric=args.metric)
     prompt = check_index(
@@ -133,7 +138,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument("model", help="model spec for interv.load_model, e.g. induction-2l")
     add_task_options(grid)
     grid.add_argument("--seed", type=int, default=0, help="seed of the prompts (default: 0)")
-    grid.add_argument("--metric", default="logit_diff", help="target metric (default: logit_diff)")
+    grid.add_argument(
+        "--metric",
+        default="logit_diff",
+        choices=METRICS,
+        help="target metric (default: logit_diff)",
+    )
     grid.add_argument(
         "--component",
         choices=_COMPONENTS,
@@ -152,7 +162,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument(
         "--out",
         default=None,
+        metavar="DIR",
         help="also write the report into this directory (new, empty, or written by interv "
         "before; never over other files)",
     )
+    add_quiet(grid)
     grid.set_defaults(handler=_run_grid)

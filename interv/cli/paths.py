@@ -1,10 +1,10 @@
 """``interv paths`` and ``interv interactions``: how a head acts, and which heads act together.
 
-- ``interv paths MODEL --sender L H`` patches the sender's output from the corrupted run
+- ``interv paths MODEL --sender L0H2`` patches the sender's output from the corrupted run
   along its path into each later head's query, key or value input (one cell per receiver)
   and prints the cells with the largest effect, next to the sender's total effect (the
   activation patch on every path) and its direct effect into the logits.
-- ``interv interactions MODEL --heads L:H L:H ...`` ablates each head alone and every pair
+- ``interv interactions MODEL --heads L1H0 L1H2 ...`` ablates each head alone and every pair
   together and prints the interaction terms with their intervals and compensation flags,
   largest |interaction| first.
 
@@ -17,24 +17,23 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 
 from interv._checks import as_int
+from interv.cli._vocabulary import METRICS, deprecation, parse_head
 from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
 
 __all__ = ["parse_head", "register"]
 
-_HEAD = re.compile(r"^(?:L(\d+)H(\d+)|(\d+):(\d+))$")
 
-
-def parse_head(text: str) -> tuple[int, int]:
-    """A head written ``L1H3`` or ``1:3`` as ``(layer, head)``."""
-    match = _HEAD.match(text.strip())
-    if match is None:
-        raise IntervError(f"a head is written L1H3 or 1:3 (layer, head); got {text!r}")
-    layer, head = (int(g) for g in match.groups() if g is not None)
-    return layer, head
+def _sender(words: list[str]) -> tuple[int, int]:
+    """``--sender L0H2``; the old ``--sender 0 2`` (layer, head) with a deprecation."""
+    if len(words) == 2 and all(word.isdigit() for word in words):
+        deprecation(f"--sender {words[0]} {words[1]}", f"--sender L{words[0]}H{words[1]}")
+        return int(words[0]), int(words[1])
+    if len(words) != 1:
+        raise IntervError(f"--sender takes one head, written L0H2; got {' '.join(words)!r}")
+    return parse_head(words[0], "--sender")
 
 
 def _load(args: argparse.Namespace):
@@ -58,8 +57,8 @@ def _run_paths(args: argparse.Namespace) -> int:
     from interv.engine.paths import DirectEffect, PathPatch  # torch: on use (CLI start-up)
     from interv.engine.runner import run  # torch: on use (CLI start-up)
 
-    layer, head = args.sender
-    receivers = [parse_head(text) for text in args.receivers] if args.receivers else None
+    layer, head = _sender(args.sender)
+    receivers = [parse_head(t, "--receivers") for t in args.receivers] if args.receivers else None
     model, task = _load(args)
     cfg = model.cfg
     if receivers is None:
@@ -90,7 +89,7 @@ def _run_paths(args: argparse.Namespace) -> int:
 def _run_interactions(args: argparse.Namespace) -> int:
     from interv.analysis.pairwise import interactions  # torch: on use (CLI start-up)
 
-    heads = [parse_head(text) for text in args.heads]
+    heads = [parse_head(text, "--heads") for text in args.heads]
     model, task = _load(args)
     found = interactions(
         model, task, heads, baseline=args.baseline, metric=args.metric, seed=args.seed
@@ -111,7 +110,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts (default: 0)")
     parser.add_argument(
-        "--metric", default="logit_diff", help="target metric (default: logit_diff)"
+        "--metric",
+        default="logit_diff",
+        choices=METRICS,
+        help="target metric (default: logit_diff)",
     )
 
 
@@ -128,7 +130,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _common(paths)
     paths.add_argument(
-        "--sender", type=int, nargs=2, required=True, metavar=("LAYER", "HEAD"), help="sender"
+        "--sender", nargs="+", required=True, metavar="HEAD", help="the sender head, e.g. L0H2"
     )
     paths.add_argument(
         "--input", choices=("q", "k", "v"), default="k", help="receiver input (default: k)"
@@ -137,7 +139,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--receivers",
         nargs="+",
         default=None,
-        help="receiver heads, e.g. L1H0 1:2 (default: every head of the later layers)",
+        metavar="HEAD",
+        help="receiver heads, e.g. L1H0 L1H2 (default: every head of the later layers)",
     )
     paths.add_argument("--top", type=int, default=10, help="cells printed (default: 10)")
     paths.set_defaults(handler=_run_paths)
@@ -151,7 +154,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _common(pairs)
-    pairs.add_argument("--heads", nargs="+", required=True, help="heads, e.g. L1H0 L1H2 0:2")
+    pairs.add_argument(
+        "--heads", nargs="+", required=True, metavar="HEAD", help="heads, e.g. L1H0 L1H2 L0H2"
+    )
     pairs.add_argument(
         "--baseline", choices=("zero", "mean", "resample"), default="mean", help="ablation"
     )

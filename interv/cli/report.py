@@ -1,6 +1,6 @@
 """``interv demo`` and ``interv report``: the report's command-line entry points.
 
-- ``interv demo [--model SPEC] [--pairs FILE.jsonl] [--out DIR]`` runs the whole pipeline (see
+- ``interv demo [MODEL] [--pairs FILE.jsonl] [--out DIR]`` runs the whole pipeline (see
   :mod:`interv.demo`), writes the report and prints where it is and its headline (the
   heads with the largest |effect| beside their concentration ranks, the most
   concentrated heads beside their effects, the instructive disagreements).
@@ -22,11 +22,12 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interv._checks import read_json
+from interv._checks import as_int, read_json
 from interv._inert import inert_frame
 from interv._outputs import claim_dir
+from interv.cli._vocabulary import add_deprecated, add_quiet
 from interv.cli.report_circuit import is_circuit_dir, rerender_circuit
-from interv.cli.tasks import PAIRS_HELP, first_pairs, read_pairs
+from interv.cli.tasks import PAIRS_FILE_HELP, first_pairs, read_pairs
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
@@ -51,17 +52,33 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
         print(line)
 
 
+_DEMO_MODELS = ("induction-2l", "smollm2-135m")
+
+
+def _demo_model(args: argparse.Namespace) -> str:
+    """The positional MODEL, or the deprecated ``--model``'s value; never two different."""
+    old = args.model_option
+    if old is not None and old not in _DEMO_MODELS:
+        raise IntervError(f"--model {old!r}: the demo runs one of {_DEMO_MODELS}")
+    if old is not None and args.model is not None and old != args.model:
+        raise IntervError(f"two models given: {args.model!r} and --model {old!r}; give one")
+    return args.model or old or _DEMO_MODELS[0]
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from interv.demo import DEFAULT_OUT, run_demo  # torch: on use (CLI start-up)
 
+    model = _demo_model(args)
     pairs = None
-    n_prompts = args.n_prompts
+    n_prompts = args.n_pairs
+    if n_prompts is not None:
+        as_int(n_prompts, "--n-pairs", minimum=1)
     if args.pairs is not None:
         source = f"--pairs {args.pairs}"
-        pairs = first_pairs(read_pairs(args.pairs), n_prompts, source, "--n-prompts")
+        pairs = first_pairs(read_pairs(args.pairs), n_prompts, source, "--n-pairs")
         n_prompts = None
-    result = run_demo(args.model, args.out, n_prompts=n_prompts, layers=args.layers, pairs=pairs)
-    default = Path(DEFAULT_OUT[args.model])
+    result = run_demo(model, args.out, n_prompts=n_prompts, layers=args.layers, pairs=pairs)
+    default = Path(DEFAULT_OUT[model])
     if args.out is None and result.out_dir != default:
         print(
             f"note: {default}/ holds files interv did not write, so the report went to "
@@ -187,34 +204,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     demo.add_argument(
-        "--model",
-        default="induction-2l",
-        choices=("induction-2l", "smollm2-135m"),
-        help="induction-2l (zoo, ships with interv; default) or smollm2-135m (IOI task)",
+        "model",
+        nargs="?",
+        default=None,
+        choices=_DEMO_MODELS,
+        metavar="MODEL",
+        help="induction-2l (the zoo model that ships with interv, induction task; default) or "
+        "smollm2-135m (IOI task); the demo runs these two models",
     )
+    add_deprecated(demo, "--model", dest="model_option", new="interv demo MODEL")
     demo.add_argument(
         "--out",
         default=None,
+        metavar="DIR",
         help="output directory: new, empty, or written by interv before; never overwrites "
         "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m; "
         "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(
-        "--n-prompts",
-        type=int,
-        default=None,
-        help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2; with --pairs: every pair of the "
-        "file, or its first N)",
-    )
-    demo.add_argument(
         "--pairs",
         default=None,
         metavar="FILE.jsonl",
-        help=PAIRS_HELP + " (the model's built-in task); each line needs a foil (logit_diff)",
+        help=PAIRS_FILE_HELP + "; replaces the model's built-in task, and each line needs a "
+        "foil (logit_diff). Its words must be in the model's vocabulary: English text needs "
+        "smollm2-135m",
     )
+    demo.add_argument(
+        "--n-pairs",
+        type=int,
+        default=None,
+        help="prompt pairs, >= 1 (default 16 zoo, 8 SmolLM2; with --pairs: every pair of the "
+        "file, or its first N_PAIRS)",
+    )
+    add_deprecated(demo, "--n-prompts", dest="n_pairs", new="--n-pairs", type=int)
     demo.add_argument(
         "--layers", type=int, nargs="+", default=None, help="layers to intervene on (default all)"
     )
+    add_quiet(demo)
     demo.set_defaults(handler=_run_demo)
 
     report = subparsers.add_parser(
@@ -232,6 +258,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--out",
         default=None,
+        metavar="DIR",
         help="output directory (default: the input directory); new, empty, or written by "
         "interv before",
     )
@@ -246,4 +273,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write the tables as Parquet instead of the page; needs pandas and pyarrow",
     )
+    add_quiet(report)
     report.set_defaults(handler=_run_report)

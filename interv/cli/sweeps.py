@@ -23,6 +23,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from interv.cli._vocabulary import add_alpha, add_quiet
+
 if TYPE_CHECKING:
     from interv.engine.results import InterventionResult
     from interv.sweeps.config import SweepConfig
@@ -63,27 +65,13 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
 _SCREEN_FLAGS = ("top_k", "audit", "alpha", "budget")
 
 
-_ONE_LOOK = "none"
-
-
-def _alpha(text: str) -> float | str:
-    if text.lower() == _ONE_LOOK:
-        return _ONE_LOOK
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--alpha must be a number in (0, 1) or 'none' (one look); got {text!r}"
-        ) from None
-
-
 def _screened(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
     """``config`` with ``[sweep.screen]`` set when a screen flag is given."""
     from interv.sweeps.config import with_screen  # torch: on use (CLI start-up)
 
-    given = {key: getattr(args, key) for key in _SCREEN_FLAGS if getattr(args, key) is not None}
-    if given.get("alpha") == _ONE_LOOK:
-        given["alpha"] = None
+    # the screen flags default to "not given" (argparse.SUPPRESS): the config's
+    # [sweep.screen] or interv.Screen's defaults apply, and an explicit `--alpha none` counts
+    given = {key: getattr(args, key) for key in _SCREEN_FLAGS if hasattr(args, key)}
     if not args.screen and not given:
         return config
     return with_screen(config, **given)
@@ -145,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--shard",
         default=None,
         metavar="i/n",
-        help="run only share i of n: the units with index %% n == i",
+        help="run only share i of n: the units whose index modulo n is i",
     )
     sweep.add_argument(
         "--executor",
@@ -162,22 +150,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     screen.add_argument("--screen", action="store_true", help="screen every entry")
     screen.add_argument(
-        "--top-k", type=int, default=None, metavar="K", help="verified top (default 20)"
+        "--top-k", type=int, default=argparse.SUPPRESS, help="sites verified exactly (default 20)"
     )
     screen.add_argument(
-        "--audit", type=int, default=None, metavar="N", help="audit sample size (default 60)"
+        "--audit",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="random other sites checked exactly (default 60)",
     )
+    add_alpha(screen, given_only=True)
     screen.add_argument(
-        "--alpha",
-        type=_alpha,
-        default=None,
-        metavar="A",
-        help="stop once the 95%% bound on the miss rate is below A (default 0.05; none: once)",
+        "--budget", type=int, default=argparse.SUPPRESS, help="most exact evaluations"
     )
-    screen.add_argument(
-        "--budget", type=int, default=None, metavar="N", help="most exact evaluations"
-    )
-    sweep.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
+    add_quiet(sweep)
     sweep.add_argument(
         "--allow-import",
         action="append",
@@ -197,5 +182,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "dirs", nargs="+", metavar="DIR", help="shard directories of the same config"
     )
     merge.add_argument("--out", required=True, metavar="DIR", help="the merged sweep directory")
-    merge.add_argument("--quiet", action="store_true", help="no summary line")
+    add_quiet(merge)
     merge.set_defaults(handler=_merge)

@@ -20,13 +20,20 @@ from interv.errors import IntervError
 if TYPE_CHECKING:
     from interv.tasks.pairs import PromptPairs
 
-__all__ = ["PAIRS_HELP", "add_task_options", "command_pairs", "first_pairs", "read_pairs"]
+__all__ = [
+    "PAIRS_FILE_HELP",
+    "PAIRS_HELP",
+    "add_task_options",
+    "command_pairs",
+    "first_pairs",
+    "read_pairs",
+]
 
-PAIRS_HELP = (
+PAIRS_FILE_HELP = (
     "your own prompt pairs: a JSONL file, one object a line with keys clean, corrupted, "
-    "target (strings), optional foil and answer_position (see the README, 'Models and tasks'); "
-    "instead of --task"
+    "target (strings), optional foil and answer_position (see the README, 'Models and tasks')"
 )
+PAIRS_HELP = PAIRS_FILE_HELP + "; instead of --task"
 
 
 def add_task_options(
@@ -51,7 +58,7 @@ def add_task_options(
         type=int,
         default=None,
         help=f"prompt pairs (default: {n_pairs_default} of a built-in task; every pair of a "
-        "--pairs file, or its first N)",
+        "--pairs file, or its first N_PAIRS)",
     )
     parser.set_defaults(_task_default=default_task, _n_pairs_default=n_pairs_default)
 

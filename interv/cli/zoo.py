@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from interv.cli._vocabulary import add_quiet
 from interv.zoo import _registry
 from interv.zoo._registry import BackcopyAccuracy, EntropyChangeRecord, TaskAccuracy, card
 
@@ -125,7 +126,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     zoo = subparsers.add_parser("zoo", help="small models interv trains itself and ships")
     commands = zoo.add_subparsers(dest="zoo_command", required=True)
 
-    listing = commands.add_parser("list", help="list the zoo models")
+    listing = commands.add_parser(
+        "list", help="list the zoo models", description="List the zoo models that ship with interv."
+    )
     listing.set_defaults(handler=_list)
 
     info = commands.add_parser("info", help="show a zoo model's card")
@@ -137,7 +140,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     training.add_argument(
         "--out",
         default=None,
+        metavar="DIR",
         help="output directory: new, empty, or written by interv before (default: "
         "./interv-zoo/NAME)",
     )
+    add_quiet(training)
     training.set_defaults(handler=_train)

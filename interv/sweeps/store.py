@@ -433,11 +433,11 @@ def _refuse_other_sweep(
     task_fingerprint: str,
 ) -> None:
     if manifest["config_hash"] != config.config_hash:
-        differences = "\n  ".join(config_diff(manifest["config"], config.normalized))
-        raise IntervError(
+        differences = "; ".join(config_diff(manifest["config"], config.normalized))
+        raise IntervError(  # one line, as every error of the command line
             f"sweep directory {str(directory)!r} holds results of another config "
             f"(hash {manifest['config_hash']}, this config {config.config_hash}); "
-            f"differing keys (stored -> given):\n  {differences}\n"
+            f"differing keys (stored -> given): {differences}; "
             "rerun with the stored config to resume, or choose another --out"
         )
     if manifest["task_fingerprint"] != task_fingerprint:
