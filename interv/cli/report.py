@@ -189,14 +189,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--model",
         default="induction-2l",
-        choices=("induction-2l", "smollm2-135m"),
-        help="induction-2l (zoo, ships with interv; default) or smollm2-135m (IOI task)",
+        choices=("induction-2l", "smollm2-135m", "gemma3-270m"),
+        help="induction-2l (zoo, ships with interv; default), smollm2-135m or gemma3-270m "
+        "(IOI task)",
     )
     demo.add_argument(
         "--out",
         default=None,
         help="output directory: new, empty, or written by interv before; never overwrites "
-        "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m; "
+        "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m, "
+        "./interv-report-gemma3 for gemma3-270m; "
         "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(
