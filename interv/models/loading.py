@@ -63,7 +63,7 @@ __all__ = [
     "resolve_dtype",
 ]
 
-BUILTIN_SPECS = (smollm2.SPEC, gemma3.SPEC, minilm.SPEC)
+BUILTIN_SPECS = (smollm2.SPEC, minilm.SPEC, gemma3.SPEC)
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
