@@ -25,6 +25,21 @@ of the pattern-free rows against the model's own):
   (the windows written at the z level from each layer's pattern), at lengths up to
   ``--compare`` only.
 
+``--model gemma3-270m``: the same questions on a real model with sliding windows, Gemma-3-270M
+(its Q4_K_M GGUF dequantized to float32: a close relative of the hub's float model; 18 layers x
+4 heads, a 512-key window on every layer but 5, 11 and 17), on interv's text sample repeated
+(BOS first), at ``--lengths`` (default 1024 4096 8192):
+
+- ``gemma3_forward``: the model's own forward in Hugging Face with ``attn_implementation="sdpa"``
+  through its 18 layers (no pattern materialized; no unembedding: at 262,144 tokens of
+  vocabulary the logits of every position would cost more than the layers, and concentration
+  stops after the last layer too);
+- ``gemma3_rows``: ``interv.concentration(attention="rows")``, all 72 heads at every position,
+  with per layer the mean normalized entropy and sink mass (over heads and queries) in bins of
+  ``n`` = the keys the layer's mask admits (``[2^k, 2^(k+1))``), local and global layers;
+
+and ``--figure PATH`` draws them against ``log n`` (the longest length's run).
+
 Reported: per length, time and peak memory above the model of each method, the time ratio
 ``rows / hf_forward`` and ``rows / interv_forward``, the growth exponent of the peak memory
 (``log(peak(32k) / peak(4k)) / log(8)``, 1 = linear, 2 = quadratic); at the comparison length,
@@ -32,7 +47,9 @@ the largest difference of every metric between ``rows``, ``pattern`` and ``exact
 machine, the date and the load (``uptime``) before and after.
 
 Run: ``python benchmarks/bench_long_context.py [--lengths 4096 8192 16384 32768]
-[--compare 4096] [--no-smollm2] [--streaming 16384] [--out figures.json]`` (about 25 minutes
+[--compare 4096] [--no-smollm2] [--streaming 16384] [--out figures.json]``, or
+``python benchmarks/bench_long_context.py --model gemma3-270m --lengths 1024 4096 8192
+--out gemma3.json --figure docs/images/long-context-gemma3.png`` (about 25 minutes
 on 2 loaded cores; ``--lengths`` with no value and ``--no-smollm2 --streaming 16384``: the
 streaming figure alone).
 """
@@ -128,6 +145,110 @@ def _measured(run: Any, length: int, repeats: int) -> dict[str, Any]:
     }
 
 
+def gemma3_tokens(length: int) -> torch.Tensor:
+    """``[1, length]`` tokens of interv's text sample, repeated, BOS first (Gemma's tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from interv.models.gemma3 import converted_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(converted_dir())
+    text = (ROOT / "interv" / "data" / "text_sample.txt").read_text()
+    ids = tokenizer(text * (1 + 8 * length // len(text)))["input_ids"]
+    ids = [tokenizer.bos_token_id, *(i for i in ids if i != tokenizer.bos_token_id)][:length]
+    if len(ids) != length:
+        raise SystemExit(f"the repeated text gives {len(ids)} tokens, not {length}")
+    return torch.tensor([ids])
+
+
+def _measured_on(run: Any, tokens: torch.Tensor) -> dict[str, Any]:
+    """Warm up on the first 256 tokens, then time ``run(tokens)`` once and its peak."""
+    with torch.no_grad():
+        run(tokens[:, :WARM_UP])
+        resident = _measure.reset_peak()
+        start = time.perf_counter()
+        result = run(tokens)
+        seconds = time.perf_counter() - start
+        top = _measure.peak()
+    return {
+        "seconds": seconds,
+        "peak_above_model_gib": (top - resident) / GIB,
+        "peak_gib": top / GIB,
+        "resident_gib": resident / GIB,
+        "tokens": int(tokens.shape[1]),
+        "result": result,
+    }
+
+
+def per_layer_bins(model: Any, heads: Any) -> list[dict[str, Any]]:
+    """Per layer: its window, and the mean normalized entropy and sink mass over heads and
+    queries, overall and in bins ``[2^k, 2^(k+1))`` of n = the keys the mask admits."""
+    from interv.engine.architecture import architecture_of
+
+    arch = architecture_of(model)
+    out = []
+    for layer in range(model.cfg.n_layers):
+        n = heads.n_available_keys[0, layer]  # [query]
+        ne = heads.normalized_entropy[0, layer].double()  # [head, query]
+        sink = heads.sink_mass[0, layer].double()
+        real = n > 1  # normalized entropy is undefined at n = 1
+        bins = []
+        for k in range(1, int(math.log2(int(n.max()))) + 1):
+            inside = real & (n >= 2**k) & (n < 2 ** (k + 1))
+            if inside.any():
+                bins.append(
+                    {
+                        "log2_n_from": k,
+                        "queries": int(inside.sum()),
+                        "normalized_entropy": float(ne[:, inside].mean()),
+                        "sink_mass": float(sink[:, inside].mean()),
+                    }
+                )
+        out.append(
+            {
+                "layer": layer,
+                "window": arch.key_rule(layer).window,
+                "normalized_entropy": float(ne[:, real].mean()),
+                "sink_mass": float(sink[:, real].mean()),
+                "bins": bins,
+            }
+        )
+    return out
+
+
+def gemma3_figure(report: dict[str, Any], path: Path) -> None:
+    """Mean normalized entropy and sink mass per layer against log2 n (the longest run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    length = max(int(k) for k, row in report["lengths"].items() if "layers" in row["rows"])
+    layers = report["lengths"][length]["rows"]["layers"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric, label in (
+        (axes[0], "normalized_entropy", "mean normalized entropy (fraction of log n)"),
+        (axes[1], "sink_mass", "mean sink mass (BOS; fraction of the row)"),
+    ):
+        for row in layers:
+            x = [b["log2_n_from"] for b in row["bins"]]
+            y = [b[metric] for b in row["bins"]]
+            if row["window"] is None:
+                ax.plot(x, y, marker="o", linewidth=2, label=f"layer {row['layer']} (global)")
+            else:
+                ax.plot(x, y, color="0.7", linewidth=1)
+        ax.plot([], [], color="0.7", linewidth=1, label="local layers (512-key window)")
+        ax.set_xlabel("log2 n  (n = keys the layer's mask admits; bins [2^k, 2^(k+1)))")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        f"Gemma-3-270M (Q4_K_M dequantized), {length:,} tokens of real text, 72 heads, no pattern",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def worker(job: str, directory: str, length: int, repeats: int, save: str | None) -> None:
     warnings.simplefilter("ignore")
     import transformers
@@ -170,6 +291,24 @@ def worker(job: str, directory: str, length: int, repeats: int, save: str | None
             **{sentence: loss.mean(i) for i, sentence in enumerate(loss.descriptions)},
         }
         figures["scope"] = loss.scope
+    elif job == "gemma3_forward":
+        from interv.models.gemma3 import converted_dir
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            converted_dir(), attn_implementation="sdpa", dtype=torch.float32
+        ).eval()
+        tokens = gemma3_tokens(length)
+        # the layers only (no 262k-vocabulary unembedding): what concentration runs through
+        figures = _measured_on(lambda t: model.model(t).last_hidden_state.shape, tokens)
+    elif job == "gemma3_rows":
+        from interv.models.gemma3 import load_gemma3
+
+        model = load_gemma3(device="cpu", dtype=torch.float32)
+        tokens = gemma3_tokens(length)
+        figures = _measured_on(lambda t: concentration(model, t, attention="rows"), tokens)
+        heads = figures.pop("result")
+        figures["scope"] = heads.scope
+        figures["layers"] = per_layer_bins(model, heads)
     elif job == "smollm2":
         from interv.models.smollm2 import load_smollm2
 
@@ -241,12 +380,17 @@ def main() -> None:
     parser.add_argument("--no-smollm2", action="store_true")
     parser.add_argument("--streaming", type=int, nargs="*", default=[], metavar="LENGTH")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--model", choices=["random-llama", "gemma3-270m"], default="random-llama")
+    parser.add_argument("--figure", type=Path, help="--model gemma3-270m: the PNG to write")
     args = parser.parse_args()
     if args.worker:
         job, directory, length, repeats, save = args.worker
         worker(job, directory, int(length), int(repeats), None if save == "-" else save)
         return
     script = str(Path(__file__).resolve())
+    if args.model == "gemma3-270m":
+        gemma3_main(script, args)
+        return
     report: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": _measure.machine(),
@@ -315,6 +459,47 @@ def main() -> None:
         from interv._outputs import write_file
 
         write_file(args.out, text.encode())
+
+
+def gemma3_main(script: str, args: argparse.Namespace) -> None:
+    """The ``--model gemma3-270m`` run (module docstring)."""
+    lengths = args.lengths if args.lengths != [4096, 8192, 16384, 32768] else [1024, 4096, 8192]
+    report: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": _measure.machine(),
+        "model": "gemma3-270m (Q4_K_M GGUF dequantized to float32)",
+        "text": "interv's text sample, repeated, BOS first",
+        "lengths": {},
+    }
+    for length in lengths:
+        row = {}
+        for job in ("gemma3_forward", "gemma3_rows"):
+            figures = _measure.run_worker(script, [job, "-", str(length), "1", "-"])
+            if "error" in figures:
+                line = figures["error"]
+            else:
+                line = (
+                    f"{figures['seconds']:8.1f} s  peak {figures['peak_above_model_gib']:6.3f} "
+                    f"GiB above the model; load {figures['load_after']}"
+                )
+            print(f"{job:>15} {length:>6}: {line}", flush=True)
+            row[job.removeprefix("gemma3_")] = figures
+        if all("seconds" in row[job] for job in ("forward", "rows")):
+            row["ratio_rows_to_forward"] = row["rows"]["seconds"] / row["forward"]["seconds"]
+        report["lengths"][length] = row
+        if args.out:  # after every length: a run stopped later keeps what it measured
+            from interv._outputs import write_file
+
+            write_file(args.out, json.dumps(report, indent=1, default=str).encode())
+    report["load_at_end"] = _measure.load()
+    text = json.dumps(report, indent=1, default=str)
+    print(text)
+    if args.out:
+        from interv._outputs import write_file
+
+        write_file(args.out, text.encode())
+    if args.figure:
+        gemma3_figure(report, args.figure)
 
 
 if __name__ == "__main__":

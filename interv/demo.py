@@ -75,6 +75,7 @@ DEFAULT_MODEL = "induction-2l"
 DEFAULT_OUT: dict[str, str] = {
     "induction-2l": "interv-report",
     "smollm2-135m": "interv-report-smollm2",
+    "gemma3-270m": "interv-report-gemma3",
 }
 """Default output directory of each demo model (one per model, so no demo replaces
 another's report)."""
@@ -84,6 +85,7 @@ another's report)."""
 _DEMO_MODELS: dict[str, tuple[str, int, int]] = {
     "induction-2l": ("induction", 2, 16),
     "smollm2-135m": ("ioi", 30, 8),
+    "gemma3-270m": ("ioi", 18, 8),
 }
 _MAX_BATCH_ROWS = 512
 _STAGES = (
@@ -277,8 +279,8 @@ def run_demo(
     rerun of the same call replaces (each file is complete or absent).
 
     Args:
-        model: ``"induction-2l"`` (zoo, default; task ``"induction"``) or
-            ``"smollm2-135m"`` (task ``"ioi"``).
+        model: ``"induction-2l"`` (zoo, default; task ``"induction"``),
+            ``"smollm2-135m"`` or ``"gemma3-270m"`` (task ``"ioi"``).
         out: directory to write the report into (created if missing). None: the model's
             :data:`DEFAULT_OUT` directory, or, if that holds files interv did not write,
             the first free ``<default>-2``, ``<default>-3``, ... (see ``out_dir`` of the

@@ -86,3 +86,21 @@ def minilm_bridge():
     from interv import load_model
 
     return load_model("minilm-l6", device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def gemma3_bridge():
+    """Gemma-3-270M, Q4_K_M-dequantized (float32, CPU, eval mode); skipped where its chunk
+    packages are not installed (the ``models`` extra brings them). The first load on a
+    machine converts it into interv's cache (minutes; CI does it before the tests)."""
+    import importlib.util
+
+    from interv import load_model
+    from interv.models import gemma3
+
+    missing = [
+        dist for package, dist, _ in gemma3.CHUNKS if importlib.util.find_spec(package) is None
+    ]
+    if importlib.util.find_spec(gemma3.PACKAGE) is None or missing:
+        pytest.skip(f"Gemma-3-270M needs the packages of: {gemma3.INSTALL_HINT}")
+    return load_model("gemma3-270m", device="cpu", dtype=torch.float32)

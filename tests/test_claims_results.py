@@ -175,6 +175,27 @@ STABILITY = {
     "top_edges",
     "sentence",
 }
+WINDOWS = {
+    "model",
+    "weights",
+    "text",
+    "n_tokens",
+    "mask_rule",
+    "attention",
+    "local_layers",
+    "global_layers",
+    "window",
+    "local",
+    "local_past_window",
+    "global",
+    "heads_changing_rank",
+    "max_rank_change",
+    "rank_spearman",
+    "n_heads",
+    "top_heads",
+    "top_overlap",
+    "most_moved",
+}
 FIELDS = {
     "ablation": ABLATION,
     "pruning": PRUNING,
@@ -186,6 +207,7 @@ FIELDS = {
     "streaming": STREAMING,
     "inactive": INACTIVE,
     "stability": STABILITY,
+    "windows": WINDOWS,
 }
 
 
@@ -236,6 +258,12 @@ def test_shipped_results_hold_every_field_the_notebook_reads(shipped):
         numbers = shipped["results"][part]
         columns = ("jaccard", "ci_low", "ci_high", "stable_edges")
         assert all(len(numbers[c]) == len(numbers["sizes"]) for c in columns)
+    for part in (p for p in shipped["results"] if p.startswith("windows_")):
+        numbers = shipped["results"][part]
+        for scope in ("local", "local_past_window", "global"):
+            assert {"masked_mean", "naive_mean", "shift_mean", "shift_ci", "shift_max_abs"} <= set(
+                numbers[scope]
+            )
     for part in (p for p in shipped["results"] if p.startswith("similarity_")):
         numbers = shipped["results"][part]
         for flip in numbers["flips"].values():

@@ -92,3 +92,67 @@ def test_minilm_sentence_embedding_follows_the_sentence_transformers_recipe(mini
     cosine = embedding @ embedding.T
     assert cosine[0, 1] > cosine[0, 2] + 0.2  # cat/kitten closer than cat/stocks
     assert not output_head_is_trained(minilm_bridge)
+
+
+# Gemma-3-270M here is its Q4_K_M GGUF dequantized: a close relative of the hub's float
+# model, so the numbers below are this relative's.
+
+IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+def test_gemma3_answers_mary_to_the_ioi_prompt(gemma3_bridge):
+    tokens = gemma3_bridge.to_tokens(IOI_PROMPT)
+    with torch.no_grad():
+        logits = gemma3_bridge(tokens)
+    assert gemma3_bridge.tokenizer.decode(int(logits[0, -1].argmax())) == " Mary"
+
+
+def test_gemma3_architecture_reads_its_windows_norms_and_scale(gemma3_bridge):
+    from interv.engine.architecture import architecture_of
+
+    arch = architecture_of(gemma3_bridge)
+    assert arch.family == "gemma3_text"
+    assert arch.n_layers == 18 and gemma3_bridge.cfg.n_heads == 4
+    for layer in range(18):
+        attention = arch.layer(layer)
+        assert attention.keys.window == (None if layer in (5, 11, 17) else 512), layer
+        assert attention.keys.causal and attention.qk_norm
+        assert attention.scale == 256**-0.5  # query_pre_attn_scalar 256
+    assert arch.pre_attention_norm and arch.post_attention_norm
+    assert arch.pre_mlp_norm and arch.post_mlp_norm
+
+
+@pytest.mark.slow
+def test_gemma3_concentration_is_exact_against_the_eager_pattern_past_the_window(gemma3_bridge):
+    """520 tokens: the local layers' 512-key window bites on the last 8 queries; normalized
+    entropy with n = the keys each layer's mask admits, from the model's own eager pattern."""
+    from transformers import AutoModelForCausalLM
+
+    from interv import concentration
+    from interv.analysis.pruning.evaluations import text_sample
+    from interv.models.gemma3 import converted_dir
+
+    reference = AutoModelForCausalLM.from_pretrained(
+        converted_dir(), attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    tokens = gemma3_bridge.to_tokens(text_sample())[:, :520]
+    assert tokens.shape == (1, 520)
+    with torch.no_grad():
+        attentions = reference(tokens, output_attentions=True).attentions
+    heads = concentration(gemma3_bridge, tokens, attention="pattern", progress=False)
+    query, key = torch.arange(520)[:, None], torch.arange(520)[None, :]
+    for layer, rows in enumerate(attentions):
+        admitted = key <= query
+        if layer not in (5, 11, 17):
+            admitted &= key > query - 512
+        rows = rows[0].double()  # [head, query, key]
+        assert rows.masked_select(~admitted.expand_as(rows)).abs().max() == 0
+        n = admitted.sum(-1)
+        assert torch.equal(heads.n_available_keys[0, layer], n)
+        plogp = torch.where(rows > 0, rows * rows.log(), torch.zeros_like(rows))
+        expected = -plogp.sum(-1)[:, 1:] / n[1:].double().log()
+        got = heads.normalized_entropy[0, layer][:, 1:].double()
+        assert (got - expected).abs().max().item() < 1e-5, layer
+    assert heads.n_available_keys[0, :, -1].tolist() == [
+        520 if layer in (5, 11, 17) else 512 for layer in range(18)
+    ]

@@ -52,7 +52,7 @@ def _print_summary(report: Report, paths: dict[str, Path], seconds: float | None
         print(line)
 
 
-_DEMO_MODELS = ("induction-2l", "smollm2-135m")
+_DEMO_MODELS = ("induction-2l", "smollm2-135m", "gemma3-270m")
 
 
 def _demo_model(args: argparse.Namespace) -> str:
@@ -209,8 +209,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         choices=_DEMO_MODELS,
         metavar="MODEL",
-        help="induction-2l (the zoo model that ships with interv, induction task; default) or "
-        "smollm2-135m (IOI task); the demo runs these two models",
+        help="induction-2l (the zoo model that ships with interv, induction task; default), "
+        "smollm2-135m or gemma3-270m (IOI task); the demo runs these three models",
     )
     add_deprecated(demo, "--model", dest="model_option", new="interv demo MODEL")
     demo.add_argument(
@@ -218,7 +218,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="DIR",
         help="output directory: new, empty, or written by interv before; never overwrites "
-        "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m; "
+        "other files (default ./interv-report, ./interv-report-smollm2 for smollm2-135m, "
+        "./interv-report-gemma3 for gemma3-270m; "
         "a fresh -2, -3, ... if that one holds other files)",
     )
     demo.add_argument(

