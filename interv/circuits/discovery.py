@@ -250,6 +250,7 @@ def discover(
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
     progress: Callable[[str], None] | None = None,
     stability: int | None = None,
+    kv: str = "grouped",
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -269,6 +270,8 @@ def discover(
             again on each (:func:`interv.circuits.circuit_stability`, default sizes 20, 100
             and 500 edges; the exact per-prompt effects computed here are reused) and
             attached as :attr:`CircuitResult.stability`. None: not computed.
+        kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
+            into each query head's own copy, :class:`~interv.circuits.Graph`).
 
     Returns:
         :class:`CircuitResult`.
@@ -285,14 +288,21 @@ def discover(
             f"Screen(estimator={screen.estimator!r}) is for node screens (interv.run); an edge "
             "screen is chosen by discover's method= and steps= (e.g. method='eap-ig', steps=5)"
         )
-    graph = Graph.from_model(model)
+    graph = Graph.from_model(model, kv=kv)
     if screen.top_k > graph.n_edges:
         raise IntervError(
             f"Screen top_k ({screen.top_k}) must be at most the graph's {graph.n_edges} edges"
         )
     if scores is None:
         scores = edge_scores(
-            model, task, method=method, steps=steps, qk_fix=qk_fix, metric=target, progress=progress
+            model,
+            task,
+            method=method,
+            steps=steps,
+            qk_fix=qk_fix,
+            metric=target,
+            progress=progress,
+            kv=kv,
         )
     elif not isinstance(scores, EdgeScores):
         raise IntervError(
@@ -301,10 +311,10 @@ def discover(
     else:
         ours = Provenance.of(model, task, metric=target.name, direction=scores.direction)
         join(ours, scores, what=("the model and prompts", "the given scores"))
-        if scores.graph.n_edges != graph.n_edges:
+        if scores.graph.n_edges != graph.n_edges or scores.graph.kv != graph.kv:
             raise IntervError(
-                f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
-                f"{graph.n_edges}"
+                f"scores are for a graph of {scores.graph.n_edges} edges (kv "
+                f"{scores.graph.kv!r}); this model's graph with kv={kv!r} has {graph.n_edges}"
             )
 
     per_prompt: dict[int, torch.Tensor] = {}  # edge -> exact per-prompt effects (stability)

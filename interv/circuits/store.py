@@ -64,8 +64,10 @@ OUTPUTS = (
     "mission.json",
     "circuit.md",
     "circuit.html",
+    "mib_circuit.json",
 )
-"""The result files ``interv circuit`` writes beside the store's own files."""
+"""The result files ``interv circuit`` writes beside the store's own files
+(``mib_circuit.json`` only with ``--convention mib`` on a graph of MIB's shape)."""
 
 
 def read_circuit_manifest(directory: Path) -> dict[str, Any]:
