@@ -26,7 +26,7 @@ from typing import Any
 import _write_references as ref
 import pytest
 import torch
-from _families import Family, family
+from _families import Family, family, save_model
 from test_families_writes import (
     _reader,
     _sender,
@@ -230,3 +230,33 @@ def test_ungrouped_faithfulness_equals_hugging_face(name):
         mine = curve.m_empty + faith * (curve.m_full - curve.m_empty)
         pairs.append((f"{name}: m(C) at {fraction:g} ({size} edges)", torch.tensor(mine), value))
     check(pairs)
+
+
+def _twin_bridge(fam: Family) -> Any:
+    """The twin (:func:`ungrouped_twin`) saved and booted through transformer-lens's bridge."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    directory = save_model(ungrouped_twin(fam).hf, fam.name + "-twin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return TransformerBridge.boot_transformers(str(directory), device="cpu").eval()
+
+
+@pytest.mark.parametrize("name", ("llama", "qwen3", "gemma2"))
+def test_ungrouped_screens_equal_the_multi_head_twins(name):
+    """EAP-IG with the QK fix on MIB's graph of the grouped model scores every edge as on the
+    graph of its twin written with a key/value head per query head (a multi-head model, whose
+    screens the write-path matrix checks against Hugging Face): the same edges, in the same
+    order, the same numbers (QK norm: Qwen3; soft caps: Gemma-2)."""
+    fam = family(name)
+    task = task_of(prompts_of(fam))
+    twin = _twin_bridge(fam)
+    options = {"method": "eap-ig", "steps": 3, "qk_fix": True}
+    mine = interv.edge_scores(fam.bridge, task, kv="ungrouped", **options)
+    theirs = interv.edge_scores(twin, task, **options)
+    assert [e.label for e in mine.graph.edges] == [e.label for e in theirs.graph.edges]
+    torch.testing.assert_close(mine.scores, theirs.scores, atol=1e-6, rtol=1e-4)
+    # and plain EAP differs from the QK-fixed scores on some key edge (the fix is in force)
+    plain = interv.edge_scores(fam.bridge, task, kv="ungrouped", method="eap-ig", steps=3)
+    keys = [i for i, e in enumerate(mine.graph.edges) if e.input == "k"]
+    assert (mine.scores[keys] - plain.scores[keys]).abs().max() > 0
