@@ -213,7 +213,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
     store.write_output("circuit.md", circuit_markdown(result, curve, link))
     store.write_output("circuit.html", circuit_page(result, curve, link))
-    if args.convention == "mib" and not graph.grouped:  # MIB's shape: its circuit file too
+    if args.convention == "mib" and graph.has_mlp and not graph.grouped:  # MIB's shape
         store.write_output("mib_circuit.json", _mib_text(result, model, link))
     store.finish()
     return result, curve, link, ran, resumed
