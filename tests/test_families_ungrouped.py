@@ -19,6 +19,7 @@ Tolerance: 1e-6 logits absolute plus 1e-3 relative, as the write-path matrix.
 
 from __future__ import annotations
 
+import json
 import warnings
 from types import SimpleNamespace
 from typing import Any
@@ -37,7 +38,7 @@ from test_families_writes import (
 )
 
 import interv
-from interv.circuits import Graph
+from interv.circuits import EdgeScores, Graph
 from interv.circuits.graph import Edge, Node
 
 pytestmark = pytest.mark.slow
@@ -192,6 +193,8 @@ def test_ungrouped_eap_equals_hugging_face(name):
     prompts = prompts_of(fam)
     scores = interv.edge_scores(fam.bridge, task_of(prompts), method="eap", kv="ungrouped")
     assert scores.graph.kv == "ungrouped"
+    stored = EdgeScores.from_dict(json.loads(json.dumps(scores.to_dict(per_prompt=False))))
+    assert stored.graph.ungrouped and stored.graph.n_edges == scores.graph.n_edges
     edges = edges_of(scores.graph)
     expected = reference(fam, prompts, edges, exact=False)
     check(
