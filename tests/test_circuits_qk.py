@@ -189,7 +189,7 @@ def test_a_grouped_key_head_sums_the_pattern_changes_of_its_query_heads():
     w_k = torch.randn(kv, d_model, d_head)
     block = SimpleNamespace(ln1=lambda x: x, attn=SimpleNamespace(W_K=w_k, W_Q=None, W_V=None))
     model = SimpleNamespace(blocks=[block])
-    graph = SimpleNamespace(n_heads=heads)
+    graph = SimpleNamespace(n_heads=heads, ungrouped=False)
     q = torch.randn(n, n_pos, heads, d_head).double()
     k = torch.randn(n, n_pos, kv, d_head).double()
     allowed = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()[None, None].expand(n, 1, -1, -1)

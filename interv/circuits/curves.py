@@ -59,11 +59,12 @@ from interv.circuits.patching import (
     Run,
     capture_run,
     check_task,
+    copies_of,
     per_prompt_metric,
-    qkv_weights,
+    reader_weights,
 )
 from interv.circuits.screens import EdgeScores
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import AUTO, PATTERN, Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes
@@ -432,6 +433,7 @@ def faithfulness(
     level: float = 0.95,
     seed: int = 0,
     batch_size: int | None = None,
+    kv: str | None = None,
 ) -> FaithfulnessCurve:
     """The faithfulness curve of the top edges of ``ranking`` (see the module docstring).
 
@@ -457,6 +459,9 @@ def faithfulness(
         n_bootstrap, level, seed: the bootstrap over prompts.
         batch_size: circuits (copies of the prompts) per stacked forward; None: about
             2 MiB of sender changes per forward (at least one circuit).
+        kv: the graph's key/value edges, ``"grouped"`` or ``"ungrouped"`` (MIB's graph:
+            ``N`` is then MIB's); None (default): the ranking's own graph's, grouped for a
+            list of edges.
 
     Returns:
         :class:`FaithfulnessCurve`.
@@ -476,7 +481,14 @@ def faithfulness(
     if convention not in CONVENTIONS:
         raise IntervError(f"unknown convention {convention!r}; choose one of {CONVENTIONS}")
     fractions = tuple(fractions)
-    graph = Graph.from_model(model)
+    first = ranking[0] if isinstance(ranking, list | tuple) and ranking else None
+    own = getattr(getattr(ranking, "graph", getattr(first, "graph", None)), "kv", None)
+    kv = (own or "grouped") if kv is None else kv  # the ranking's own graph says
+    graph = Graph.from_model(model, kv=kv)
+    if own is not None and own != kv:
+        raise IntervError(
+            f"kv={kv!r}, but the ranking scores the graph with kv={own!r}; pass kv={own!r} or None"
+        )
     _check_mib_width(ranking, int(model.cfg.d_model))
     sizes = _sizes(fractions, graph.n_edges, convention)
     provenance = Provenance.of(model, task, metric=target.name)
@@ -773,9 +785,11 @@ def _circuit_forward(
         )
         normed = writes.attention_input(layer, inputs)
         del inputs
-        weight = qkv_weights(model, layer, component).to(normed)
+        weight = reader_weights(model, graph, layer, component).to(normed)
         value = torch.einsum("bprd,rdk->bprk", normed, weight)
         bias = getattr(model.blocks[layer].attn, f"b_{component.upper()}", None)
+        if bias is not None and bias.shape[0] != value.shape[2]:  # ungrouped: per query head
+            bias = bias.repeat_interleave(value.shape[2] // bias.shape[0], dim=0)
         if bias is not None:
             value = value + bias.to(value)
         return value
@@ -848,5 +862,13 @@ def _circuit_forward(
         if graph.has_mlp:
             hooks.append((Site("mlp_out", layer), mlp_hook(layer)))
     hooks.append((Site("final_resid"), final_hook))
-    out = forward(model, clean_tokens, hooks=hooks, readout="position_logits", positions=positions)
+    with copies_of(model, graph) as kv_hooks:  # ungrouped: per-query-head keys and values
+        out = forward(
+            model,
+            clean_tokens,
+            hooks=[*kv_hooks, *hooks],
+            readout="position_logits",
+            positions=positions,
+            attention=PATTERN if graph.ungrouped else AUTO,
+        )
     return out.readout

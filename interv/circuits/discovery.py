@@ -243,6 +243,12 @@ DEFAULT_TOP_K = 200
 """:func:`discover`'s default verified top, clamped to the graph's edges."""
 
 
+def default_screen(n_edges: int) -> Screen:
+    """:func:`discover`'s screen when none is given: the top :data:`DEFAULT_TOP_K` edges by
+    |estimate| verified (at most the graph's ``n_edges``), 200 audited, ``alpha=0.05``."""
+    return Screen(top_k=min(DEFAULT_TOP_K, n_edges), audit=200, alpha=0.05)
+
+
 def discover(
     model: Any,
     task: TokenizedPairs,
@@ -258,6 +264,7 @@ def discover(
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
     progress: Callable[[str], None] | None = None,
     stability: int | None = None,
+    kv: str = "grouped",
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -278,6 +285,8 @@ def discover(
             again on each (:func:`interv.circuits.circuit_stability`, default sizes 20, 100
             and 500 edges; the exact per-prompt effects computed here are reused) and
             attached as :attr:`CircuitResult.stability`. None: not computed.
+        kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
+            into each query head's own copy, :class:`~interv.circuits.Graph`).
 
     Returns:
         :class:`CircuitResult`.
@@ -291,9 +300,9 @@ def discover(
                 "none (EdgeScores.to_dict(per_prompt=False) drops them); pass scores with their "
                 "per-prompt values, or scores=None to compute them"
             )
-    graph = Graph.from_model(model)
+    graph = Graph.from_model(model, kv=kv)
     if screen is None:  # the default fits the graph it runs on
-        screen = Screen(top_k=min(DEFAULT_TOP_K, graph.n_edges), audit=200, alpha=0.05)
+        screen = default_screen(graph.n_edges)
     if not isinstance(screen, Screen):
         raise IntervError(
             f"screen must be an interv.Screen (e.g. Screen(top_k=200, audit=200)); got {screen!r}"
@@ -309,7 +318,14 @@ def discover(
         )
     if scores is None:
         scores = edge_scores(
-            model, task, method=method, steps=steps, qk_fix=qk_fix, metric=target, progress=progress
+            model,
+            task,
+            method=method,
+            steps=steps,
+            qk_fix=qk_fix,
+            metric=target,
+            progress=progress,
+            kv=kv,
         )
     elif not isinstance(scores, EdgeScores):
         raise IntervError(
@@ -318,10 +334,10 @@ def discover(
     else:
         ours = Provenance.of(model, task, metric=target.name, direction=scores.direction)
         join(ours, scores, what=("the model and prompts", "the given scores"))
-        if scores.graph.n_edges != graph.n_edges:
+        if scores.graph.n_edges != graph.n_edges or scores.graph.kv != graph.kv:
             raise IntervError(
-                f"scores are for a graph of {scores.graph.n_edges} edges; this model has "
-                f"{graph.n_edges}"
+                f"scores are for a graph of {scores.graph.n_edges} edges (kv "
+                f"{scores.graph.kv!r}); this model's graph with kv={kv!r} has {graph.n_edges}"
             )
 
     per_prompt: dict[int, torch.Tensor] = {}  # edge -> exact per-prompt effects (stability)

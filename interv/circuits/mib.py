@@ -22,7 +22,8 @@ MIB's ``evaluate_area_under_curve`` (circuit track, since its May-2025 fix; Muel
   ungroups grouped-query attention), so its ``N`` differs from interv's on grouped models
   (SmolLM2-135M: 123,211 against 70,651, :func:`mib_edge_count`), and a key edge there
   changes one query head's key. Leaderboard-comparable numbers need MIB's graph: the
-  circuit file readers and writers below refuse a grouped graph.
+  circuit file readers and writers below refuse a grouped graph and take the ungrouped one
+  (``Graph.from_model(model, kv="ungrouped")``).
 
 CPR (area under ``f``, circuits from *signed* scores, highest first in MIB's sign) and CMD
 (area of ``|1 - f|``, circuits from absolute scores) are trapezoids over the nominal
@@ -121,8 +122,8 @@ def _check_mib_shape(graph: Graph, what: str) -> None:
             f"{what}: MIB's graph has a key and a value input per query head, and "
             f"{graph.model_name}'s graph groups them per key/value head ({graph.n_kv_heads} "
             f"per layer for {graph.n_heads} query heads): its {graph.n_edges} edges are not "
-            f"MIB's {mib_edge_count(graph)}; use a model whose key/value heads are ungrouped "
-            "(one per query head)"
+            f"MIB's {mib_edge_count(graph)}; use MIB's graph, "
+            "Graph.from_model(model, kv='ungrouped')"
         )
     if not graph.has_mlp:
         raise IntervError(

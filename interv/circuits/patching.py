@@ -21,7 +21,9 @@ softmax run live after it), an MLP's write from the residual it reads (between a
 MLP; the block's input in a parallel block), the logits from the final norm and the model's
 own logit scale or soft cap (none is frozen).
 Under grouped-query attention an edge into a key or value input changes the key (value)
-of its key/value head, which every query head of the group reads.
+of its key/value head, which every query head of the group reads; in the ungrouped graph
+(``kv="ungrouped"``, MIB's) it changes one query head's own copy of it, the other query
+heads of the group reading the base run's (:mod:`interv.circuits._kv`).
 
 How it runs: one clean forward records every block's input (prefix reuse); each edge is a
 *copy* of the prompts that joins a stacked forward at its receiver's block (an edge into
@@ -43,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from interv.circuits._kv import check_kv_copies, kv_copies
 from interv.circuits.graph import Edge, Graph
 from interv.engine.answer_metric import answer_metric
-from interv.engine.forward import Prefix, Prompts, Suffix, forward
+from interv.engine.forward import AUTO, PATTERN, Prefix, Prompts, Suffix, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric, get_metric
 from interv.engine.writes import Writes
@@ -238,6 +241,24 @@ def qkv_weights(model: Any, layer: int, component: str) -> torch.Tensor:
     return {"q": attn.W_Q, "k": attn.W_K, "v": attn.W_V}[component]
 
 
+def reader_weights(model: Any, graph: Graph, layer: int, component: str) -> torch.Tensor:
+    """``[readers, d_model, d_head]``: the projection of each of ``graph``'s query, key or
+    value readers of block ``layer`` (:func:`qkv_weights`; in an ungrouped graph each query
+    head's own copy of its key/value head's ``W_K`` or ``W_V``)."""
+    weight = qkv_weights(model, layer, component)
+    if graph.ungrouped and component in ("k", "v"):
+        weight = weight.repeat_interleave(graph.group_size, dim=0)
+    return weight
+
+
+def copies_of(model: Any, graph: Graph) -> contextlib.AbstractContextManager:
+    """:func:`interv.circuits._kv.kv_copies` for ``graph``: per-query-head keys and values
+    while open (yields the hooks that make them; none unless the graph is ungrouped)."""
+    if not graph.ungrouped:
+        return contextlib.nullcontext([])
+    return kv_copies(model, graph.n_heads, graph.n_kv_heads)
+
+
 def receiver_change(
     model: Any, graph: Graph, base: Run, receiver: Any, delta: torch.Tensor
 ) -> torch.Tensor:
@@ -257,7 +278,7 @@ def receiver_change(
         x = base.mlp_in[node.layer]
         return writes.mlp_write(node.layer, x + delta) - writes.mlp_write(node.layer, x)
     x = base.resid_pre[node.layer]
-    weight = qkv_weights(model, node.layer, receiver.input)[node.head]
+    weight = reader_weights(model, graph, node.layer, receiver.input)[node.head]
     change = writes.attention_input(node.layer, x + delta) - writes.attention_input(node.layer, x)
     return change @ weight.to(x)
 
@@ -312,6 +333,8 @@ def edge_effects(
     """
     target = check_task(model, task, metric)
     graph = Graph.from_model(model) if graph is None else graph
+    if graph.ungrouped:
+        check_kv_copies(model, graph.n_heads, graph.n_kv_heads)
     indices = graph.indices(edges)
     base_name, other_name = runs_of(direction)
     n = task.n_pairs
@@ -407,21 +430,32 @@ def _patched_forward(
 
     hooks = [(site(*key), editor(changes)) for key, changes in edits.items()]
     positions = task.answer_positions.repeat(len(indices))
-    if not suffix:
-        prompts = Prompts.of(tokens_of(task, base_name), task.attention_mask)
+    # ungrouped: the edits reach one query head's copy of a key or value (copies made first)
+    attention = PATTERN if graph.ungrouped else AUTO
+    with copies_of(model, graph) as kv_hooks:
+        if not suffix:
+            prompts = Prompts.of(tokens_of(task, base_name), task.attention_mask)
+            out = forward(
+                model,
+                prompts.repeat(len(indices)),
+                hooks=[*kv_hooks, *hooks],
+                readout="position_logits",
+                positions=positions,
+                attention=attention,
+            )
+            return out.readout
+        stacked = Suffix(
+            prefixes=(base.prefix,) * len(indices),
+            start_layer=starts[0],
+            starts=tuple(starts),
+            entries=tuple(entries),
+        )
         out = forward(
             model,
-            prompts.repeat(len(indices)),
-            hooks=hooks,
+            stacked,
+            hooks=[*kv_hooks, *hooks],
             readout="position_logits",
             positions=positions,
+            attention=attention,
         )
-        return out.readout
-    stacked = Suffix(
-        prefixes=(base.prefix,) * len(indices),
-        start_layer=starts[0],
-        starts=tuple(starts),
-        entries=tuple(entries),
-    )
-    out = forward(model, stacked, hooks=hooks, readout="position_logits", positions=positions)
     return out.readout

@@ -29,7 +29,13 @@ and the score is ``sum (pattern' - pattern) * g_pattern`` over query and key pos
 ``g_pattern`` the gradient of the metric with respect to the head's attention probabilities
 (at the base run for EAP; averaged over the same interpolated runs for EAP-IG, the pattern
 change staying the base run's). A key edge under grouped-query attention changes the key
-of every query head of its group: their terms are summed. Value, MLP and logits edges are
+of every query head of its group: their terms are summed.
+
+``kv="ungrouped"`` scores MIB's graph (:class:`~interv.circuits.graph.Graph`): each query
+head has its own copy of its key/value head's key and value inputs, and the gradient of an
+edge into one is taken with respect to that copy (the model runs with per-query-head copies,
+:mod:`interv.circuits._kv`); with the QK fix a key edge changes that query head's pattern
+alone. Value, MLP and logits edges are
 scored as without the fix. In the linear limit (small changes) the fix equals plain EAP.
 The pattern is recomputed as the model computes it (:class:`QKLayer`, the layer's
 :class:`~interv.engine.architecture.AttentionRecipe`): the hooked queries and keys through the
@@ -63,14 +69,15 @@ from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
     capture_run,
     check_task,
-    qkv_weights,
+    copies_of,
+    reader_weights,
     runs_of,
     sender_deltas,
     tokens_of,
 )
 from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
-from interv.engine.forward import Prompts, forward
+from interv.engine.forward import AUTO, PATTERN, Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes
@@ -86,9 +93,12 @@ METHODS: tuple[str, ...] = ("eap", "eap-ig")
 """Screens: edge attribution patching, and EAP with integrated gradients over inputs."""
 
 
-def screen_settings(method: str, steps: int, qk_fix: bool) -> dict[str, Any]:
-    """The settings a screen's provenance names: method, gradient runs, QK fix."""
-    return {"method": method, "steps": steps, "qk_fix": qk_fix}
+def screen_settings(method: str, steps: int, qk_fix: bool, kv: str = "grouped") -> dict[str, Any]:
+    """The settings a screen's provenance names: method, gradient runs, QK fix, and the
+    graph's key/value edges where they are not the default (``kv="ungrouped"``)."""
+    return {"method": method, "steps": steps, "qk_fix": qk_fix} | (
+        {"kv": kv} if kv != "grouped" else {}
+    )
 
 
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
@@ -229,6 +239,7 @@ def graph_dict(graph: Graph) -> dict[str, Any]:
         "has_mlp": graph.has_mlp,
         "model_name": graph.model_name,
         "parallel": graph.parallel,
+        "kv": graph.kv,
     }
 
 
@@ -268,9 +279,19 @@ def _reader_gradients(
     if pattern_grads is not None:
         sites += [Site("pattern", layer) for layer in layers]
     sites.append(Site("final_resid"))
-    out = answer_gradients(
-        model, task, run, sites, metric, clean_logits, hooks=hooks, capture=looked
-    )
+    # ungrouped: the gradients at k and v are each query head's own copy's (made first)
+    with copies_of(model, graph) as kv_hooks:
+        out = answer_gradients(
+            model,
+            task,
+            run,
+            sites,
+            metric,
+            clean_logits,
+            hooks=[*kv_hooks, *hooks],
+            capture=looked,
+            attention=PATTERN if graph.ungrouped else AUTO,
+        )
     seen, grads = out.captured, dict(out.gradients)
     if pattern_grads is not None:
         for layer in layers:
@@ -278,7 +299,7 @@ def _reader_gradients(
     with torch.enable_grad():
         for layer in layers:
             x = seen[Site("resid_pre", layer)]
-            weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
+            weights = torch.cat([reader_weights(model, graph, layer, c) for c in "qkv"]).to(x)
             cotangent = torch.cat([grads[Site(c, layer)] for c in "qkv"], dim=2)
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
@@ -438,14 +459,15 @@ def qk_fixed_scores(
 ) -> torch.Tensor:
     """AtP*'s QK-fix scores ``[n, readers, senders]`` (float64) of the edges of ``delta``'s
     senders into layer ``layer``'s query (``component="q"``, readers: query heads) or key
-    (``"k"``, readers: key/value heads) inputs.
+    (``"k"``, readers: key/value heads; query heads' own copies in an ungrouped graph)
+    inputs.
 
     Each sender's change ``delta [n, pos, senders, d_model]`` is added to the block input
     ``x`` at every position, the receiver's query (key) recomputed exactly through the norm
     and projection, the pattern by the exact softmax, and the change of the pattern dotted
     with ``g_pattern [n, n_heads, qpos, kpos]`` (summed over a key/value head's group)."""
     block = model.blocks[layer]
-    weight = qkv_weights(model, layer, component).double()
+    weight = reader_weights(model, graph, layer, component).double()
     n, n_pos, n_senders, _ = delta.shape
     heads = graph.n_heads
     q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
@@ -465,10 +487,12 @@ def qk_fixed_scores(
             moved = torch.einsum("bpcd,rdk->bcprk", change, weight.to(change.device))
             if component == "q":
                 new = profile.pattern(profile.queries(q.unsqueeze(1) + moved), keys)
+            elif graph.ungrouped:  # each query head's own key copy moves
+                new = profile.pattern(queries, profile.keys(_groups(k, heads).unsqueeze(1) + moved))
             else:
                 new = profile.pattern(queries, _groups(profile.keys(k.unsqueeze(1) + moved), heads))
             terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
-            if component == "k":
+            if component == "k" and not graph.ungrouped:
                 terms = terms.view(n, terms.shape[1], weight.shape[0], -1).sum(-1)
             out[:, :, first : first + chunk] = terms.transpose(1, 2)
     return out
@@ -485,6 +509,7 @@ def edge_scores(
     direction: str = "noise",
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    kv: str = "grouped",
 ) -> EdgeScores:
     """Score every edge of the model's graph with EAP or EAP-IG (estimates).
 
@@ -501,13 +526,15 @@ def edge_scores(
             16-token prompt on a GPT-2-small-shaped model); None: about 8 MiB of
             sender outputs per run.
         progress: called with a short message after each gradient run.
+        kv: ``"grouped"`` (default: key and value edges per key/value head) or
+            ``"ungrouped"`` (MIB's graph: per query head, :class:`~interv.circuits.Graph`).
 
     Returns:
         :class:`EdgeScores`.
     """
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
-    graph = Graph.from_model(model)
+    graph = Graph.from_model(model, kv=kv)
     if qk_fix:
         check_qk_fix(model)
     base_name, other_name = runs_of(direction)
@@ -582,6 +609,11 @@ def edge_scores(
         f"sender's output moved from the {base_name} to the {other_name} run along that edge "
         f"only ({direction}), {runs_text}"
     )
+    if graph.ungrouped:
+        sentence += (
+            "; MIB's ungrouped graph: key and value edges into each query head's own copy of "
+            "its key/value head's input"
+        )
     if qk_fix:
         sentence += (
             "; query/key edges with AtP*'s QK fix (the receiver head's attention pattern "
@@ -592,7 +624,7 @@ def edge_scores(
         task,
         metric=target.name,
         direction=direction,
-        settings=screen_settings(method, runs, qk_fix),
+        settings=screen_settings(method, runs, qk_fix, graph.kv),
     )
     return EdgeScores(
         graph=graph,

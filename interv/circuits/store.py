@@ -40,7 +40,8 @@ from interv._outputs import regular_file
 from interv._schema import in_file, read, read_lines
 from interv.audit import Screen
 from interv.circuits._stored import CircuitManifest, ExactRecord
-from interv.circuits.discovery import discover
+from interv.circuits.discovery import default_screen, discover
+from interv.circuits.graph import Graph
 from interv.circuits.screens import EdgeScores, check_method, edge_scores
 from interv.errors import IntervError
 from interv.provenance import Provenance, identity_differences, join, run_identity
@@ -66,8 +67,10 @@ OUTPUTS = (
     "mission.json",
     "circuit.md",
     "circuit.html",
+    "mib_circuit.json",
 )
-"""The result files ``interv circuit`` writes beside the store's own files."""
+"""The result files ``interv circuit`` writes beside the store's own files
+(``mib_circuit.json`` only with ``--convention mib`` on a graph of MIB's shape)."""
 
 
 def read_circuit_manifest(directory: Path) -> dict[str, Any]:
@@ -123,15 +126,19 @@ def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
     )
 
 
-def circuit_settings(method: str, steps: int, qk_fix: bool, screen: Screen) -> dict[str, Any]:
+def circuit_settings(
+    method: str, steps: int, qk_fix: bool, screen: Screen, kv: str = "grouped"
+) -> dict[str, Any]:
     """The settings of a circuit discovery beside its provenance (checked): the screen's
-    method, its gradient runs (1 for EAP, whatever ``steps`` says), the QK fix, and the rule
-    that picks the edges computed exactly (every field of the :class:`~interv.Screen`)."""
+    method, its gradient runs (1 for EAP, whatever ``steps`` says), the QK fix, the rule
+    that picks the edges computed exactly (every field of the :class:`~interv.Screen`), and
+    the graph's key/value edges where they are not the default (``kv="ungrouped"``)."""
     if not isinstance(screen, Screen):
         raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
     runs = check_method(method, steps, qk_fix)
     rule = {name: getattr(screen, name) for name in screen.__dataclass_fields__}
-    return {"method": method, "steps": runs, "qk_fix": qk_fix, "screen": rule}
+    settings = {"method": method, "steps": runs, "qk_fix": qk_fix, "screen": rule}
+    return settings | ({"kv": kv} if kv != "grouped" else {})
 
 
 class CircuitStore(Store):
@@ -283,6 +290,7 @@ def discover_in(
     method: str = "eap",
     steps: int = 5,
     qk_fix: bool = False,
+    kv: str = "grouped",
     screen: Screen | None = None,
     metric: str = "logit_diff",
     batch_size: int | None = None,
@@ -298,17 +306,18 @@ def discover_in(
     discovery into it is refused naming what differs.
     Returns the ``CircuitResult``.
     """
-    screen = Screen(top_k=200, audit=200, alpha=0.05) if screen is None else screen
+    if screen is None:  # discover's default, which the identity names
+        screen = default_screen(Graph.from_model(model, kv=kv).n_edges)
     if not isinstance(metric, str):
         raise IntervError(f"metric must be a metric name (a string) here; got {metric!r}")
-    settings = circuit_settings(method, steps, qk_fix, screen)
+    settings = circuit_settings(method, steps, qk_fix, screen, kv)
     expected = Provenance.of(model, task, metric=metric)
     identity = run_identity(expected, settings)
     with CircuitStore.open(directory, identity) as store:
 
         def scores() -> Any:
             return edge_scores(
-                model, task, method=method, steps=steps, qk_fix=qk_fix, metric=metric
+                model, task, method=method, steps=steps, qk_fix=qk_fix, kv=kv, metric=metric
             )
 
         def run(**resume: Any) -> Any:
@@ -318,6 +327,7 @@ def discover_in(
                 method=method,
                 steps=steps,
                 qk_fix=qk_fix,
+                kv=kv,
                 screen=screen,
                 metric=metric,
                 batch_size=batch_size,

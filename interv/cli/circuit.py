@@ -14,6 +14,10 @@ into DIR:
   :func:`interv.circuits.circuit_stability`), ``faithfulness.json``, ``mission.json``;
 - ``circuit.md`` (Markdown) and ``circuit.html`` (the self-contained page: the layered
   drawing, the curve, the mission link);
+- with ``--convention mib`` on a graph of MIB's shape (``--kv ungrouped`` for a
+  grouped-query model), ``mib_circuit.json``: the circuit in MIB's circuit-file format
+  (:func:`interv.circuits.mib.write_mib_circuit`), which MIB's code evaluates to the same
+  circuits at every size;
 - the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
   effect is stored as soon as it is computed, so the same command rerun after a kill
   resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`).
@@ -39,6 +43,7 @@ __all__ = ["register"]
 METHODS = ("eap", "eap-ig")
 COMPLEMENTS = ("corrupted", "mean")
 CONVENTIONS = ("interv", "mib")
+KV = ("grouped", "ungrouped")
 _STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
 
 
@@ -68,6 +73,8 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
         raise IntervError(f"unknown --metric {args.metric!r}; choose one of {tuple(METRICS)}")
     if args.convention not in CONVENTIONS:
         raise IntervError(f"unknown --convention {args.convention!r}; choose one of {CONVENTIONS}")
+    if args.kv not in KV:
+        raise IntervError(f"unknown --kv {args.kv!r}; choose one of {KV}")
     if args.complement not in COMPLEMENTS:
         raise IntervError(f"unknown --complement {args.complement!r}; choose one of {COMPLEMENTS}")
     check_model_spec(args.model)
@@ -86,7 +93,7 @@ def _identity(args: argparse.Namespace, checked: dict[str, Any], provenance: Any
     from interv.provenance import run_identity
 
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
-    settings = circuit_settings(args.method, checked["steps"], bool(args.qk_fix), screen)
+    settings = circuit_settings(args.method, checked["steps"], bool(args.qk_fix), screen, args.kv)
     return run_identity({"metric": args.metric} if provenance is None else provenance, settings)
 
 
@@ -128,13 +135,18 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     resumed = len(store.known())
     model = load_model(args.model)
     task = checked["pairs"].tokenize(model)
-    graph = Graph.from_model(model)
+    graph = Graph.from_model(model, kv=args.kv)
     for flag, value in (("--top-k", checked["top_k"]), ("--n-edges", args.n_edges)):
         if value is not None and value > graph.n_edges:
             raise IntervError(
                 f"{flag} {value} exceeds the graph's {graph.n_edges} edges ({graph.describe()})"
             )
-    options = {"method": args.method, "steps": checked["steps"], "qk_fix": args.qk_fix}
+    options = {
+        "method": args.method,
+        "steps": checked["steps"],
+        "qk_fix": args.qk_fix,
+        "kv": args.kv,
+    }
     progress.start("scores")
 
     def scores() -> Any:
@@ -183,8 +195,23 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     store.write_output("mission.json", json.dumps(link.to_dict(), indent=1) + "\n")
     store.write_output("circuit.md", circuit_markdown(result, curve, link))
     store.write_output("circuit.html", circuit_page(result, curve, link))
+    if args.convention == "mib" and graph.has_mlp and not graph.grouped:  # MIB's shape
+        store.write_output("mib_circuit.json", _mib_text(result, model, link))
     store.finish()
     return result, curve, link, ran, resumed
+
+
+def _mib_text(result: Any, model: Any, link: Any) -> str:
+    """The circuit as MIB's circuit file (:func:`interv.circuits.mib.write_mib_circuit`;
+    ``in_graph``: the mission link's circuit size)."""
+    import tempfile
+
+    from interv.circuits.mib import write_mib_circuit  # torch: on use (CLI start-up)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "mib_circuit.json"
+        write_mib_circuit(path, result, d_model=int(model.cfg.d_model), n_edges=link.circuit_size)
+        return path.read_text()
 
 
 def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int) -> None:
@@ -295,6 +322,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=CONVENTIONS,
         help="faithfulness curve sizes: interv (default: max(1, round(p N)) edges) or mib "
         "(MIB's int(p N) edges, pruned to those connecting the input to the logits)",
+    )
+    parser.add_argument(
+        "--kv",
+        default="grouped",
+        help="a grouped-query model's key/value edges: grouped (default: per key/value head) "
+        "or ungrouped (MIB's graph: per query head, its N and circuit file)",
     )
     parser.add_argument(
         "--batch-size",

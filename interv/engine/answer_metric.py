@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from interv.engine.forward import ForwardOutput, Gradient, HookFn, Prompts, forward, model_device
+from interv.engine.forward import (
+    AUTO,
+    AttentionPath,
+    ForwardOutput,
+    Gradient,
+    HookFn,
+    Prompts,
+    forward,
+    model_device,
+)
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.errors import IntervError
@@ -61,12 +70,14 @@ def answer_gradients(
     *,
     hooks: Sequence[tuple[Site, HookFn]] = (),
     capture: Sequence[Site] = (),
+    attention: AttentionPath = AUTO,
 ) -> ForwardOutput:
     """One forward and one backward of ``run``'s prompts (``"clean"`` or ``"corrupted"``, with
     ``hooks``): :attr:`ForwardOutput.gradients` holds, per site of ``sites``, the gradient of
     the sum over prompts of each prompt's :func:`answer_metric` with respect to the activation
     (prompts are independent rows, so it holds every prompt's own gradient); ``sites`` and
-    ``capture`` are captured, and the readout is the answer logits ``[n, d_vocab]``."""
+    ``capture`` are captured, and the readout is the answer logits ``[n, d_vocab]``;
+    ``attention``: how the forward computes attention (:class:`AttentionPath`)."""
     if run not in RUNS:
         raise IntervError(f"unknown run {run!r}; choose one of {RUNS}")
     tokens = task.clean_tokens if run == "clean" else task.corrupted_tokens
@@ -78,4 +89,5 @@ def answer_gradients(
         readout="position_logits",
         positions=task.answer_positions,
         gradient=Gradient(sites, answer_metric(metric, task, clean_logits.to(model_device(model)))),
+        attention=attention,
     )

@@ -72,6 +72,7 @@ from interv.tasks.tokenized import check_context, check_token_ids
 
 __all__ = [
     "AUTO",
+    "PATTERN",
     "READOUTS",
     "AttentionPath",
     "ForwardOutput",
@@ -323,6 +324,9 @@ class AttentionPath:
 
 AUTO = AttentionPath()
 """The default :class:`AttentionPath`: ``"auto"``, nothing reported about the rows."""
+
+PATTERN = AttentionPath("pattern")
+"""The model's own attention (its pattern), at any length: :class:`AttentionPath` ``"pattern"``."""
 
 
 class _Stopped(Exception):
