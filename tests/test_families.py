@@ -294,7 +294,11 @@ FACTS: dict[str, dict[str, object]] = {
     },
     "phi": {"parallel_residual": True, "pre_mlp_norm": False},
     "cohere": {"parallel_residual": True, "logit_scale": 0.0625},
-    "cohere2": {"parallel_residual": True, "logit_scale": 0.0625},
+    "cohere2": {
+        "parallel_residual": True,
+        "logit_scale": 0.0625,
+        "positional_by_layer": ("rotary", "rotary", "rotary", "none"),
+    },
     "granite": {"scale": 0.25, "residual_multiplier": 0.5, "logit_scale": 0.25},
     "smollm3": {"positional_by_layer": ("rotary", "rotary", "rotary", "none")},
     "exaone4": {

@@ -1065,6 +1065,8 @@ def _layer_attention(
         and getattr(inner, "is_sliding", True) is False
     ):
         positional = "none"  # EXAONE-4's global layers of a hybrid: no rotation (NoPE)
+    if positional == "rotary" and family == "cohere2" and kind != "sliding_attention":
+        positional = "none"  # Cohere-2 rotates only on its sliding layers
     if positional not in POSITIONAL:
         raise IntervError(f"{family}: positional scheme {pet!r} is not modelled")
     scale: float | None
