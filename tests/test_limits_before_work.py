@@ -89,7 +89,7 @@ def test_the_cli_refuses_too_many_resamples_or_too_few_pairs_before_loading(
     argv = ["circuit", "induction-2l", "--n-pairs", "8", "--out", str(tmp_path / "out")]
     assert main([*argv, "--stability", "1000000000000"]) == 2
     err = capsys.readouterr().err
-    assert "--stability RESAMPLES 1000000000000 exceeds the maximum of 10000" in err
+    assert "--stability 1000000000000 exceeds the maximum of 10000" in err
     assert "192.0 TB" in err
     argv[argv.index("8")] = "2"
     assert main([*argv, "--stability", "20"]) == 2

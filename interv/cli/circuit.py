@@ -80,7 +80,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_model_spec(args.model)
     pairs = command_pairs(args, metric=args.metric)  # read and checked; nothing loads
     if args.stability is not None:
-        check_resamples(args.stability, pairs.n_pairs, "--stability RESAMPLES")
+        check_resamples(args.stability, pairs.n_pairs, "--stability")
     task_name = Path(args.pairs).stem if args.pairs is not None else args.task or args._task_default
     return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
 
