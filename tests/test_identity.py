@@ -46,7 +46,7 @@ def _column(weights):
 
 
 def _mlp_neurons(weights):
-    weights[FC_OUT][:, :15] = 0  # neurons 0..14 write nothing
+    weights[FC_OUT][:, 100:115] = 0  # neurons 100..114 write nothing
 
 
 EDITS = {"element": _element, "column": _column, "mlp neurons": _mlp_neurons}
