@@ -145,6 +145,10 @@ class StoredSelection:
     groups: list[str]
     group_pairs: list[Count]
     group_jaccard: list[float]
+    jaccard: list[float]
+    jaccard_mean: float
+    jaccard_low: float
+    jaccard_high: float
     sentence: str
 
     def __post_init__(self) -> None:

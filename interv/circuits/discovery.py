@@ -294,7 +294,9 @@ def discover(
         stability: a number of bootstrap resamples of the prompts: the circuit is found
             again on each (:func:`interv.circuits.circuit_stability`, default sizes 20, 100
             and 500 edges; the exact per-prompt effects computed here are reused) and
-            attached as :attr:`CircuitResult.stability`. None: not computed.
+            attached as :attr:`CircuitResult.stability`; with ``select="stability"`` the
+            selection is also redone on as many bootstrap resamples (its Jaccard with the
+            full selection: :attr:`StableCircuit.jaccard`). None: not computed.
         select: ``"top"`` (default: the circuit is the top of :meth:`CircuitResult.ranking`)
             or ``"stability"``: also choose it by stability selection
             (:func:`interv.circuits.stability_selection`, reusing the exact per-prompt
@@ -438,6 +440,7 @@ def discover(
             n_resamples=resamples,
             q=q,
             groups=groups,
+            bootstrap=stability,
             exact_per_prompt=per_prompt,
             batch_size=batch_size,
             progress=progress,

@@ -45,6 +45,7 @@ from interv.circuits.graph import Edge, Graph
 from interv.circuits.screens import graph_dict
 from interv.circuits.stability import check_resamples, resample_order, resampled_exact
 from interv.errors import IntervError
+from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
     from interv.circuits.discovery import CircuitResult
@@ -58,6 +59,7 @@ __all__ = [
     "check_q",
     "check_select",
     "false_edge_bound",
+    "half_subsamples",
     "stability_selection",
 ]
 
@@ -114,6 +116,11 @@ class StableCircuit:
         group_pairs: per group, its pairs.
         group_jaccard: per group, the Jaccard of the selection without its pairs with the
             full selection (NaN when both are empty).
+        jaccard: per bootstrap resample of the prompts (``bootstrap``, drawn with
+            replacement), the Jaccard of the selection redone on it (``n_resamples`` half
+            subsamples of its draws) with the full selection; empty when not asked.
+        jaccard_mean, jaccard_low, jaccard_high: their mean and 95% percentile interval
+            (NaN when not asked).
         sentence: what was resampled, what was selected and the bound's assumptions.
     """
 
@@ -132,6 +139,10 @@ class StableCircuit:
     groups: tuple[str, ...]
     group_pairs: tuple[int, ...]
     group_jaccard: tuple[float, ...]
+    jaccard: tuple[float, ...]
+    jaccard_mean: float
+    jaccard_low: float
+    jaccard_high: float
     sentence: str
 
     def edges(self) -> list[Edge]:
@@ -177,7 +188,11 @@ class StableCircuit:
             "n_exact_computed": self.n_exact_computed,
             "groups": list(self.groups),
             "group_pairs": list(self.group_pairs),
-            "group_jaccard": [None if math.isnan(j) else j for j in self.group_jaccard],
+            "group_jaccard": _clean(self.group_jaccard),
+            "jaccard": _clean(self.jaccard),
+            "jaccard_mean": _clean([self.jaccard_mean])[0],
+            "jaccard_low": _clean([self.jaccard_low])[0],
+            "jaccard_high": _clean([self.jaccard_high])[0],
             "sentence": self.sentence,
         }
 
@@ -206,11 +221,21 @@ class StableCircuit:
             n_exact_computed=stored.n_exact_computed,
             groups=tuple(stored.groups),
             group_pairs=tuple(stored.group_pairs),
-            group_jaccard=tuple(math.nan if j is None else j for j in stored.group_jaccard),
+            group_jaccard=tuple(stored.group_jaccard),
+            jaccard=tuple(stored.jaccard),
+            jaccard_mean=stored.jaccard_mean,
+            jaccard_low=stored.jaccard_low,
+            jaccard_high=stored.jaccard_high,
             sentence=stored.sentence,
         )
 
     def __repr__(self) -> str:
+        boot = ""
+        if self.jaccard:
+            boot = (
+                f", bootstrap Jaccard {self.jaccard_mean:.2f} [{self.jaccard_low:.2f}, "
+                f"{self.jaccard_high:.2f}] over {len(self.jaccard)} resamples"
+            )
         loto = ""
         if self.groups:
             finite = [j for j in self.group_jaccard if not math.isnan(j)]
@@ -219,21 +244,34 @@ class StableCircuit:
         return (
             f"StableCircuit({len(self.selected)} edges with inclusion >= {self.pi:g} in the top "
             f"{self.q} of {self.n_resamples} half subsamples of {self.n_prompts} prompts; "
-            f"E[false edges] <= {self.bound:.3g}{loto})"
+            f"E[false edges] <= {self.bound:.3g}{boot}{loto})"
         )
 
 
-def _half_subsamples(
+def _clean(values: Sequence[float]) -> list[float | None]:
+    return [None if math.isnan(v) else float(v) for v in values]
+
+
+def half_subsamples(m: int, n_resamples: int, seed: int) -> torch.Tensor:
+    """``[n_resamples, m // 2]`` int64: each subsample's positions among ``m`` items, drawn
+    without replacement (seeded): the subsamples of :func:`stability_selection`."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.stack(
+        [torch.randperm(m, generator=generator)[: m // 2] for _ in range(n_resamples)]
+    )
+
+
+def _half_weights(
     members: torch.Tensor, n: int, n_resamples: int, seed: int
 ) -> tuple[torch.Tensor, int]:
-    """``[n_resamples, n]`` prompt weights of subsamples of ``floor(len(members) / 2)`` of
-    the prompts ``members`` drawn without replacement (seeded), and that size."""
+    """``[n_resamples, n]`` prompt weights of the :func:`half_subsamples` of the prompts
+    ``members`` (repeats allowed: a bootstrap resample's draws), and their size."""
     size = members.numel() // 2
-    generator = torch.Generator().manual_seed(seed)
     weights = torch.zeros(n_resamples, n, dtype=torch.float64)
-    for b in range(n_resamples):
-        chosen = members[torch.randperm(members.numel(), generator=generator)[:size]]
-        weights[b, chosen] = 1.0 / size
+    for b, positions in enumerate(half_subsamples(members.numel(), n_resamples, seed)):
+        weights[b].index_add_(
+            0, members[positions], torch.full((size,), 1.0 / size, dtype=torch.float64)
+        )
     return weights, size
 
 
@@ -279,6 +317,7 @@ def stability_selection(
     q: int | None = None,
     seed: int = 0,
     groups: Sequence[Hashable] | None = None,
+    bootstrap: int | None = None,
     exact_per_prompt: Mapping[int, torch.Tensor] | None = None,
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
@@ -296,6 +335,10 @@ def stability_selection(
         seed: the subsampling seed.
         groups: one label per prompt pair (e.g. IOI's template), or None: the selection is
             redone without each group's pairs, its Jaccard with the full one reported.
+        bootstrap: bootstrap resamples of the prompts (with replacement) on each of which
+            the selection is redone (``n_resamples`` half subsamples of its draws; seeded
+            by ``seed``), its Jaccard with the full selection reported (Méloux et al.'s bar
+            0.8); None: not computed. Costs ``bootstrap * n_resamples`` rankings.
         exact_per_prompt: edge index -> ``[n_prompts]`` exact per-prompt effects already
             computed (e.g. by :func:`~interv.circuits.discover`); the rest are patched.
         batch_size: edges per stacked exact forward.
@@ -324,17 +367,23 @@ def stability_selection(
     graph = result.graph
     q = check_q(q, result.audit.screen.top_k, graph.n_edges)
     labels = check_groups(groups, n)
+    if bootstrap is not None:
+        bootstrap = check_resamples(bootstrap, n, "bootstrap")
 
     everyone = torch.arange(n)
-    runs = [_half_subsamples(everyone, n, n_resamples, seed)]
+    runs = [_half_weights(everyone, n, n_resamples, seed)]
     names: list[str] = []
     sizes: list[int] = []
     if labels is not None:
         names = list(dict.fromkeys(labels))
         for name in names:
             rest = torch.tensor([i for i, g in enumerate(labels) if g != name], dtype=torch.long)
-            runs.append(_half_subsamples(rest, n, n_resamples, seed))
+            runs.append(_half_weights(rest, n, n_resamples, seed))
             sizes.append(n - rest.numel())
+    n_groups = len(names)
+    if bootstrap is not None:
+        for draw in bootstrap_indices(n, bootstrap, seed):
+            runs.append(_half_weights(draw, n, n_resamples, seed))
     weights = torch.cat([w for w, _ in runs])
     verified_sets, exact, n_patched = resampled_exact(
         model, task, result, weights, exact_per_prompt, batch_size, progress
@@ -348,15 +397,17 @@ def stability_selection(
             counts[resample_order(result, verified_sets[b], exact, weights[b])[:q]] += 1
         share = counts / n_resamples
         kept = (share >= pi).nonzero().flatten()
-        key = share[kept] * (graph.n_edges + 1) - rank[kept].double()  # frequency, then rank
-        return share, tuple(kept[torch.sort(-key, stable=True).indices].tolist())
+        kept = kept[torch.sort(rank[kept], stable=True).indices]  # ties: the full ranking
+        return share, tuple(kept[torch.sort(-share[kept], stable=True).indices].tolist())
 
     inclusion, selected = select(0)
     jaccards = []
     for run in range(1, len(runs)):
-        _, without = select(run)
-        union = set(without) | set(selected)
-        jaccards.append(len(set(without) & set(selected)) / len(union) if union else math.nan)
+        _, other = select(run)
+        union = set(other) | set(selected)
+        jaccards.append(len(set(other) & set(selected)) / len(union) if union else math.nan)
+    boot = torch.tensor(jaccards[n_groups:], dtype=torch.float64)
+    low, high = percentile_interval(boot, 0.95, n_items=n) if boot.numel() else (math.nan,) * 2
     bound = false_edge_bound(q, pi, graph.n_edges)
     return StableCircuit(
         graph=graph,
@@ -373,8 +424,14 @@ def stability_selection(
         n_exact_computed=n_patched,
         groups=tuple(names),
         group_pairs=tuple(sizes),
-        group_jaccard=tuple(jaccards),
-        sentence=_sentence(result, pi, q, n_resamples, runs[0][1], seed, n, bound, names),
+        group_jaccard=tuple(jaccards[:n_groups]),
+        jaccard=tuple(boot.tolist()),
+        jaccard_mean=boot.nanmean().item() if boot.numel() else math.nan,
+        jaccard_low=low,
+        jaccard_high=high,
+        sentence=_sentence(
+            result, pi, q, n_resamples, runs[0][1], seed, n, bound, names, bootstrap
+        ),
     )
 
 
@@ -388,6 +445,7 @@ def _sentence(
     n: int,
     bound: float,
     groups: list[str],
+    bootstrap: int | None,
 ) -> str:
     """What a stability selection resampled and selected, and its bound's assumptions."""
     scores = result.scores
@@ -397,6 +455,13 @@ def _sentence(
         f"; redone without each of {len(groups)} groups' pairs (half of the rest per "
         "subsample), its Jaccard with the full selection beside it"
         if groups
+        else ""
+    )
+    boot = (
+        f"; redone on {bootstrap} bootstrap resamples of the prompts (with replacement, "
+        f"{n_resamples} half subsamples of each), its Jaccard with the full selection beside "
+        f"it (bar of Méloux et al. 2025: >= 0.8)"
+        if bootstrap
         else ""
     )
     return (
@@ -410,5 +475,5 @@ def _sentence(
         f"= {bound:.3g}, assuming the edges outside the true circuit are included "
         f"exchangeably and the ranking does no worse than random guessing on them (not "
         f"checked), with frequencies estimated from {n_resamples} random half subsamples, not "
-        f"all{loto}"
+        f"all{boot}{loto}"
     )
