@@ -138,3 +138,25 @@ def test_bad_selection_input_is_refused_before_any_forward(model, options, messa
     with counting_calls() as calls, pytest.raises(IntervError, match=message):
         discover(model, task, screen=SCREEN, **options)
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--select", "bogus"], "unknown --select 'bogus'; choose one of ('top', 'stability')"),
+        (["--select", "stability", "--pi", "0.5"], "--pi must be a number in (0.5, 1]"),
+        (["--select", "stability", "--resamples", "1000000"], "exceeds the maximum of 10000"),
+        (["--pi", "0.9"], "--pi applies to --select stability only"),
+    ],
+)
+def test_the_cli_refuses_bad_selection_flags_before_loading(
+    tmp_path, capsys, monkeypatch, flags, message
+):
+    import interv.models.loading as loading
+    from interv.cli import main
+
+    monkeypatch.setattr(loading, "load_model", pytest.fail)
+    argv = ["circuit", "induction-2l", "--n-pairs", "8", "--out", str(tmp_path / "out")]
+    assert main([*argv, *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
