@@ -160,3 +160,18 @@ def test_the_cli_refuses_bad_selection_flags_before_loading(
     assert main([*argv, *flags]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_ioi_templates_name_each_pairs_template():
+    from interv.tasks import PromptPairs
+    from interv.tasks.builtin import IOI_TEMPLATES, ioi_templates
+
+    pairs = interv.load_task("ioi", n_pairs=40, seed=3)
+    templates = ioi_templates(pairs)
+    assert len(templates) == 40 and len(set(templates)) > 1
+    for prompt, t in zip(pairs.clean, templates, strict=True):
+        head, tail = IOI_TEMPLATES[t].split("{")[0], IOI_TEMPLATES[t].rsplit("}", 1)[1]
+        assert prompt.startswith(head) and prompt.endswith(tail)
+    other = PromptPairs(clean=["a b c"], corrupted=["a b d"], targets=[" e"])
+    with pytest.raises(IntervError, match="fits 0 of the 8 IOI templates"):
+        ioi_templates(other)
