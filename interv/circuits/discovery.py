@@ -326,7 +326,7 @@ def discover(
     if select == "stability":
         pi = check_pi(0.8 if pi is None else pi)
         resamples = check_resamples(
-            200 if resamples is None else resamples, task.n_pairs, "resamples"
+            200 if resamples is None else resamples, task.n_pairs, "resamples", "half subsamples"
         )
         if isinstance(scores, EdgeScores) and scores.per_prompt is None:
             raise IntervError(

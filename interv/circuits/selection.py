@@ -363,7 +363,7 @@ def stability_selection(
             f"the circuit's scores hold {n} prompts but the task has {task.n_pairs} pairs; pass "
             "the discovery's own task"
         )
-    n_resamples = check_resamples(n_resamples, n, "resamples")
+    n_resamples = check_resamples(n_resamples, n, "resamples", "half subsamples")
     graph = result.graph
     q = check_q(q, result.audit.screen.top_k, graph.n_edges)
     labels = check_groups(groups, n)

@@ -81,19 +81,22 @@ _BYTES_PER_DRAW = 24
 """Memory per resample and prompt: its draw (int64), its count and its weight (float64)."""
 
 
-def check_resamples(n_resamples: Any, n_prompts: int, what: str = "n_resamples") -> int:
+def check_resamples(
+    n_resamples: Any, n_prompts: int, what: str = "n_resamples", kind: str = "bootstrap resamples"
+) -> int:
     """``n_resamples`` as an int, checked with the prompts before any work: 2 to
     :data:`MAX_RESAMPLES` resamples of at least :data:`~interv.stats.MIN_ITEMS` prompt pairs
-    (no interval from fewer). ``what`` names the argument in the message.
+    (no interval from fewer). ``what`` names the argument in the message, ``kind`` the
+    resamples (``"half subsamples"`` for stability selection).
 
     Raises:
         IntervError: a count out of range (naming the memory it would need) or too few prompts.
     """
-    n_resamples = as_int(n_resamples, f"{what} (bootstrap resamples)", minimum=2)
+    n_resamples = as_int(n_resamples, f"{what} ({kind})", minimum=2)
     if n_resamples > MAX_RESAMPLES:
         need = _BYTES_PER_DRAW * n_resamples * max(n_prompts, 1)
         raise IntervError(
-            f"{what} {n_resamples} exceeds the maximum of {MAX_RESAMPLES} bootstrap resamples: "
+            f"{what} {n_resamples} exceeds the maximum of {MAX_RESAMPLES} {kind}: "
             f"{n_resamples} resamples of {n_prompts} prompt pairs would need at least "
             f"{_size_text(need)} of memory for their tables ({_BYTES_PER_DRAW} bytes per "
             f"resample and prompt), and each resample ranks every edge again; choose "

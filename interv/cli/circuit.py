@@ -101,7 +101,10 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     if select == "stability":
         check_pi(0.8 if args.pi is None else args.pi, "--pi")
         check_resamples(
-            200 if args.resamples is None else args.resamples, pairs.n_pairs, "--resamples B"
+            200 if args.resamples is None else args.resamples,
+            pairs.n_pairs,
+            "--resamples B",
+            "half subsamples",
         )
         if args.pairs is None and task_name == "ioi":
             from interv.tasks.builtin import ioi_templates  # torch: on use (CLI start-up)
