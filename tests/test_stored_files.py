@@ -33,6 +33,7 @@ from interv.audit import Screen, verify_screen
 from interv.circuits import CircuitResult, EdgeScores, FaithfulnessCurve
 from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.mission import MissionLink, mission_link
+from interv.circuits.selection import StableCircuit
 from interv.circuits.store import FORMAT as CIRCUIT_RUN
 from interv.engine.results import ScreenOutcome
 from interv.errors import IntervError
@@ -40,6 +41,35 @@ from interv.report.table import Report
 from interv.sweeps import store as sweeps
 
 FREE_FORM = {"config", "identity", "params", "versions"}
+
+
+def _with_selection(circuit: CircuitResult) -> CircuitResult:
+    """``circuit`` with a stability selection of two edges, two groups and two resamples."""
+    inclusion = torch.zeros(circuit.graph.n_edges, dtype=torch.float64)
+    inclusion[[1, 2, 5]] = torch.tensor([1.0, 0.9, 0.4], dtype=torch.float64)
+    selection = StableCircuit(
+        graph=circuit.graph,
+        selected=(1, 2),
+        inclusion=inclusion,
+        pi=0.8,
+        q=2,
+        n_resamples=10,
+        subsample=4,
+        seed=0,
+        n_prompts=8,
+        bound=0.5,
+        n_verified=3,
+        n_exact_computed=0,
+        groups=("0", "1"),
+        group_pairs=(4, 4),
+        group_jaccard=(1.0, 0.5),
+        jaccard=(1.0, 0.5),
+        jaccard_mean=0.75,
+        jaccard_low=0.5,
+        jaccard_high=1.0,
+        sentence="stability selection over 10 half subsamples of the 8 prompt pairs",
+    )
+    return dataclasses.replace(circuit, selection=selection)
 
 
 def _audit() -> dict:
@@ -103,6 +133,10 @@ def _stored_files() -> dict[str, tuple[Any, Callable[[Any], object]]]:
         "circuit.json": (circuit.to_dict(), CircuitResult.from_dict),
         "circuit.json with stability": (
             with_stability(circuit, {}).to_dict(),
+            CircuitResult.from_dict,
+        ),
+        "circuit.json with selection": (
+            _with_selection(circuit).to_dict(),
             CircuitResult.from_dict,
         ),
         "faithfulness.json": (make_curve(circuit).to_dict(), FaithfulnessCurve.from_dict),

@@ -16,6 +16,8 @@
 - :mod:`interv.circuits.store`: a discovery that resumes after a kill (``discover_in``).
 - :func:`circuit_stability` (:mod:`interv.circuits.stability`): the circuit found again on
   bootstrap resamples of the prompts (Jaccard, per-edge inclusion).
+- :func:`stability_selection` (:mod:`interv.circuits.selection`): the circuit chosen by
+  stability selection over half subsamples of the prompts, with its false-edge bound.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "mission_link": "interv.circuits.mission",
     "circuit_stability": "interv.circuits.stability",
     "CircuitStability": "interv.circuits.stability",
+    "stability_selection": "interv.circuits.selection",
+    "StableCircuit": "interv.circuits.selection",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -65,4 +69,5 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.circuits.mission import MissionLink, mission_link
     from interv.circuits.patching import edge_effects
     from interv.circuits.screens import EdgeScores, edge_scores
+    from interv.circuits.selection import StableCircuit, stability_selection
     from interv.circuits.stability import CircuitStability, circuit_stability

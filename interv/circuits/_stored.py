@@ -34,6 +34,7 @@ __all__ = [
     "StoredCircuit",
     "StoredCurve",
     "StoredScores",
+    "StoredSelection",
     "StoredStability",
     "curve_sizes",
     "trapezoids",
@@ -128,6 +129,44 @@ class StoredStability:
 
 
 @dataclass(frozen=True)
+class StoredSelection:
+    """A circuit chosen by stability selection (``StableCircuit.to_dict()``)."""
+
+    format: Literal["interv.stable_circuit/1"]
+    graph: Graph
+    selected: list[Count]
+    inclusion_edges: list[Count]
+    inclusion_share: list[float]
+    pi: float
+    q: Annotated[int, AtLeast(1)]
+    n_resamples: Annotated[int, AtLeast(2)]
+    subsample: Annotated[int, AtLeast(1)]
+    seed: int
+    n_prompts: Count
+    bound: float
+    n_verified: Count
+    n_exact_computed: Count
+    groups: list[str]
+    group_pairs: list[Count]
+    group_jaccard: list[float]
+    jaccard: list[float]
+    jaccard_mean: float
+    jaccard_low: float
+    jaccard_high: float
+    sentence: str
+
+    def __post_init__(self) -> None:
+        _same_length(self, ("inclusion_share",), len(self.inclusion_edges), "inclusion edges")
+        _same_length(self, ("group_pairs", "group_jaccard"), len(self.groups), "groups")
+        if not 0.5 < self.pi <= 1:
+            raise IntervError(f"'pi' is {self.pi!r}; a stability selection's pi lies in (0.5, 1]")
+        n_edges = self.graph.n_edges
+        outside = [i for i in (*self.selected, *self.inclusion_edges) if i >= n_edges]
+        if outside:
+            raise IntervError(f"edge index {outside[0]} is outside the graph's {n_edges} edges")
+
+
+@dataclass(frozen=True)
 class StoredCircuit:
     """``circuit.json``: a screened, verified and audited ranking (``CircuitResult.to_dict()``):
     the edges' labels, scores, exact values and statuses beside the audit and the scores
@@ -149,6 +188,7 @@ class StoredCircuit:
     sentence: str
     edge_scores: StoredScores
     stability: StoredStability | None = None
+    selection: StoredSelection | None = None
 
     def __post_init__(self) -> None:
         graph = self.edge_scores.graph

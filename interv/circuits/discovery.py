@@ -4,6 +4,7 @@
 >>> result.status[:3]        # "exact (verified)", "exact (audit)" or "estimated"
 >>> result.circuit(50)       # the 50 strongest edges, exact values first
 >>> discover(model, task, stability=200).stability   # the circuit on resampled prompts
+>>> discover(model, task, select="stability", pi=0.8, resamples=200).selection  # stable edges
 
 The screen (:func:`interv.circuits.edge_scores`) estimates every edge; the shared
 :func:`interv.audit.verify_screen` patches the top ``top_k`` by ``|estimate|`` exactly
@@ -22,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,14 @@ from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
 from interv.circuits.screens import EdgeScores, edge_scores
+from interv.circuits.selection import (
+    StableCircuit,
+    check_groups,
+    check_pi,
+    check_q,
+    check_select,
+    stability_selection,
+)
 from interv.circuits.stability import (
     CircuitStability,
     check_resamples,
@@ -68,6 +77,9 @@ class CircuitResult:
         sentence: what the numbers are, in one sentence.
         stability: the circuit on bootstrap resamples of the prompts
             (:class:`~interv.circuits.CircuitStability`), when asked for.
+        selection: the circuit chosen by stability selection
+            (:class:`~interv.circuits.StableCircuit`), when asked for
+            (``discover(..., select="stability")``).
     """
 
     graph: Graph
@@ -78,6 +90,7 @@ class CircuitResult:
     task_name: str
     sentence: str
     stability: CircuitStability | None = None
+    selection: StableCircuit | None = None
 
     @property
     def provenance(self) -> Provenance:
@@ -186,6 +199,7 @@ class CircuitResult:
             "sentence": self.sentence,
             "edge_scores": self.scores.to_dict(per_prompt=per_prompt),
             **({"stability": self.stability.to_dict()} if self.stability is not None else {}),
+            **({"selection": self.selection.to_dict()} if self.selection is not None else {}),
         }
 
     @classmethod
@@ -205,6 +219,9 @@ class CircuitResult:
             stability=None
             if stored.stability is None
             else CircuitStability.from_dict(data["stability"]),
+            selection=None
+            if stored.selection is None
+            else StableCircuit.from_dict(data["selection"]),
         )
 
     def __repr__(self) -> str:
@@ -265,6 +282,11 @@ def discover(
     progress: Callable[[str], None] | None = None,
     stability: int | None = None,
     kv: str = "grouped",
+    select: str = "top",
+    pi: float | None = None,
+    resamples: int | None = None,
+    q: int | None = None,
+    groups: Sequence[Hashable] | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -284,7 +306,21 @@ def discover(
         stability: a number of bootstrap resamples of the prompts: the circuit is found
             again on each (:func:`interv.circuits.circuit_stability`, default sizes 20, 100
             and 500 edges; the exact per-prompt effects computed here are reused) and
-            attached as :attr:`CircuitResult.stability`. None: not computed.
+            attached as :attr:`CircuitResult.stability`; with ``select="stability"`` the
+            selection is also redone on as many bootstrap resamples (its Jaccard with the
+            full selection: :attr:`StableCircuit.jaccard`). None: not computed.
+        select: ``"top"`` (default: the circuit is the top of :meth:`CircuitResult.ranking`)
+            or ``"stability"``: also choose it by stability selection
+            (:func:`interv.circuits.stability_selection`, reusing the exact per-prompt
+            effects computed here), attached as :attr:`CircuitResult.selection`.
+        pi: with ``select="stability"``, the inclusion-frequency threshold in (0.5, 1]
+            (default 0.8).
+        resamples: with ``select="stability"``, the half subsamples ``B`` (default 200).
+        q: with ``select="stability"``, the circuit size on each subsample (default
+            ``screen.top_k``).
+        groups: with ``select="stability"``, one label per prompt pair (e.g.
+            :func:`interv.tasks.builtin.ioi_templates`): the selection is also redone
+            leaving out each group's pairs.
         kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
             into each query head's own copy, :class:`~interv.circuits.Graph`).
 
@@ -299,6 +335,28 @@ def discover(
                 "stability needs the screen's per-prompt estimates, and the scores passed carry "
                 "none (EdgeScores.to_dict(per_prompt=False) drops them); pass scores with their "
                 "per-prompt values, or scores=None to compute them"
+            )
+    select = check_select(select)
+    if select == "stability":
+        pi = check_pi(0.8 if pi is None else pi)
+        resamples = check_resamples(
+            200 if resamples is None else resamples, task.n_pairs, "resamples", "half subsamples"
+        )
+        if isinstance(scores, EdgeScores) and scores.per_prompt is None:
+            raise IntervError(
+                "select='stability' needs the screen's per-prompt estimates, and the scores passed "
+                "carry none (EdgeScores.to_dict(per_prompt=False) drops them); pass scores with "
+                "their per-prompt values, or scores=None to compute them"
+            )
+    else:
+        given = [
+            k
+            for k, v in (("pi", pi), ("resamples", resamples), ("q", q), ("groups", groups))
+            if v is not None
+        ]
+        if given:
+            raise IntervError(
+                f"{', '.join(given)} apply to select='stability' only; got select={select!r}"
             )
     graph = Graph.from_model(model, kv=kv)
     if screen is None:  # the default fits the graph it runs on
@@ -316,6 +374,9 @@ def discover(
         raise IntervError(
             f"Screen top_k ({screen.top_k}) must be at most the graph's {graph.n_edges} edges"
         )
+    if select == "stability":
+        q = check_q(q, screen.top_k, graph.n_edges)
+        check_groups(groups, task.n_pairs)
     if scores is None:
         scores = edge_scores(
             model,
@@ -382,15 +443,30 @@ def discover(
         task_name=task.name,
         sentence=sentence,
     )
-    if stability is None:
-        return result
-    resampled = circuit_stability(
-        model,
-        task,
-        result,
-        n_resamples=stability,
-        exact_per_prompt=per_prompt,
-        batch_size=batch_size,
-        progress=progress,
-    )
-    return dataclasses.replace(result, stability=resampled)
+    if stability is not None:
+        resampled = circuit_stability(
+            model,
+            task,
+            result,
+            n_resamples=stability,
+            exact_per_prompt=per_prompt,
+            batch_size=batch_size,
+            progress=progress,
+        )
+        result = dataclasses.replace(result, stability=resampled)
+    if select == "stability":
+        selection = stability_selection(
+            model,
+            task,
+            result,
+            pi=pi,
+            n_resamples=resamples,
+            q=q,
+            groups=groups,
+            bootstrap=stability,
+            exact_per_prompt=per_prompt,
+            batch_size=batch_size,
+            progress=progress,
+        )
+        result = dataclasses.replace(result, selection=selection)
+    return result

@@ -81,19 +81,22 @@ _BYTES_PER_DRAW = 24
 """Memory per resample and prompt: its draw (int64), its count and its weight (float64)."""
 
 
-def check_resamples(n_resamples: Any, n_prompts: int, what: str = "n_resamples") -> int:
+def check_resamples(
+    n_resamples: Any, n_prompts: int, what: str = "n_resamples", kind: str = "bootstrap resamples"
+) -> int:
     """``n_resamples`` as an int, checked with the prompts before any work: 2 to
     :data:`MAX_RESAMPLES` resamples of at least :data:`~interv.stats.MIN_ITEMS` prompt pairs
-    (no interval from fewer). ``what`` names the argument in the message.
+    (no interval from fewer). ``what`` names the argument in the message, ``kind`` the
+    resamples (``"half subsamples"`` for stability selection).
 
     Raises:
         IntervError: a count out of range (naming the memory it would need) or too few prompts.
     """
-    n_resamples = as_int(n_resamples, f"{what} (bootstrap resamples)", minimum=2)
+    n_resamples = as_int(n_resamples, f"{what} ({kind})", minimum=2)
     if n_resamples > MAX_RESAMPLES:
         need = _BYTES_PER_DRAW * n_resamples * max(n_prompts, 1)
         raise IntervError(
-            f"{what} {n_resamples} exceeds the maximum of {MAX_RESAMPLES} bootstrap resamples: "
+            f"{what} {n_resamples} exceeds the maximum of {MAX_RESAMPLES} {kind}: "
             f"{n_resamples} resamples of {n_prompts} prompt pairs would need at least "
             f"{_size_text(need)} of memory for their tables ({_BYTES_PER_DRAW} bytes per "
             f"resample and prompt), and each resample ranks every edge again; choose "
@@ -367,28 +370,9 @@ def circuit_stability(
     weights /= n  # [B, n]: each resample's mean is per_prompt @ weights[b]
 
     # 1. every resample's verified set (its screen top), and the exact effects it needs
-    verified_sets = []
-    for first in range(0, n_resamples, 32):
-        estimates = per_prompt @ weights[first : first + 32].T  # [n_edges, chunk]
-        for column in estimates.T:
-            verified_sets.append(torch.sort(-column.abs(), stable=True).indices[: audit.n_verified])
-    needed = audited.clone()
-    for verified in verified_sets:
-        needed[verified] = True
-    exact = _given_exact(graph, exact_per_prompt, n)
-    missing = (needed & exact.isnan().any(-1)).nonzero().flatten()
-    if missing.numel():
-        if progress is not None:
-            progress(f"stability: exact per-prompt path patching of {missing.numel()} edges")
-        exact[missing] = edge_effects(
-            model,
-            task,
-            graph,
-            missing.tolist(),
-            metric=scores.metric,
-            batch_size=batch_size,
-            per_prompt=True,
-        ).double()
+    verified_sets, filled, n_patched = resampled_exact(
+        model, task, result, weights, exact_per_prompt, batch_size, progress
+    )
 
     # 2. the full-sample circuits, and each resample's
     full_order = result.ranking()
@@ -398,11 +382,8 @@ def circuit_stability(
         masks[row, full_order[:size]] = True
     counts = torch.zeros(len(sizes), graph.n_edges, dtype=torch.float64)
     jaccard = torch.empty(len(sizes), n_resamples, dtype=torch.float64)
-    filled = exact.nan_to_num(0.0)
     for b in range(n_resamples):
-        checked = audited.clone()
-        checked[verified_sets[b]] = True
-        order = exact_first(checked, filled @ weights[b], per_prompt @ weights[b])
+        order = resample_order(result, verified_sets[b], filled, weights[b])
         for row, size in enumerate(sizes):
             chosen = order[:size]
             counts[row, chosen] += 1
@@ -424,11 +405,74 @@ def circuit_stability(
         stable_at=float(stable_at),
         n_prompts=n,
         n_verified=audit.n_verified,
-        n_exact_computed=int(missing.numel()),
+        n_exact_computed=n_patched,
         sentence=_sentence(
-            result, n_resamples, seed, n, int(audited.sum()), missing.numel(), level, stable_at
+            result, n_resamples, seed, n, int(audited.sum()), n_patched, level, stable_at
         ),
     )
+
+
+def resampled_exact(
+    model: Any,
+    task: TokenizedPairs,
+    result: CircuitResult,
+    weights: torch.Tensor,
+    exact_per_prompt: Mapping[int, torch.Tensor] | None,
+    batch_size: int | None,
+    progress: Callable[[str], None] | None,
+) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+    """Each resample's verified set and the exact per-prompt effects they all need.
+
+    ``weights`` is ``[n_resamples, n_prompts]``, each row the resample's prompt weights
+    (summing to 1): a resample's estimate of an edge is ``per_prompt @ weights[b]``. Its
+    verified set is its own top ``n_verified`` by ``|estimate|``. The exact per-prompt effects
+    of the edges some resample verifies or the full run audited are taken from
+    ``exact_per_prompt`` where given, else patched once (stacked forwards).
+
+    Returns:
+        (verified index tensors, one per resample; ``[n_edges, n_prompts]`` float64 exact
+        per-prompt effects, 0 where not needed; the number of edges patched here).
+    """
+    scores, graph, audit = result.scores, result.graph, result.audit
+    per_prompt = scores.per_prompt
+    n = int(per_prompt.shape[1])
+    audited = torch.zeros(graph.n_edges, dtype=torch.bool)
+    audited[audit.audited] = True
+    verified_sets = []
+    for first in range(0, weights.shape[0], 32):
+        estimates = per_prompt @ weights[first : first + 32].T  # [n_edges, chunk]
+        for column in estimates.T:
+            verified_sets.append(torch.sort(-column.abs(), stable=True).indices[: audit.n_verified])
+    needed = audited.clone()
+    for verified in verified_sets:
+        needed[verified] = True
+    exact = _given_exact(graph, exact_per_prompt, n)
+    missing = (needed & exact.isnan().any(-1)).nonzero().flatten()
+    if missing.numel():
+        if progress is not None:
+            progress(f"stability: exact per-prompt path patching of {missing.numel()} edges")
+        exact[missing] = edge_effects(
+            model,
+            task,
+            graph,
+            missing.tolist(),
+            metric=scores.metric,
+            batch_size=batch_size,
+            per_prompt=True,
+        ).double()
+    return verified_sets, exact.nan_to_num(0.0), int(missing.numel())
+
+
+def resample_order(
+    result: CircuitResult, verified: torch.Tensor, exact: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """One resample's ranking of every edge (:func:`exact_first`): its verified edges and
+    the full run's audited ones by ``|exact|`` re-averaged with ``weights`` (``[n_prompts]``),
+    then the rest by ``|estimate|`` re-averaged."""
+    checked = torch.zeros(result.graph.n_edges, dtype=torch.bool)
+    checked[result.audit.audited] = True
+    checked[verified] = True
+    return exact_first(checked, exact @ weights, result.scores.per_prompt @ weights)
 
 
 def _given_exact(

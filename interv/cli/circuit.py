@@ -1,17 +1,20 @@
 """``interv circuit``: find a circuit, check it exactly, and write it with its report.
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
-[--qk-fix] --top-k K --audit N [--alpha A] [--stability R] --out DIR`` scores every edge
-with the screen (EAP, or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by
-``|score|`` and ``N`` random others exactly (and more of the top until the miss-rate bound
-is below ``A``, 0.05 by default) (path patching from the corrupted run into the
+[--qk-fix] --top-k K --audit N [--alpha A] [--stability R] [--select stability --pi P
+--resamples B] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
+interpolation steps), patches the top ``K`` by ``|score|`` and ``N`` random others exactly
+(and more of the top until the miss-rate bound is below ``A``, 0.05 by default) (path
+patching from the corrupted run into the
 clean run), measures the faithfulness curve at MIB's edge fractions, computes the
 concentration of every head (clean run, answer position) beside the circuit, and writes
 into DIR:
 
 - ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability R`` it holds the
   circuit's stability over ``R`` bootstrap resamples of the prompts, see
-  :func:`interv.circuits.circuit_stability`), ``faithfulness.json``, ``mission.json``;
+  :func:`interv.circuits.circuit_stability`; with ``--select stability`` the circuit chosen
+  by stability selection, :func:`interv.circuits.stability_selection`, leaving out each IOI
+  template in turn on ``--task ioi``), ``faithfulness.json``, ``mission.json``;
 - ``circuit.md`` (Markdown) and ``circuit.html`` (the self-contained page: the layered
   drawing, the curve, the mission link);
 - with ``--convention mib`` on a graph of MIB's shape (``--kv ungrouped`` for a
@@ -50,6 +53,10 @@ _STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
 def _checked(args: argparse.Namespace) -> dict[str, Any]:
     """Every option checked without loading anything; the pairs read (data only)."""
     from interv.circuits.screens import check_method  # torch: on use (CLI start-up)
+    from interv.circuits.selection import (  # torch: on use (CLI start-up)
+        check_pi,
+        check_select,
+    )
     from interv.circuits.stability import check_resamples  # torch: on use (CLI start-up)
     from interv.engine.targets import METRICS  # torch: on use (CLI start-up)
     from interv.models.loading import check_model_spec  # torch: on use (CLI start-up)
@@ -82,7 +89,37 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     if args.stability is not None:
         check_resamples(args.stability, pairs.n_pairs, "--stability")
     task_name = Path(args.pairs).stem if args.pairs is not None else args.task or args._task_default
-    return {"steps": steps, "top_k": top_k, "audit": audit, "pairs": pairs, "task": task_name}
+    select = check_select(args.select, "--select")
+    groups = None
+    if select == "stability":
+        check_pi(0.8 if args.pi is None else args.pi, "--pi")
+        check_resamples(
+            200 if args.resamples is None else args.resamples,
+            pairs.n_pairs,
+            "--resamples",
+            "half subsamples",
+        )
+        if args.pairs is None and task_name == "ioi":
+            from interv.tasks.builtin import ioi_templates  # torch: on use (CLI start-up)
+
+            groups = ioi_templates(pairs)  # leave-one-template-out
+    else:
+        given = [
+            f for f, v in (("--pi", args.pi), ("--resamples", args.resamples)) if v is not None
+        ]
+        if given:
+            raise IntervError(
+                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                "--select stability only; got --select top"
+            )
+    return {
+        "steps": steps,
+        "top_k": top_k,
+        "audit": audit,
+        "pairs": pairs,
+        "task": task_name,
+        "groups": groups,
+    }
 
 
 def _identity(args: argparse.Namespace, checked: dict[str, Any], provenance: Any = None) -> dict:
@@ -162,6 +199,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
             progress=progress.detail,
             batch_size=args.batch_size,
             stability=args.stability,
+            **_selection(args, checked),
             **options,
             **resume,
         )
@@ -214,6 +252,20 @@ def _mib_text(result: Any, model: Any, link: Any) -> str:
         return path.read_text()
 
 
+def _selection(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any]:
+    """``discover``'s selection arguments: the circuit of ``--n-edges`` (else ``K``) edges per
+    subsample, the IOI templates left out in turn."""
+    if args.select != "stability":
+        return {}
+    return {
+        "select": "stability",
+        "pi": 0.8 if args.pi is None else args.pi,
+        "resamples": 200 if args.resamples is None else args.resamples,
+        "q": args.n_edges,
+        "groups": checked["groups"],
+    }
+
+
 def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int) -> None:
     from interv.report.circuit import interval_cell  # torch: on use (CLI start-up)
 
@@ -238,6 +290,11 @@ def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: i
             )
         )
         print(f"stability (Jaccard with the full-sample circuit): {sizes} ({stability.sentence})")
+    selection = circuit.selection
+    if selection is not None:
+        labels = ", ".join(e.label for e in selection.edges()[:10])
+        more = f", ... ({len(selection.selected)} in all)" if len(selection.selected) > 10 else ""
+        print(f"stable circuit: {selection!r}: {labels or 'no edge'}{more} ({selection.sentence})")
     print(f"faithfulness: CPR {_fmt(curve.cpr)}, CMD {_fmt(curve.cmd)} ({curve.sentence})")
     top = link.circuit_heads[:5]
     if top:
@@ -300,10 +357,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "stable edges; default: not computed)",
     )
     parser.add_argument(
+        "--select",
+        default="top",
+        help="how the circuit is chosen: top (default: the top edges of the ranking) or "
+        "stability (also: the edges in the top --n-edges of at least --pi of --resamples half "
+        "subsamples of the prompts, with a bound on expected false edges)",
+    )
+    parser.add_argument(
+        "--pi",
+        type=float,
+        default=None,
+        metavar="P",
+        help="--select stability: inclusion-frequency threshold in (0.5, 1] (default 0.8)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=None,
+        metavar="B",
+        help="--select stability: half subsamples of the prompts (default 200)",
+    )
+    parser.add_argument(
         "--n-edges",
         type=int,
         default=None,
-        help="circuit size for the mission link (default: TOP_K, every edge exact)",
+        help="circuit size for the mission link and, with --select stability, per subsample "
+        "(default: TOP_K, every edge exact)",
     )
     parser.add_argument(
         "--complement",

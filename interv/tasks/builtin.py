@@ -31,6 +31,7 @@ import functools
 import inspect
 import json
 import random
+import re
 import string
 import typing
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from typing import Any
 from interv.errors import IntervError
 from interv.tasks.pairs import PromptPairs
 
-__all__ = ["IOI_TEMPLATES", "ZOO_SYMBOLS", "available_tasks", "load_task"]
+__all__ = ["IOI_TEMPLATES", "ZOO_SYMBOLS", "available_tasks", "ioi_templates", "load_task"]
 
 ZOO_SYMBOLS: tuple[str, ...] = tuple(
     string.ascii_uppercase + string.ascii_lowercase + string.digits
@@ -58,6 +59,36 @@ IOI_TEMPLATES: tuple[str, ...] = (
     "Then, {A} and {B} had a long argument at the {PLACE}. Afterwards {S} said to",
 )
 """IOI templates: ``{A}``/``{B}`` are the first two names, ``{S}`` the repeated subject."""
+
+
+def ioi_templates(pairs: PromptPairs) -> tuple[int, ...]:
+    """Per pair of an IOI task, the index of its clean prompt's template in
+    :data:`IOI_TEMPLATES` (e.g. the ``groups`` of a leave-one-template-out stability).
+
+    Raises:
+        IntervError: a clean prompt that fits no template (naming the pair).
+    """
+    patterns = [
+        re.compile(
+            "".join(
+                "(.+?)" if part.startswith("{") else re.escape(part)
+                for part in re.split(r"(\{[A-Z]+\})", template)
+            )
+            + "$"
+        )
+        for template in IOI_TEMPLATES
+    ]
+    out = []
+    for i, prompt in enumerate(pairs.clean):
+        found = [t for t, pattern in enumerate(patterns) if pattern.match(prompt)]
+        if len(found) != 1:
+            raise IntervError(
+                f"clean prompt {i} ({prompt!r}) fits {len(found)} of the {len(IOI_TEMPLATES)} "
+                "IOI templates; ioi_templates reads the pairs of load_task('ioi')"
+            )
+        out.append(found[0])
+    return tuple(out)
+
 
 _IOI_PLACES = ("store", "park", "school", "office", "garden", "restaurant", "hospital", "station")
 _IOI_OBJECTS = ("drink", "book", "ring", "letter", "bottle", "gift", "key", "ball")
