@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ from interv.circuits.patching import (
     tokens_of,
 )
 from interv.engine.architecture import architecture_of
+from interv.engine.backward import GIM, check_gim
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
@@ -112,9 +114,14 @@ def fingerprint(model: Any, task: TokenizedPairs, **settings: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def screen_settings(method: str, steps: int, qk_fix: bool) -> dict[str, Any]:
-    """The settings a screen's provenance names: method, gradient runs, QK fix."""
-    return {"method": method, "steps": steps, "qk_fix": qk_fix}
+def screen_settings(
+    method: str, steps: int, qk_fix: bool, gim: GIM | None = None
+) -> dict[str, Any]:
+    """The settings a screen's provenance names: method, gradient runs, QK fix (and the
+    GIM backward's settings where one is used)."""
+    return {"method": method, "steps": steps, "qk_fix": qk_fix} | (
+        {} if gim is None else {"gim": gim.settings()}
+    )
 
 
 def scores_fingerprint(
@@ -125,6 +132,7 @@ def scores_fingerprint(
     metric: str,
     direction: str,
     qk_fix: bool,
+    gim: GIM | None = None,
 ) -> str:
     """The fingerprint of a screen's scores of ``model`` on ``task`` with these settings."""
     return fingerprint(
@@ -135,6 +143,7 @@ def scores_fingerprint(
         metric=metric,
         direction=direction,
         **({"qk_fix": True} if qk_fix else {}),
+        **({} if gim is None else {"gim": tuple(gim.settings().items())}),
     )
 
 
@@ -287,6 +296,7 @@ def _reader_gradients(
     clean_logits: torch.Tensor,
     embed: torch.Tensor | None = None,
     pattern_grads: dict[int, torch.Tensor] | None = None,
+    gim: GIM | None = None,
 ) -> Iterator[torch.Tensor]:
     """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given),
     then, one at a time (so that only one is held), per receiver layer
@@ -296,7 +306,8 @@ def _reader_gradients(
     :mod:`interv.engine.writes`), and last the logits' ``[n, pos, 1, d_model]``.
     With ``pattern_grads`` (a dict) the gradients with respect to each layer's attention
     probabilities ``[n, n_heads, query_pos, key_pos]`` (float64) are stored in it under
-    the layer, by the first step of the iteration."""
+    the layer, by the first step of the iteration. With ``gim`` the backward is GIM's
+    (:mod:`interv.engine.backward`), the pull-backs through the norms included."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
     writes = Writes.of(model)
@@ -307,6 +318,9 @@ def _reader_gradients(
     hooks: list[tuple[Site, Any]] = []
     if embed is not None:
         hooks.append((Site("resid_pre", 0), replace))
+    if gim is not None:
+        hooks += gim.hooks(graph.n_layers)
+    modified = gim.applied(model) if gim is not None else nullcontext()
     looked = [Site("resid_pre", layer) for layer in layers]
     if graph.has_mlp and writes.mlp_reads != "resid_pre":
         looked += [Site(writes.mlp_reads, layer) for layer in layers]
@@ -317,25 +331,29 @@ def _reader_gradients(
     device = clean_logits.device
     target = task.target_ids.to(device)
     foil = None if task.foil_ids is None else task.foil_ids.to(device)
-    out = forward(
-        model,
-        Prompts.of(tokens_of(task, run), task.attention_mask),
-        hooks=hooks,
-        capture=looked,
-        readout="position_logits",
-        positions=task.answer_positions,
-        grad_at=sites,
-        grad_of=lambda logits: metric(logits, target, foil, clean_logits),
-    )
+    with modified:
+        out = forward(
+            model,
+            Prompts.of(tokens_of(task, run), task.attention_mask),
+            hooks=hooks,
+            capture=looked,
+            readout="position_logits",
+            positions=task.answer_positions,
+            grad_at=sites,
+            grad_of=lambda logits: metric(logits, target, foil, clean_logits),
+        )
     seen, grads = out.captured, dict(out.gradients)
     if pattern_grads is not None:
         for layer in layers:
             pattern_grads[layer] = grads.pop(Site("pattern", layer)).double()
-    with torch.enable_grad():
-        for layer in layers:
+    for layer in layers:
+        with torch.enable_grad(), gim.applied(model) if gim is not None else nullcontext():
             x = seen[Site("resid_pre", layer)]
             weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
-            cotangent = torch.cat([grads[Site(c, layer)] for c in "qkv"], dim=2)
+            scales = [1.0 if gim is None else gim.scale(c) for c in "qkv"]
+            cotangent = torch.cat(
+                [grads[Site(c, layer)] * f for c, f in zip("qkv", scales, strict=True)], dim=2
+            )
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
             normed = writes.attention_input(layer, x_rep)
@@ -349,8 +367,8 @@ def _reader_gradients(
                     mlp_out, [x_mid], grad_outputs=grads[Site("mlp_out", layer)].to(mlp_out)
                 )
                 parts.append(mlp.unsqueeze(2))
-            yield torch.cat(parts, dim=2).detach()
-        yield grads[Site("final_resid")].detach().unsqueeze(2)
+        yield torch.cat(parts, dim=2).detach()
+    yield grads[Site("final_resid")].detach().unsqueeze(2)
 
 
 @dataclass(frozen=True, eq=False)
@@ -612,6 +630,7 @@ def edge_scores(
     direction: str = "noise",
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    gim: GIM | bool = False,
 ) -> EdgeScores:
     """Score every edge of the model's graph with EAP or EAP-IG (estimates).
 
@@ -628,12 +647,22 @@ def edge_scores(
             16-token prompt on a GPT-2-small-shaped model); None: about 8 MiB of
             sender outputs per run.
         progress: called with a short message after each gradient run.
+        gim: GIM's backward (:class:`~interv.engine.backward.GIM`; ``True``: its defaults)
+            for every gradient run: norm statistics frozen, the attention softmax's gradient
+            at a higher temperature, the gradients into q, k and v rescaled; the forward
+            and the differences stay the model's. Not with ``qk_fix``.
 
     Returns:
         :class:`EdgeScores`.
     """
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
+    gim = check_gim(model, gim)
+    if gim is not None and qk_fix:
+        raise IntervError(
+            "gim and qk_fix=True cannot be combined (the QK fix recomputes the exact pattern, "
+            "GIM modifies its gradient); choose one"
+        )
     graph = Graph.from_model(model)
     if qk_fix:
         check_qk_fix(model)
@@ -670,7 +699,7 @@ def edge_scores(
             position = 0
             pattern_grads: dict[int, torch.Tensor] | None = {} if qk_fix else None
             layers = _reader_gradients(
-                model, graph, part, base_name, target, clean_logits, embed, pattern_grads
+                model, graph, part, base_name, target, clean_logits, embed, pattern_grads, gim
             )
             for layer_grads in layers:
                 width = layer_grads.shape[2]
@@ -714,6 +743,8 @@ def edge_scores(
             "; query/key edges with AtP*'s QK fix (the receiver head's attention pattern "
             "recomputed exactly, first order from the pattern on)"
         )
+    if gim is not None:
+        sentence += f"; gradients by a {gim.describe()}, not the model's own gradient"
     return EdgeScores(
         graph=graph,
         scores=scores,
@@ -721,14 +752,16 @@ def edge_scores(
         method=method,
         steps=runs,
         metric=target.name,
-        fingerprint=scores_fingerprint(model, task, method, runs, target.name, direction, qk_fix),
+        fingerprint=scores_fingerprint(
+            model, task, method, runs, target.name, direction, qk_fix, gim
+        ),
         sentence=sentence,
         provenance=Provenance.of(
             model,
             task,
             metric=target.name,
             direction=direction,
-            settings=screen_settings(method, runs, qk_fix),
+            settings=screen_settings(method, runs, qk_fix, gim),
         ),
         unit=target.unit,
         direction=direction,
