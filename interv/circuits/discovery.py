@@ -250,6 +250,7 @@ def discover(
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None,
     progress: Callable[[str], None] | None = None,
     stability: int | None = None,
+    gim: Any = False,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -269,6 +270,7 @@ def discover(
             again on each (:func:`interv.circuits.circuit_stability`, default sizes 20, 100
             and 500 edges; the exact per-prompt effects computed here are reused) and
             attached as :attr:`CircuitResult.stability`. None: not computed.
+        gim: GIM's backward for the screen (:func:`interv.circuits.edge_scores`).
 
     Returns:
         :class:`CircuitResult`.
@@ -292,7 +294,14 @@ def discover(
         )
     if scores is None:
         scores = edge_scores(
-            model, task, method=method, steps=steps, qk_fix=qk_fix, metric=target, progress=progress
+            model,
+            task,
+            method=method,
+            steps=steps,
+            qk_fix=qk_fix,
+            metric=target,
+            progress=progress,
+            gim=gim,
         )
     elif not isinstance(scores, EdgeScores):
         raise IntervError(
@@ -326,6 +335,7 @@ def discover(
 
     name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
     name += " with AtP*'s QK fix" if scores.qk_fix else ""
+    name += " with GIM's backward" if gim not in (None, False) else ""
     audit = verify_screen(
         screen,
         scores.scores,

@@ -42,6 +42,12 @@ relative positions, off-row sinks, position-dependent scales, a QK norm over all
 (OLMo-2), linear-attention layers, and bridges that do not pass rotary tables to their blocks
 (native ones).
 
+``gim=GIM(...)`` (:mod:`interv.engine.backward`; Edin et al. 2025): every gradient run
+backpropagates GIM's way, the forward and the differences unchanged: norm statistics
+frozen, the attention softmax's gradient taken at temperature ``T`` (default 2), the
+gradients into q, k and v scaled (default 1/4, 1/4, 1/2). It estimates the same effect by a
+deliberately modified gradient, so it is no Taylor term of anything; not with ``qk_fix``.
+
 These are first-order estimates, never exact (the QK fix included: it is exact only up to
 the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
 """
