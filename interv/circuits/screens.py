@@ -732,6 +732,7 @@ def edge_scores(
             _add_qk_scores(model, graph, qk, base, delta, pattern_sum, per_prompt, rows)
     scores = per_prompt.mean(-1)
     name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
+    kind = "first-order" if gim is None else "gradient-based, GIM's modified backward"
     runs_text = (
         f"the gradient at the {base_name} run"
         if runs == 1
@@ -739,7 +740,7 @@ def edge_scores(
         f"{other_name} to the {base_name} prompts"
     )
     sentence = (
-        f"{name} estimates (first-order, not intervened) of each of the {graph.n_edges} edges' "
+        f"{name} estimates ({kind}, not intervened) of each of the {graph.n_edges} edges' "
         f"effect on the prompt-mean {target.definition}, over {task.n_pairs} prompt pairs: the "
         f"sender's output moved from the {base_name} to the {other_name} run along that edge "
         f"only ({direction}), {runs_text}"
