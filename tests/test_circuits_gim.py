@@ -175,3 +175,14 @@ def test_gim_is_refused_where_it_cannot_modify_the_backward(zoo):
             GIM(**bad)
     with pytest.raises(IntervError, match="freeze_norms must be True or False"):
         GIM(freeze_norms=1)
+
+
+def test_discover_passes_gim_to_its_screen_and_names_it(zoo):
+    from interv.audit import Screen
+    from interv.circuits import discover
+
+    model, task = zoo
+    result = discover(model, task, gim=True, screen=Screen(top_k=5, audit=5, alpha=None))
+    assert "GIM-style backward" in result.scores.sentence
+    assert "GIM's backward" in result.audit.method
+    torch.testing.assert_close(result.scores.scores, edge_scores(model, task, gim=GIM()).scores)
