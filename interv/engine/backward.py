@@ -243,6 +243,9 @@ class _FrozenNorm(torch.autograd.Function):
 
 
 def _patch(module: Any, name: str, original: Any, spec: _NormSpec, patched: list) -> None:
+    if any(m is module and n == name for m, n in patched):
+        return  # shared by two components (a parallel block's one norm): patched once
+
     def frozen(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         y = original(x, *args, **kwargs)
         if not torch.is_grad_enabled() or not x.requires_grad:
