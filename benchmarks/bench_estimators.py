@@ -17,7 +17,7 @@ The HVP correction of "When Attribution Patching Lies" (arXiv 2606.09899) is not
 interv does not implement it (docs/estimators.md says why).
 
 Run: ``python benchmarks/bench_estimators.py [--model induction-2l] [--task induction]
-[--pairs 16] [--seed 0] [--sample 0] [--steps 5] [--topk 10 20] [--no-qk] [--ablate]
+[--pairs 16] [--seed 0] [--sample 0] [--steps 5] [--topk 10 20] [--no-qk] [--no-ig] [--ablate]
 [--out FILE]``. ``--ablate`` adds GIM's three modifications one at a time.
 """
 
@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--topk", type=int, nargs="+", default=[10, 20])
     parser.add_argument("--no-qk", action="store_true", help="leave out the QK fix")
+    parser.add_argument("--no-ig", action="store_true", help="leave out EAP-IG")
     parser.add_argument("--ablate", action="store_true", help="GIM's modifications one at a time")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None)
@@ -88,6 +89,8 @@ def main() -> None:
     }
     if args.no_qk:
         del screens["EAP + QK fix"]
+    if args.no_ig:
+        del screens[f"EAP-IG ({args.steps} steps)"]
     if args.ablate:  # one GIM modification at a time
         off = {"temperature": 1, "q_scale": 1, "k_scale": 1, "v_scale": 1, "freeze_norms": False}
         screens["GIM: frozen norms only"] = {"gim": GIM(**(off | {"freeze_norms": True}))}
