@@ -7,6 +7,9 @@
 - Softmax temperature: the score gradient through the model's softmax and the tempered
   pattern equals ``s_T * (g - sum s_T g)`` with ``s_T = softmax(scores / T)`` computed from
   the scores (masked keys included); at ``T = 1`` it is the softmax's own gradient.
+- By hand: a logits edge's score is the sender's change dotted with the final LayerNorm's
+  Jacobian (transposed) applied to the unembedding difference: the full Jacobian for EAP,
+  the frozen-deviation one for GIM (the two differ by more than the scores' size).
 - q/k/v scales: in a 2-layer model nothing downstream of the last layer's queries is
   scaled, so its query edges score exactly ``q_scale`` times EAP's, its logits edges equal.
 - Refusals: QK-norm families, qk_fix with gim, bad settings.
@@ -186,3 +189,40 @@ def test_discover_passes_gim_to_its_screen_and_names_it(zoo):
     assert "GIM-style backward" in result.scores.sentence
     assert "GIM's backward" in result.audit.method
     torch.testing.assert_close(result.scores.scores, edge_scores(model, task, gim=GIM()).scores)
+
+
+def test_logits_edges_read_the_final_norms_frozen_gradient_by_hand(zoo):
+    """A logits edge's score is ``delta . J^T u`` at the answer position, ``u`` the unembed
+    difference (target minus foil) scaled by the final norm's weight: with the model's
+    LayerNorm Jacobian ``(I - 11^T/d - xhat xhat^T/d) / s`` for EAP, and without the
+    ``xhat xhat^T`` term (the frozen standard deviation) for GIM's frozen norms."""
+    from interv.circuits import Graph
+    from interv.circuits.patching import capture_run, sender_deltas
+
+    model, task = zoo
+    graph = Graph.from_model(model)
+    clean = capture_run(model, task, "clean")
+    corrupted = capture_run(model, task, "corrupted")
+    with torch.no_grad():
+        delta = sender_deltas(model, graph, corrupted, clean).double()  # [n, pos, senders, d]
+    rows = torch.arange(task.n_pairs)
+    at = task.answer_positions
+    x = clean.final.double()[rows, at]  # [n, d]
+    norm = model.ln_final
+    w_u = model.unembed.W_U.double()  # [d, vocab]
+    u = (w_u[:, task.target_ids] - w_u[:, task.foil_ids]).T * norm.weight.double()  # [n, d]
+    d = x.shape[-1]
+    eps = norm.original_component.eps
+    centered = x - x.mean(-1, keepdim=True)
+    s = (centered.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    xhat = centered / s
+    frozen = (u - u.mean(-1, keepdim=True)) / s
+    exact = frozen - xhat * (xhat * u).sum(-1, keepdim=True) / d / s
+    receiver = next(r for r in graph.receivers if r.node.kind == "logits")
+    span = slice(receiver.start, receiver.start + receiver.n_senders)
+    moved = delta[rows, at, : receiver.n_senders]  # [n, senders, d]
+    norms_only = GIM(temperature=1, q_scale=1, k_scale=1, v_scale=1, freeze_norms=True)
+    for gim, grad in ((None, exact), (norms_only, frozen)):
+        scores = edge_scores(model, task, gim=gim if gim is not None else False)
+        want = torch.einsum("nsd,nd->sn", moved, grad)
+        torch.testing.assert_close(scores.per_prompt[span], want, rtol=1e-4, atol=1e-5)
