@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +74,7 @@ from interv.circuits.patching import (
     tokens_of,
 )
 from interv.engine.architecture import architecture_of
-from interv.engine.backward import GIM, check_gim
+from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
 from interv.engine.forward import Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
@@ -324,9 +323,7 @@ def _reader_gradients(
     hooks: list[tuple[Site, Any]] = []
     if embed is not None:
         hooks.append((Site("resid_pre", 0), replace))
-    if gim is not None:
-        hooks += gim.hooks(graph.n_layers)
-    modified = gim.applied(model) if gim is not None else nullcontext()
+    hooks += [] if gim is None else gim.hooks(graph.n_layers)
     looked = [Site("resid_pre", layer) for layer in layers]
     if graph.has_mlp and writes.mlp_reads != "resid_pre":
         looked += [Site(writes.mlp_reads, layer) for layer in layers]
@@ -337,7 +334,7 @@ def _reader_gradients(
     device = clean_logits.device
     target = task.target_ids.to(device)
     foil = None if task.foil_ids is None else task.foil_ids.to(device)
-    with modified:
+    with modified_backward(model, gim):
         out = forward(
             model,
             Prompts.of(tokens_of(task, run), task.attention_mask),
@@ -352,13 +349,12 @@ def _reader_gradients(
     if pattern_grads is not None:
         for layer in layers:
             pattern_grads[layer] = grads.pop(Site("pattern", layer)).double()
-    for layer in layers:
-        with torch.enable_grad(), gim.applied(model) if gim is not None else nullcontext():
+    with torch.enable_grad(), modified_backward(model, gim):
+        for layer in layers:
             x = seen[Site("resid_pre", layer)]
             weights = torch.cat([qkv_weights(model, layer, c) for c in "qkv"]).to(x)
-            scales = [1.0 if gim is None else gim.scale(c) for c in "qkv"]
             cotangent = torch.cat(
-                [grads[Site(c, layer)] * f for c, f in zip("qkv", scales, strict=True)], dim=2
+                [grads[Site(c, layer)] * gradient_scale(gim, c) for c in "qkv"], dim=2
             )
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
@@ -373,8 +369,8 @@ def _reader_gradients(
                     mlp_out, [x_mid], grad_outputs=grads[Site("mlp_out", layer)].to(mlp_out)
                 )
                 parts.append(mlp.unsqueeze(2))
-        yield torch.cat(parts, dim=2).detach()
-    yield grads[Site("final_resid")].detach().unsqueeze(2)
+            yield torch.cat(parts, dim=2).detach()
+        yield grads[Site("final_resid")].detach().unsqueeze(2)
 
 
 @dataclass(frozen=True, eq=False)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,14 @@ from interv.engine.architecture import architecture_of
 from interv.engine.sites import Site
 from interv.errors import IntervError
 
-__all__ = ["GIM", "check_gim", "frozen_norm_grad", "tempered_softmax_grad"]
+__all__ = [
+    "GIM",
+    "check_gim",
+    "frozen_norm_grad",
+    "gradient_scale",
+    "modified_backward",
+    "tempered_softmax_grad",
+]
 
 HookFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -147,6 +154,16 @@ class GIM:
         finally:
             for module, name in reversed(patched):
                 delattr(module, name)
+
+
+def modified_backward(model: Any, gim: GIM | None) -> Any:
+    """``gim.applied(model)``, or a context that changes nothing for None."""
+    return nullcontext() if gim is None else gim.applied(model)
+
+
+def gradient_scale(gim: GIM | None, component: str) -> float:
+    """The multiplier of the gradient into ``component`` (1 without ``gim``)."""
+    return 1.0 if gim is None else gim.scale(component)
 
 
 def check_gim(model: Any, gim: Any) -> GIM | None:
