@@ -3,7 +3,7 @@
 - :class:`Graph`, :class:`Node`, :class:`Edge` (:mod:`interv.circuits.graph`): the
   residual-stream graph, grouped-query attention native.
 - :func:`edge_scores` (:mod:`interv.circuits.screens`): EAP and EAP-IG estimates of every
-  edge at once.
+  edge at once; with ``gim=GIM()`` (:mod:`interv.engine.backward`) by GIM's backward.
 - :func:`edge_effects` (:mod:`interv.circuits.patching`): exact path patching of edges.
 - :func:`discover` (:mod:`interv.circuits.discovery`): screen, verify the top, audit the
   rest (:func:`interv.audit.verify_screen`), per-edge status.
@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "edge_effects": "interv.circuits.patching",
     "edge_scores": "interv.circuits.screens",
     "EdgeScores": "interv.circuits.screens",
+    "GIM": "interv.engine.backward",
     "discover": "interv.circuits.discovery",
     "CircuitResult": "interv.circuits.discovery",
     "faithfulness": "interv.circuits.curves",
@@ -71,3 +72,4 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.circuits.screens import EdgeScores, edge_scores
     from interv.circuits.selection import StableCircuit, stability_selection
     from interv.circuits.stability import CircuitStability, circuit_stability
+    from interv.engine.backward import GIM

@@ -287,6 +287,7 @@ def discover(
     resamples: int | None = None,
     q: int | None = None,
     groups: Sequence[Hashable] | None = None,
+    gim: Any = False,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -323,6 +324,7 @@ def discover(
             leaving out each group's pairs.
         kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
             into each query head's own copy, :class:`~interv.circuits.Graph`).
+        gim: GIM's backward for the screen (:func:`interv.circuits.edge_scores`).
 
     Returns:
         :class:`CircuitResult`.
@@ -387,6 +389,7 @@ def discover(
             metric=target,
             progress=progress,
             kv=kv,
+            gim=gim,
         )
     elif not isinstance(scores, EdgeScores):
         raise IntervError(
@@ -420,6 +423,7 @@ def discover(
 
     name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
     name += " with AtP*'s QK fix" if scores.qk_fix else ""
+    name += " with GIM's backward" if gim not in (None, False) else ""
     audit = verify_screen(
         screen,
         scores.scores,

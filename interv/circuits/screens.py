@@ -50,6 +50,12 @@ position-dependent scales, a QK norm over all heads (OLMo-2), adjacent-pair rota
 linear-attention layers; refused at the base run: bridges that do not pass rotary tables to
 their blocks (native ones).
 
+``gim=GIM(...)`` (:mod:`interv.engine.backward`; Edin et al. 2025): every gradient run
+backpropagates GIM's way, the forward and the differences unchanged: norm statistics
+frozen, the attention softmax's gradient taken at temperature ``T`` (default 2), the
+gradients into q, k and v scaled (default 1/4, 1/4, 1/2). It estimates the same effect by a
+deliberately modified gradient, so it is no Taylor term of anything; not with ``qk_fix``.
+
 These are first-order estimates, never exact (the QK fix included: it is exact only up to
 the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
 """
@@ -77,6 +83,7 @@ from interv.circuits.patching import (
 )
 from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
+from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
 from interv.engine.forward import AUTO, PATTERN, Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
@@ -93,11 +100,16 @@ METHODS: tuple[str, ...] = ("eap", "eap-ig")
 """Screens: edge attribution patching, and EAP with integrated gradients over inputs."""
 
 
-def screen_settings(method: str, steps: int, qk_fix: bool, kv: str = "grouped") -> dict[str, Any]:
-    """The settings a screen's provenance names: method, gradient runs, QK fix, and the
-    graph's key/value edges where they are not the default (``kv="ungrouped"``)."""
-    return {"method": method, "steps": steps, "qk_fix": qk_fix} | (
-        {"kv": kv} if kv != "grouped" else {}
+def screen_settings(
+    method: str, steps: int, qk_fix: bool, kv: str = "grouped", gim: GIM | None = None
+) -> dict[str, Any]:
+    """The settings a screen's provenance names: method, gradient runs, QK fix, the graph's
+    key/value edges where they are not the default (``kv="ungrouped"``) and the GIM
+    backward's settings where one is used."""
+    return (
+        {"method": method, "steps": steps, "qk_fix": qk_fix}
+        | ({"kv": kv} if kv != "grouped" else {})
+        | ({} if gim is None else {"gim": gim.settings()})
     )
 
 
@@ -252,6 +264,7 @@ def _reader_gradients(
     clean_logits: torch.Tensor,
     embed: torch.Tensor | None = None,
     pattern_grads: dict[int, torch.Tensor] | None = None,
+    gim: GIM | None = None,
 ) -> Iterator[torch.Tensor]:
     """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given),
     then, one at a time (so that only one is held), per receiver layer
@@ -261,7 +274,8 @@ def _reader_gradients(
     :mod:`interv.engine.writes`), and last the logits' ``[n, pos, 1, d_model]``.
     With ``pattern_grads`` (a dict) the gradients with respect to each layer's attention
     probabilities ``[n, n_heads, query_pos, key_pos]`` (float64) are stored in it under
-    the layer, by the first step of the iteration."""
+    the layer, by the first step of the iteration. With ``gim`` the backward is GIM's
+    (:mod:`interv.engine.backward`), the pull-backs through the norms included."""
     layers = range(graph.n_layers)
     components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
     writes = Writes.of(model)
@@ -272,6 +286,7 @@ def _reader_gradients(
     hooks: list[tuple[Site, Any]] = []
     if embed is not None:
         hooks.append((Site("resid_pre", 0), replace))
+    hooks += [] if gim is None else gim.hooks(graph.n_layers)
     looked = [Site("resid_pre", layer) for layer in layers]
     if graph.has_mlp and writes.mlp_reads != "resid_pre":
         looked += [Site(writes.mlp_reads, layer) for layer in layers]
@@ -280,7 +295,7 @@ def _reader_gradients(
         sites += [Site("pattern", layer) for layer in layers]
     sites.append(Site("final_resid"))
     # ungrouped: the gradients at k and v are each query head's own copy's (made first)
-    with copies_of(model, graph) as kv_hooks:
+    with modified_backward(model, gim), copies_of(model, graph) as kv_hooks:
         out = answer_gradients(
             model,
             task,
@@ -296,11 +311,13 @@ def _reader_gradients(
     if pattern_grads is not None:
         for layer in layers:
             pattern_grads[layer] = grads.pop(Site("pattern", layer)).double()
-    with torch.enable_grad():
+    with torch.enable_grad(), modified_backward(model, gim):
         for layer in layers:
             x = seen[Site("resid_pre", layer)]
             weights = torch.cat([reader_weights(model, graph, layer, c) for c in "qkv"]).to(x)
-            cotangent = torch.cat([grads[Site(c, layer)] for c in "qkv"], dim=2)
+            cotangent = torch.cat(
+                [grads[Site(c, layer)] * gradient_scale(gim, c) for c in "qkv"], dim=2
+            )
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
             normed = writes.attention_input(layer, x_rep)
@@ -510,6 +527,7 @@ def edge_scores(
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
     kv: str = "grouped",
+    gim: GIM | bool = False,
 ) -> EdgeScores:
     """Score every edge of the model's graph with EAP or EAP-IG (estimates).
 
@@ -528,12 +546,27 @@ def edge_scores(
         progress: called with a short message after each gradient run.
         kv: ``"grouped"`` (default: key and value edges per key/value head) or
             ``"ungrouped"`` (MIB's graph: per query head, :class:`~interv.circuits.Graph`).
+        gim: GIM's backward (:class:`~interv.engine.backward.GIM`; ``True``: its defaults)
+            for every gradient run: norm statistics frozen, the attention softmax's gradient
+            at a higher temperature, the gradients into q, k and v rescaled; the forward
+            and the differences stay the model's. Not with ``qk_fix``.
 
     Returns:
         :class:`EdgeScores`.
     """
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
+    gim = check_gim(model, gim)
+    if gim is not None and qk_fix:
+        raise IntervError(
+            "gim and qk_fix=True cannot be combined (the QK fix recomputes the exact pattern, "
+            "GIM modifies its gradient); choose one"
+        )
+    if gim is not None and kv != "grouped":
+        raise IntervError(
+            f"gim with kv={kv!r} is not built (GIM's q/k/v scaling is written for the model's "
+            "own key/value heads, not MIB's per-query-head copies); use kv='grouped' or no gim"
+        )
     graph = Graph.from_model(model, kv=kv)
     if qk_fix:
         check_qk_fix(model)
@@ -570,7 +603,7 @@ def edge_scores(
             position = 0
             pattern_grads: dict[int, torch.Tensor] | None = {} if qk_fix else None
             layers = _reader_gradients(
-                model, graph, part, base_name, target, clean_logits, embed, pattern_grads
+                model, graph, part, base_name, target, clean_logits, embed, pattern_grads, gim
             )
             for layer_grads in layers:
                 width = layer_grads.shape[2]
@@ -597,6 +630,7 @@ def edge_scores(
             _add_qk_scores(model, graph, qk, base, delta, pattern_sum, per_prompt, rows)
     scores = per_prompt.mean(-1)
     name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
+    kind = "first-order" if gim is None else "gradient-based, GIM's modified backward"
     runs_text = (
         f"the gradient at the {base_name} run"
         if runs == 1
@@ -604,7 +638,7 @@ def edge_scores(
         f"{other_name} to the {base_name} prompts"
     )
     sentence = (
-        f"{name} estimates (first-order, not intervened) of each of the {graph.n_edges} edges' "
+        f"{name} estimates ({kind}, not intervened) of each of the {graph.n_edges} edges' "
         f"effect on the prompt-mean {target.definition}, over {task.n_pairs} prompt pairs: the "
         f"sender's output moved from the {base_name} to the {other_name} run along that edge "
         f"only ({direction}), {runs_text}"
@@ -619,12 +653,14 @@ def edge_scores(
             "; query/key edges with AtP*'s QK fix (the receiver head's attention pattern "
             "recomputed exactly, first order from the pattern on)"
         )
+    if gim is not None:
+        sentence += f"; gradients by a {gim.describe()}, not the model's own gradient"
     provenance = Provenance.of(
         model,
         task,
         metric=target.name,
         direction=direction,
-        settings=screen_settings(method, runs, qk_fix, graph.kv),
+        settings=screen_settings(method, runs, qk_fix, graph.kv, gim),
     )
     return EdgeScores(
         graph=graph,
