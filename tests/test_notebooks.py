@@ -15,6 +15,9 @@ ROOT = Path(__file__).parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 RENDERED = ROOT / "docs" / "notebooks"
 SOLUTIONS = ROOT / "notebooks" / "solutions"
+# an absolute path of the machine that executed a notebook (a home, a checkout, a temporary
+# directory): a rendered copy must not show one
+MACHINE_PATH = re.compile(r"(?<![\w.:/])/(?:home|root|tmp|work|Users|var|private|opt)/[^\s'\"]*")
 ANSWER = re.compile(r"^answer_(\w+) = None\b.*$", re.MULTILINE)
 REAL_MODELS = ("smollm2-135m", "minilm-l6")
 
@@ -244,3 +247,7 @@ def test_rendered_copy_has_the_notebook_s_cells_and_its_outputs(path):
     assert not unmatched_quotes(copy), f"{rendered.name}: quoted numbers no output prints"
     if "progress(done, total, label)" in path.read_text(encoding="utf-8"):
         assert shows_a_widget(copy), f"{rendered.name}: no progress widget in its outputs"
+    assert not MACHINE_PATH.findall(output_text(copy)), (
+        f"{rendered.name} shows a path of the machine it was executed on: "
+        f"{MACHINE_PATH.findall(output_text(copy))[:3]}"
+    )
