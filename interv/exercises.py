@@ -161,6 +161,7 @@ def check(
     hint: str = "",
     form: Form = "number",
     choices: Sequence[str] = (),
+    written: str = "",
 ) -> None:
     """Print whether ``answer`` to exercise ``name`` matches ``expected``.
 
@@ -174,12 +175,14 @@ def check(
         form: the answer's form (module docstring): ``"number"``, ``"fraction"``,
             ``"head"``, ``"choice"``, ``"count"`` or ``"label"``.
         choices: the allowed answers of a ``"choice"`` exercise.
+        written: how to write the answer, where the form's own words do not say it (e.g.
+            ``"a row of 4 weights"`` for an answer the cell turns into a label).
     """
     if form not in FORMS:
         raise ValueError(f"check: unknown form {form!r}; choose one of {', '.join(FORMS)}")
     if (form == "choice") != bool(choices):
         raise ValueError("check: choices= is given exactly when form='choice'")
-    wanted = _describe_form(form, choices)
+    wanted = written or _describe_form(form, choices)
     if answer is None:
         print(
             f"exercise {name}: no answer yet; write {wanted}" + (f"; hint: {hint}" if hint else "")

@@ -126,3 +126,12 @@ def test_a_misused_check_is_refused():
         check("x", "a", "a", form="choice")
     with pytest.raises(ValueError, match="is no head"):
         check("x", "L0H2", "layer 0", form="head")
+
+
+def test_an_answer_s_own_wording_replaces_the_form_s(capsys):
+    check("w", None, True, form="label", written="a row of 4 weights")
+    check("w", False, True, form="label", written="a row of 4 weights")
+    assert capsys.readouterr().out.splitlines() == [
+        "exercise w: no answer yet; write a row of 4 weights",
+        "exercise w: not yet (False; expected a row of 4 weights)",
+    ]
