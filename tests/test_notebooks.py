@@ -72,7 +72,11 @@ def shows_a_widget(notebook) -> bool:
 
 # executing a notebook starts a kernel (a subprocess): out of the quick loop (issue 32), in the
 # full suite
-SLOW_NOTEBOOKS = ("01_concentration.ipynb", "03_intervention_semantics.ipynb")
+SLOW_NOTEBOOKS = (
+    "01_concentration.ipynb",
+    "03_intervention_semantics.ipynb",
+    "11_two_models.ipynb",
+)
 
 
 def _executed(path: Path) -> pytest.param:
