@@ -5,6 +5,8 @@ Each solution runs in the notebook's kernel after its cells (the names are the n
 ``FORMS`` and the rejection of every sign flip in ``SIGNED``.
 """
 
+import math
+
 # Exercise 1. The window of 3 admits keys 5, 6, 7 for query 7, so n = 3.
 # H = 0.5 log 2 + 2 * 0.25 log 4 = 1.5 log 2 = 1.0397 nats, and H / log 3 = 0.946: nearly
 # uniform over what the query may see. With the causal mask alone n = 8 and the same row

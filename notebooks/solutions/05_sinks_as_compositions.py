@@ -5,6 +5,8 @@ Each solution runs in the notebook's kernel after its cells (the names are the n
 ``FORMS`` and the rejection of every sign flip in ``SIGNED``.
 """
 
+import math
+
 # Exercise 1. The sink-lm-3l section prints the sink share of the mean change with its
 # interval: most of that model's entropy collapse is mass moving onto <bos>.
 answer_1 = sink_model.overall["sink_share"]

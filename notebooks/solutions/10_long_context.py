@@ -5,6 +5,8 @@ Each solution runs in the notebook's kernel after its cells (the names are the n
 ``FORMS`` and the rejection of every sign flip in ``SIGNED``.
 """
 
+import math
+
 # Exercise 1. Uniform over the 32 admitted keys: H = log 32. The naive normalization divides
 # by log 1024 (every position up to the query): log 32 / log 1024 = 5 / 10 = 0.500. interv
 # divides by log n = log 32 and reads 1.000: as spread as the mask allows.

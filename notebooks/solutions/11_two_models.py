@@ -13,9 +13,11 @@ answer_1 = "sink-lm-3l"
 # sign over 8 heads came mostly from the difference *between* layers (layer-0 heads park
 # more and matter less); within a layer, with 4 heads, the rank correlation can take any
 # sign, and an interval over 4 heads would be too wide to read.
-sink_l1 = interv.concentration(model_2, tokens_2, progress=False).sink_mass[:, 1]
+induction = interv.load_model("induction-2l")
+held_out = zoo.held_out_batch("induction-2l", n_sequences=32).tokens
+sink_l1 = interv.concentration(induction, held_out, progress=False).sink_mass[:, 1]
 loss_l1 = text_loss(
-    model_2, tokens_2, [interv.ZeroAblation(1, h) for h in range(4)], first_position=1
+    induction, held_out, [interv.ZeroAblation(1, h) for h in range(4)], first_position=1
 )
 answer_2 = float(
     spearman(sink_l1.nanmean(-1).mean(0), (loss_l1.values - loss_l1.clean).mean(-1).abs())
