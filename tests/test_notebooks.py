@@ -115,15 +115,15 @@ def exercise_cells(notebook) -> list[int]:
     ]
 
 
-VARIANT = "--- variant {name} {kind}"
+VARIANT = "--- variant {n}: exercise {name}, {kind}"
 
 
 def with_solutions(notebook, path: Path) -> tuple[list[str], list[tuple[str, str]]]:
     """Put the notebook's solutions into its exercise cells, in place, and append a cell that
     re-runs those cells with each equivalent form of an answer and with each sign flip.
 
-    Returns the exercise names and the (name, kind) of every variant run, kind being
-    ``"form"`` (must be accepted) or ``"flip"`` (must be rejected).
+    Returns the exercise names and the (name, kind) of every variant run, in order, kind
+    being ``"form"`` (must be accepted) or ``"flip"`` (must be rejected).
     """
     solution = (SOLUTIONS / path.with_suffix(".py").name).read_text(encoding="utf-8")
     forms, signed = solution_variants(solution)
@@ -139,9 +139,10 @@ def with_solutions(notebook, path: Path) -> tuple[list[str], list[tuple[str, str
         runs = [("form", form) for form in forms.get(name, [])]
         runs += [("flip", f"-_solved[{name!r}]")] if name in signed else []
         for kind, value in runs:
+            marker = VARIANT.format(n=len(variants), name=name, kind=kind)
             variants.append((name, kind))
             driver += [
-                f"print({VARIANT.format(name=name, kind=kind)!r})",
+                f"print({marker!r})",
                 f"answer_{name} = {value}",
                 f"exec({checks!r})",
                 f"answer_{name} = _solved[{name!r}]",
@@ -180,8 +181,8 @@ def verdicts(notebook, names, variants) -> list[str]:
     for name in names:
         if not first.get(name, "").startswith(f"exercise {name}: correct"):
             problems.append(f"the solution of exercise {name}: {first.get(name)!r}")
-    for name, kind in variants:
-        marker = lines.index(VARIANT.format(name=name, kind=kind))
+    for n, (name, kind) in enumerate(variants):
+        marker = lines.index(VARIANT.format(n=n, name=name, kind=kind))
         line = next(x for x in lines[marker:] if x.startswith(f"exercise {name}: "))
         wanted = "correct" if kind == "form" else "not yet"
         if not line.startswith(f"exercise {name}: {wanted}"):
