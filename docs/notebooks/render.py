@@ -5,7 +5,7 @@ notebooks themselves stay stored without outputs. ``tests/test_notebooks.py`` ch
 each copy has its notebook's cells and that the numbers the prose quotes are in the copy's
 outputs (and, when it executes the notebooks, in fresh outputs too).
 
-    python docs/notebooks/render.py                      # every notebook (about 7 minutes)
+    python docs/notebooks/render.py                      # every notebook (docs/notebooks/index.md)
     python docs/notebooks/render.py 05_sinks_as_compositions.ipynb
     python docs/notebooks/render.py --markdown-only       # prose edited, code unchanged
 
