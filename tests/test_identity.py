@@ -119,7 +119,18 @@ def test_the_fingerprint_is_the_hash_of_the_identity_and_changes_with_any_part()
 # ---- one directory identity: the command and the Python form resume each other ----
 
 SCREEN = Screen(top_k=4, audit=6, alpha=None)
-CLI = ["circuit", "induction-2l", "--n-pairs", "4", "--verify-top", "4", "--audit", "6"]
+CLI = [
+    "circuit",
+    "induction-2l",
+    "--n-pairs",
+    "4",
+    "--top-k",
+    "4",
+    "--audit",
+    "6",
+    "--alpha",
+    "none",
+]
 
 
 @pytest.fixture
