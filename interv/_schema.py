@@ -169,7 +169,7 @@ def parse(cls: type[T], data: Any, what: str) -> T:
     if "provenance" in missing and len(missing) <= 2:  # the unit came with it
         raise BeforeProvenance(f"{what} has no field 'provenance'")
     values = {}
-    for name, spec in fields.items():  # the fields first: an older file is told by them
+    for name in fields:  # the fields first: an older file is told by them
         if name not in data:
             if name in missing:
                 raise IntervError(f"{what}: missing field {name!r}")

@@ -45,6 +45,22 @@ Interval = tuple[float, float]
 METHODS = Literal["eap", "eap-ig"]
 
 
+MAX_HEADS = 10**6
+"""The most attention heads (layers x heads) a stored graph may have: 60 times the largest
+model's (126 x 128); a graph beyond it is damage, refused before its edges are counted."""
+
+
+def _shaped(graph: Graph, n_edges: int | None = None) -> None:
+    """Refuse a graph beyond any model (or, given the stored edges' count, beyond it: each
+    head receives at least one edge) before its edges are enumerated."""
+    heads = graph.n_layers * graph.n_heads
+    if heads > MAX_HEADS or (n_edges is not None and heads > n_edges):
+        raise IntervError(
+            f"graph.n_layers x graph.n_heads is {graph.n_layers} x {graph.n_heads}: beyond "
+            f"{'any model' if heads > MAX_HEADS else f'the {n_edges} stored edges'}"
+        )
+
+
 def _same_length(owner: Any, names: tuple[str, ...], n: int, of: str) -> None:
     for name in names:
         found = len(getattr(owner, name))
@@ -71,6 +87,7 @@ class StoredScores:
     unit: str
 
     def __post_init__(self) -> None:
+        _shaped(self.graph, len(self.scores))
         n = self.graph.n_edges
         _same_length(self, ("scores",), n, "edges of the graph")
         if self.per_prompt is not None:
@@ -116,6 +133,7 @@ class StoredStability:
     def __post_init__(self) -> None:
         names = ("circuits", "jaccard", "mean", "low", "high", "inclusion")
         _same_length(self, names, len(self.sizes), "circuit sizes")
+        _shaped(self.graph)
         n_edges = self.graph.n_edges
         outside = [
             i
