@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,10 +81,10 @@ def headline_lines(report: ReportData, n: int = 5) -> list[str]:
     if kind is None:
         return lines
     floor = report.instructive_floor()
+    bound = f"{floor:.4g} {unit}" if math.isfinite(floor) else "n/a: the report has no scale"
     rule = (
         f"(largest gap between concentration rank and |effect| rank, among heads with "
-        f"|effect| > {report.flag_rules.near_zero_fraction:g} x effect scale = "
-        f"{floor:.4g} {unit})"
+        f"|effect| > {report.flag_rules.near_zero_fraction:g} x effect scale = {bound})"
     )
     instructive = report.instructive(3)
     if instructive:
