@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from interv._journal import STATUSES
-from interv._schema import AtLeast, Finite
+from interv._schema import AtLeast, Finite, Within
 from interv.audit import StoredAudit
 from interv.circuits.graph import Graph
 from interv.errors import IntervError
@@ -42,6 +42,8 @@ __all__ = [
 Count = Annotated[int, AtLeast(0)]
 Finites = Annotated[list[float], Finite()]
 Interval = tuple[float, float]
+Share = Annotated[float, Finite(), Within(0.0, 1.0)]
+"""A share (of resamples, of edges): a finite number in [0, 1]."""
 METHODS = Literal["eap", "eap-ig"]
 
 
@@ -102,7 +104,7 @@ class StoredInclusion:
     """Per circuit size, the edges some resample's circuit held and the share that did."""
 
     edges: list[Count]
-    share: list[float]
+    share: list[Share]
 
     def __post_init__(self) -> None:
         _same_length(self, ("share",), len(self.edges), "edges")
@@ -116,15 +118,15 @@ class StoredStability:
     graph: Graph
     sizes: list[Annotated[int, AtLeast(1)]]
     circuits: list[list[Count]]
-    jaccard: list[list[float]]
-    mean: list[float]
-    low: list[float]
-    high: list[float]
+    jaccard: list[list[Share]]
+    mean: list[Share]
+    low: list[Annotated[float, Within(0.0, 1.0)]]
+    high: list[Annotated[float, Within(0.0, 1.0)]]
     inclusion: list[StoredInclusion]
     n_resamples: Annotated[int, AtLeast(1)]
     seed: int
-    level: float
-    stable_at: float
+    level: Annotated[float, Finite(), Within(0.0, 1.0)]
+    stable_at: Annotated[float, Finite(), Within(0.0, 1.0)]
     n_prompts: Count
     n_verified: Count
     n_exact_computed: Count
@@ -143,6 +145,19 @@ class StoredStability:
         ]
         if outside:
             raise IntervError(f"edge index {outside[0]} is outside the graph's {n_edges} edges")
+        for i, (size, circuit) in enumerate(zip(self.sizes, self.circuits, strict=True)):
+            if size > n_edges or len(circuit) != size:
+                raise IntervError(
+                    f"sizes[{i}] is {size}; circuits[{i}] holds {len(circuit)} edges of the "
+                    f"graph's {n_edges}"
+                )
+        for i, row in enumerate(self.jaccard):
+            if len(row) != self.n_resamples:
+                raise IntervError(
+                    f"jaccard[{i}] holds {len(row)} values for n_resamples {self.n_resamples}"
+                )
+        for i, (low, high) in enumerate(zip(self.low, self.high, strict=True)):
+            _interval(f"low[{i}], high[{i}]", (low, high))
 
 
 @dataclass(frozen=True)
