@@ -29,11 +29,10 @@ wait instead of spinning; the ``interv`` command does this itself).
 # `-m`, so that `python -m interv` can take the working directory off sys.path
 # (interv/__main__.py) before any file there could stand in for a module interv imports.
 from interv._lazy import lazy_exports
+from interv._version import __version__
 from interv.errors import IntervError
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
-
-__version__ = "0.2.0"
 
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {
@@ -86,7 +85,7 @@ _EXPORTS: dict[str, str] = {
     "register": "interv.engine.protocol",
     # reports and sweeps
     "build_report": "interv.report.table",
-    "Report": "interv.report.table",
+    "Report": "interv.report.report",
     "save_report": "interv.report.render",
     "run_sweep": "interv.sweeps.execute",
     "load_sweep": "interv.sweeps.collect",
@@ -129,7 +128,8 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
     from interv.engine.sites import Site
     from interv.models.loading import load_model
     from interv.report.render import save_report
-    from interv.report.table import Report, build_report
+    from interv.report.report import Report
+    from interv.report.table import build_report
     from interv.report.viewer import view_attention
     from interv.sweeps.collect import load_sweep
     from interv.sweeps.execute import run_sweep

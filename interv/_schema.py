@@ -169,7 +169,7 @@ def parse(cls: type[T], data: Any, what: str) -> T:
     if "provenance" in missing and len(missing) <= 2:  # the unit came with it
         raise BeforeProvenance(f"{what} has no field 'provenance'")
     values = {}
-    for name, spec in fields.items():  # the fields first: an older file is told by them
+    for name in fields:  # the fields first: an older file is told by them
         if name not in data:
             if name in missing:
                 raise IntervError(f"{what}: missing field {name!r}")
@@ -238,6 +238,7 @@ def read_lines(path: Path, cls: type[T], what: str) -> Iterator[tuple[int, T]]:
 
 
 _NUMBERS = frozenset((int, float))
+_FINITE_ROW = Annotated[list[float], Finite()]
 
 
 def _floats(value: Any, where: str, *, finite: bool = False) -> list[float]:
@@ -354,6 +355,8 @@ def _value(value: Any, hint: Any, where: str) -> Any:
         item = args[0] if args else Any
         if item is float:  # long numeric lists: one tight pass
             items: list[Any] = _floats(value, where)
+        elif item == _FINITE_ROW:  # a matrix of finite numbers: one tight pass per row
+            items = [_floats(v, f"{where}[{i}]", finite=True) for i, v in enumerate(value)]
         else:
             items = [_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items

@@ -60,7 +60,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from interv._checks import as_finite, as_int
-from interv._schema import AtLeast, Finite, parse
+from interv._schema import AtLeast, Finite, Within, parse
 from interv.errors import IntervError
 from interv.stats import bootstrap_indices, percentile_interval, spearman
 
@@ -497,13 +497,13 @@ class StoredAudit:
     order: list[Count]
     n_verified: Count
     audited: list[Count]
-    threshold: float
+    threshold: Annotated[float, Within(0.0)]
     misses: Count
-    miss_bound: float
+    miss_bound: Annotated[float, Within(0.0, 1.0)]
     looks: Count
     stopped_by: Literal["bound", "budget", "all checked", "one look"]
-    rank_agreement: float
-    rank_interval: tuple[float, float]
+    rank_agreement: Annotated[float, Within(-1.0, 1.0)]
+    rank_interval: tuple[Annotated[float, Within(-1.0, 1.0)], Annotated[float, Within(-1.0, 1.0)]]
     method: str
     unchecked_bound: Count | None = None  # absent from audits stored before it existed
 
@@ -514,9 +514,16 @@ class StoredAudit:
                 raise IntervError(
                     f"'{name}' holds {len(getattr(self, name))} entries for {n} candidates"
                 )
-        outside = [i for i in (*self.order, *self.audited) if i >= n]
-        if outside:
-            raise IntervError(f"candidate index {outside[0]} is outside the {n} candidates")
+        if self.n_verified > n or self.misses > len(self.audited):
+            raise IntervError(
+                f"n_verified {self.n_verified} or misses {self.misses} exceed the {n} "
+                f"candidates or the {len(self.audited)} audited"
+            )
+        for name in ("order", "audited"):
+            outside = [(k, i) for k, i in enumerate(getattr(self, name)) if i >= n]
+            if outside:
+                k, i = outside[0]
+                raise IntervError(f"{name}[{k}] is {i}: outside the {n} candidates")
         for i, (state, value) in enumerate(zip(self.status, self.exact, strict=True)):
             if (state == ESTIMATED) != math.isnan(value):
                 raise IntervError(

@@ -51,7 +51,7 @@ from interv.tasks.pairs import PromptPairs
 
 if TYPE_CHECKING:
     from interv.engine.interventions import Intervention
-    from interv.report.table import Report
+    from interv.report.report import Report
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [

@@ -15,7 +15,8 @@ from interv.analysis.concentration import METRICS, HeadConcentration
 from interv.demo import demo_interventions
 from interv.engine.results import InterventionResult, MetricInfo, Scope, intervention_fields
 from interv.provenance import Provenance
-from interv.report.table import Report, build_report
+from interv.report.report import Report
+from interv.report.table import build_report
 
 MODEL = "synthetic-model"
 

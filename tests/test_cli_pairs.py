@@ -8,7 +8,7 @@ import pytest
 
 import interv
 from interv.cli import main
-from interv.report.table import Report
+from interv.report.report import Report
 
 
 @pytest.fixture

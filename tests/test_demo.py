@@ -14,7 +14,7 @@ import torch
 from interv import ZeroAblation, load_task, run
 from interv.cli import main
 from interv.models.loading import load_model
-from interv.report.table import Report
+from interv.report.report import Report
 
 pytestmark = pytest.mark.slow  # whole demo runs: out of the quick loop
 

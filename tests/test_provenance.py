@@ -177,6 +177,7 @@ def world():
         "Report": build_report(result, concentration, n_bootstrap=20),
         "AttentionView": attention_view(model, task, heads=[(1, 0)]),
     }
+    values["ReportData"] = values["Report"]  # what the renderers read of a report
     missing = set(TYPES) - set(values)
     assert not missing, f"add a value of {missing} to this fixture"
     return {"model": model, "task": task, "Screen": screen, **values}

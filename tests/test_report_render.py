@@ -204,7 +204,7 @@ def test_jupyter_displays_the_page(report, tmp_path):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
         nbformat.v4.new_code_cell(
-            "import json\nfrom interv.report.table import Report\n"
+            "import json\nfrom interv.report.report import Report\n"
             "Report.from_dict(json.load(open('report.json')))"
         )
     ]

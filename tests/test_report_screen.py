@@ -15,7 +15,8 @@ from interv.engine.interventions import MeanAblation, ZeroAblation
 from interv.flags import ESTIMATED_FLAG
 from interv.report.page import page_fragment
 from interv.report.render import to_csv, to_json, to_markdown
-from interv.report.table import Report, build_report
+from interv.report.report import Report
+from interv.report.table import build_report
 from interv.report.views import head_groups
 
 HEADS = [(layer, head) for layer in range(2) for head in range(4)]

@@ -9,7 +9,7 @@ import pytest
 import interv
 from interv.analysis.pairwise import pair_design
 from interv.report.render import to_json, to_markdown
-from interv.report.table import Report
+from interv.report.report import Report
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from interv.engine.interventions import (
 from interv.engine.sites import Site
 from interv.errors import IntervError
 from interv.report.render import to_json
-from interv.report.table import Report, build_report
+from interv.report.report import Report
+from interv.report.table import build_report
 
 N_PROMPTS = 6
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from interv.circuits.selection import StableCircuit
 from interv.circuits.store import FORMAT as CIRCUIT_RUN
 from interv.engine.results import ScreenOutcome
 from interv.errors import IntervError
-from interv.report.table import Report
+from interv.report.report import Report
 from interv.sweeps import store as sweeps
 
 FREE_FORM = {"config", "identity", "params", "versions"}
@@ -262,3 +264,87 @@ def test_fields_named_by_the_schemas_are_the_fields_interv_writes():
     for name, (content, _) in FILES.items():
         assert isinstance(_plain(content), dict), name
     assert {f.name for f in dataclasses.fields(sweeps.SweepManifest)} >= set(_sweep_manifest())
+
+
+# Invariants: every numeric field set to inf, NaN, huge and negative is refused in one line
+# naming the file and the field's path, or (where the value is allowed) rendered correctly.
+# A circuit directory's files are rendered by `interv report` and a report.json as Markdown;
+# a sweep's files and the journals are read only (their render needs a whole sweep: their
+# values are checked against each other by the sweep's reader). A provenance that differs
+# between a circuit and its curve or link is named in words ("different numbers of
+# prompts") with both files.
+
+_CIRCUIT_DIR = ("circuit.json", "faithfulness.json", "mission.json")
+_RENDERED = {"circuit.json", "circuit.json with stability", "faithfulness.json", "mission.json"}
+_NOT_A_NUMBER = re.compile(r"(?<![\w.])-?(inf|nan)(?![\w])")  # as Python prints them
+
+
+def _numeric_paths(content: Any) -> list[tuple]:
+    return [
+        path
+        for path in _paths(content)
+        if isinstance(_get(content, path), int | float)
+        and not isinstance(_get(content, path), bool)
+    ]
+
+
+def _render_circuit(directory: Path, out: Path) -> str:
+    from interv.cli.report_circuit import rerender_circuit
+
+    rerender_circuit(directory, str(out))
+    return (out / "circuit.md").read_text()
+
+
+def _read_and_render(name: str, content: Any, directory: Path, out: Path) -> str | None:
+    """The file written as JSON (``Infinity`` and ``NaN`` as Python's json writes them),
+    read back by its reader naming the file, and rendered where interv renders it."""
+    from interv._schema import from_file
+    from interv.report.render import to_markdown
+
+    _, reader = FILES[name]
+    if name in _RENDERED:
+        file = name.split()[0]
+        for other in _CIRCUIT_DIR:
+            if other != file:
+                (directory / other).write_text(json.dumps(_plain(FILES[other][0])))
+        (directory / file).write_text(json.dumps(content))
+        return _render_circuit(directory, out)
+    path = directory / name.split()[-1]
+    path.write_text(json.dumps(content))
+    value = from_file(path, reader, name)
+    return to_markdown(value) if name == "report.json" else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FILES))
+@settings(max_examples=2, deadline=None)
+@given(
+    huge=st.sampled_from([1e300, 1.7e308, 10**30, 10**400]),
+    negative=st.sampled_from([-1, -0.5, -1e6]),
+)
+def test_every_numeric_field_at_inf_nan_huge_or_negative_is_refused_or_rendered(
+    name, huge, negative, tmp_path_factory
+):
+    content = _plain(FILES[name][0])
+    for path in _numeric_paths(content):
+        original = _get(content, path)
+        for value in (math.inf, -math.inf, math.nan, huge, negative * (abs(original) + 1)):
+            broken = copy.deepcopy(content)
+            _set(broken, path, value)
+            directory = tmp_path_factory.mktemp("stored")
+            out = tmp_path_factory.mktemp("out") / "rendered"
+            where = f"{name} {list(path)} = {value!r}"
+            try:
+                text = _read_and_render(name, broken, directory, out)
+            except IntervError as error:
+                message = str(error)
+                assert "\n" not in message, where
+                assert str(directory) in message, f"{where}: the file is not named: {message}"
+                field = str(path[-1]) if isinstance(path[-1], str) else str(path[-2])
+                joined = "does not belong with" in message  # the provenance entry, in words
+                assert joined or field in message, f"{where}: the field is not named: {message}"
+                continue
+            assert not (isinstance(value, float) and math.isinf(value)), f"{where} was read"
+            if text is not None:
+                shown = _NOT_A_NUMBER.search(text)
+                assert shown is None, f"{where} renders {shown.group(0)!r}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from interv._journal import STATUSES
-from interv._schema import AtLeast, Finite
+from interv._schema import AtLeast, Finite, Within
 from interv.audit import StoredAudit
 from interv.circuits.graph import Graph
 from interv.errors import IntervError
@@ -43,7 +43,25 @@ __all__ = [
 Count = Annotated[int, AtLeast(0)]
 Finites = Annotated[list[float], Finite()]
 Interval = tuple[float, float]
+Share = Annotated[float, Finite(), Within(0.0, 1.0)]
+"""A share (of resamples, of edges): a finite number in [0, 1]."""
 METHODS = Literal["eap", "eap-ig"]
+
+
+MAX_HEADS = 10**6
+"""The most attention heads (layers x heads) a stored graph may have: 60 times the largest
+model's (126 x 128); a graph beyond it is damage, refused before its edges are counted."""
+
+
+def _shaped(graph: Graph, n_edges: int | None = None) -> None:
+    """Refuse a graph beyond any model (or, given the stored edges' count, beyond it: each
+    head receives at least one edge) before its edges are enumerated."""
+    heads = graph.n_layers * graph.n_heads
+    if heads > MAX_HEADS or (n_edges is not None and heads > n_edges):
+        raise IntervError(
+            f"graph.n_layers x graph.n_heads is {graph.n_layers} x {graph.n_heads}: beyond "
+            f"{'any model' if heads > MAX_HEADS else f'the {n_edges} stored edges'}"
+        )
 
 
 def _same_length(owner: Any, names: tuple[str, ...], n: int, of: str) -> None:
@@ -72,6 +90,7 @@ class StoredScores:
     unit: str
 
     def __post_init__(self) -> None:
+        _shaped(self.graph, len(self.scores))
         n = self.graph.n_edges
         _same_length(self, ("scores",), n, "edges of the graph")
         if self.per_prompt is not None:
@@ -86,7 +105,7 @@ class StoredInclusion:
     """Per circuit size, the edges some resample's circuit held and the share that did."""
 
     edges: list[Count]
-    share: list[float]
+    share: list[Share]
 
     def __post_init__(self) -> None:
         _same_length(self, ("share",), len(self.edges), "edges")
@@ -100,15 +119,15 @@ class StoredStability:
     graph: Graph
     sizes: list[Annotated[int, AtLeast(1)]]
     circuits: list[list[Count]]
-    jaccard: list[list[float]]
-    mean: list[float]
-    low: list[float]
-    high: list[float]
+    jaccard: list[list[Share]]
+    mean: list[Share]
+    low: list[Annotated[float, Within(0.0, 1.0)]]
+    high: list[Annotated[float, Within(0.0, 1.0)]]
     inclusion: list[StoredInclusion]
     n_resamples: Annotated[int, AtLeast(1)]
     seed: int
-    level: float
-    stable_at: float
+    level: Annotated[float, Finite(), Within(0.0, 1.0)]
+    stable_at: Annotated[float, Finite(), Within(0.0, 1.0)]
     n_prompts: Count
     n_verified: Count
     n_exact_computed: Count
@@ -117,6 +136,7 @@ class StoredStability:
     def __post_init__(self) -> None:
         names = ("circuits", "jaccard", "mean", "low", "high", "inclusion")
         _same_length(self, names, len(self.sizes), "circuit sizes")
+        _shaped(self.graph)
         n_edges = self.graph.n_edges
         outside = [
             i
@@ -126,6 +146,19 @@ class StoredStability:
         ]
         if outside:
             raise IntervError(f"edge index {outside[0]} is outside the graph's {n_edges} edges")
+        for i, (size, circuit) in enumerate(zip(self.sizes, self.circuits, strict=True)):
+            if size > n_edges or len(circuit) != size:
+                raise IntervError(
+                    f"sizes[{i}] is {size}; circuits[{i}] holds {len(circuit)} edges of the "
+                    f"graph's {n_edges}"
+                )
+        for i, row in enumerate(self.jaccard):
+            if len(row) != self.n_resamples:
+                raise IntervError(
+                    f"jaccard[{i}] holds {len(row)} values for n_resamples {self.n_resamples}"
+                )
+        for i, (low, high) in enumerate(zip(self.low, self.high, strict=True)):
+            _interval(f"low[{i}], high[{i}]", (low, high))
 
 
 @dataclass(frozen=True)

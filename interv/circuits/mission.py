@@ -148,7 +148,7 @@ class RankAgreement:
 
     def __post_init__(self) -> None:
         if self.low > self.high:  # NaN (no interval) compares False
-            raise IntervError(f"its interval runs from {self.low} down to {self.high}")
+            raise IntervError(f"low {self.low} is above high {self.high}")
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,13 @@ class MissionLink:
         edges = {edge.label for head in self.heads for edge in head.edges}
         if len(edges) > self.circuit_size:
             raise IntervError(
-                f"the heads touch {len(edges)} circuit edges; the circuit holds {self.circuit_size}"
+                f"the heads touch {len(edges)} circuit edges; circuit_size is {self.circuit_size}"
             )
-        for agreement in self.agreements:
+        for i, agreement in enumerate(self.agreements):
             if agreement.n_heads > len(self.heads):
                 raise IntervError(
-                    f"an agreement counts {agreement.n_heads} heads; the link holds "
-                    f"{len(self.heads)}"
+                    f"agreements[{i}].n_heads is {agreement.n_heads}; the link holds "
+                    f"{len(self.heads)} heads"
                 )
 
     @property

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -52,7 +52,8 @@ from interv.provenance import Provenance, join
 from interv.stats import MIN_ITEMS, bootstrap_indices, percentile_interval, too_few
 
 if TYPE_CHECKING:
-    from interv.circuits.discovery import CircuitResult
+    from interv.audit import Audit
+    from interv.circuits.screens import EdgeScores
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
@@ -64,6 +65,25 @@ __all__ = [
     "circuit_stability",
     "exact_first",
 ]
+
+
+class Discovery(Protocol):
+    """What :func:`circuit_stability` reads of a discovery: a
+    :class:`~interv.circuits.CircuitResult` (which holds the stability it returns, so the
+    result is named by what is read of it, and the two modules do not import each other)."""
+
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def scores(self) -> EdgeScores: ...
+    @property
+    def audit(self) -> Audit: ...
+    @property
+    def task_name(self) -> str: ...
+    @property
+    def provenance(self) -> Provenance: ...
+    def ranking(self) -> torch.Tensor: ...
+
 
 DEFAULT_SIZES: tuple[int, ...] = (20, 100, 500)
 """Circuit sizes (edges) compared by default (those within the graph)."""
@@ -305,7 +325,7 @@ def _sizes(sizes: Sequence[int] | None, n_edges: int) -> tuple[int, ...]:
 def circuit_stability(
     model: Any,
     task: TokenizedPairs,
-    result: CircuitResult,
+    result: Discovery,
     *,
     n_resamples: int = 200,
     sizes: Sequence[int] | None = None,

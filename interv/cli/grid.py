@@ -23,7 +23,7 @@ from interv.cli.tasks import add_task_options, command_pairs
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
-    from interv.report.table import Report
+    from interv.report.report import Report
 
 __all__ = ["grid_lines", "register"]
 

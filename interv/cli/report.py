@@ -31,7 +31,7 @@ from interv.cli.tasks import PAIRS_FILE_HELP, first_pairs, read_pairs
 from interv.errors import IntervError
 
 if TYPE_CHECKING:
-    from interv.report.table import Report
+    from interv.report.report import Report
 
 __all__ = ["register"]
 
@@ -121,7 +121,7 @@ def _run_report(args: argparse.Namespace) -> int:
             "interv circuit)"
         )
     if is_report:
-        from interv.report.table import Report  # torch: on use (CLI start-up)
+        from interv.report.report import Report  # torch: on use (CLI start-up)
 
         report = Report.from_dict(read_json(directory / "report.json", "saved report"))
     else:

@@ -150,7 +150,14 @@ def rerender_circuit(directory: Path, out: str | None) -> int:
 
     with _not_being_written(directory):
         circuit, curve, link, missing = _read_inputs(directory)  # all checked before a write
-        check_together(circuit, curve, link)  # another run's curve or link is refused
+        for name, pair in (("faithfulness.json", (curve, None)), ("mission.json", (None, link))):
+            try:  # another run's curve or link is refused
+                check_together(circuit, *pair)
+            except IntervError as error:
+                raise IntervError(
+                    f"{str(directory / name)!r} does not belong with "
+                    f"{str(directory / 'circuit.json')!r}: {error}; {_REDO}"
+                ) from None
         try:
             output = claim_dir(out or directory, what="output directory", by="interv report")
         except IntervError as error:

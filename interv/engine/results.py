@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
 
@@ -113,10 +113,24 @@ class Scope:
 
     model_name: str
     task_name: str
-    n_prompts: int
-    n_positions: int
+    n_prompts: Annotated[int, AtLeast(1)]
+    n_positions: Annotated[int, AtLeast(1)]
     answer_positions: tuple[int, ...]
-    padding_side: str
+    padding_side: Literal["right", "left"]
+
+    def __post_init__(self) -> None:
+        if len(self.answer_positions) != self.n_prompts:
+            raise IntervError(
+                f"answer_positions holds {len(self.answer_positions)} positions for "
+                f"n_prompts {self.n_prompts}"
+            )
+        outside = [
+            p for p in self.answer_positions if not -self.n_positions <= p < self.n_positions
+        ]
+        if outside:
+            raise IntervError(
+                f"answer_positions {outside[0]} is outside the {self.n_positions} positions"
+            )
 
     @classmethod
     def of(cls, model: Any, task: TokenizedPairs) -> Scope:

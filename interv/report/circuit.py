@@ -68,9 +68,9 @@ def check_together(
         graph = circuit.graph
         if link.circuit_size > graph.n_edges or len(link.heads) != graph.n_layers * graph.n_heads:
             raise IntervError(
-                f"the mission link holds {len(link.heads)} heads and a circuit of "
-                f"{link.circuit_size} edges; the circuit's graph has "
-                f"{graph.n_layers * graph.n_heads} heads and {graph.n_edges} edges"
+                f"the mission link's circuit_size is {link.circuit_size} and it holds "
+                f"{len(link.heads)} heads; the circuit's graph has {graph.n_edges} edges and "
+                f"{graph.n_layers * graph.n_heads} heads"
             )
 
 

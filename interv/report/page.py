@@ -56,13 +56,13 @@ from interv.report.views import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from interv.report.data import ReportData
     from interv.report.sections import RankedHead
-    from interv.report.table import Report
 
 __all__ = ["page_fragment", "to_page"]
 
 
-def _layers_text(report: Report) -> str:
+def _layers_text(report: ReportData) -> str:
     layers = swept_layers(report)
     n_layers = report.header.n_layers
     if len(layers) == n_layers:
@@ -71,7 +71,7 @@ def _layers_text(report: Report) -> str:
     return f"layer{'s' if len(layers) != 1 else ''} {listed} of {n_layers}"
 
 
-def _scope_line(report: Report) -> str:
+def _scope_line(report: ReportData) -> str:
     """The scope in one line: model, task, prompts, heads, metric and query positions."""
     h = report.header
     heads = {row.head for row in report.rows if row.head is not None}
@@ -83,7 +83,7 @@ def _scope_line(report: Report) -> str:
     )
 
 
-def _agreement_text(report: Report) -> str:
+def _agreement_text(report: ReportData) -> str:
     entries = headline_agreement(report, DEFAULT_METRIC)
     level = int(report.header.ci_level * 100)
     if not entries:
@@ -119,7 +119,7 @@ def _others(head: RankedHead) -> str:
     return f"<div class='iv-others'>same head, other interventions (mean effect): {listed}</div>"
 
 
-def _effect_html(head: RankedHead, report: Report) -> str:
+def _effect_html(head: RankedHead, report: ReportData) -> str:
     h = report.header
     return (
         f"effect <b>{number(head.effect.mean, 3)} {escape(h.metric_unit)}</b> "
@@ -128,7 +128,7 @@ def _effect_html(head: RankedHead, report: Report) -> str:
     )
 
 
-def _largest_list(report: Report, kind: str) -> str:
+def _largest_list(report: ReportData, kind: str) -> str:
     heads = report.largest_effects(_HEADLINE_N, kind)
     if not heads:
         return ""
@@ -149,7 +149,7 @@ def _largest_list(report: Report, kind: str) -> str:
     )
 
 
-def _concentrated_list(report: Report, kind: str) -> str:
+def _concentrated_list(report: ReportData, kind: str) -> str:
     heads = report.most_concentrated(_HEADLINE_N, kind)
     if not heads:
         return ""
@@ -168,7 +168,7 @@ def _concentrated_list(report: Report, kind: str) -> str:
     )
 
 
-def _instructive_list(report: Report) -> str:
+def _instructive_list(report: ReportData) -> str:
     floor = report.instructive_floor()
     unit = escape(report.header.metric_unit)
     rule = (
@@ -203,7 +203,7 @@ def _instructive_list(report: Report) -> str:
     )
 
 
-def _headline(report: Report) -> str:
+def _headline(report: ReportData) -> str:
     h = report.header
     note = report.baseline_note()
     kind = report.headline_kind
@@ -222,7 +222,7 @@ def _headline(report: Report) -> str:
     return "".join(parts)
 
 
-def _heatmap_section(report: Report) -> str:
+def _heatmap_section(report: ReportData) -> str:
     grids = heatmaps(report)
     if not grids:
         return ""
@@ -245,7 +245,7 @@ def _heatmap_section(report: Report) -> str:
     )
 
 
-def _scatter_section(report: Report) -> str:
+def _scatter_section(report: ReportData) -> str:
     figures = scatters(report)
     if not figures:
         return ""
@@ -257,7 +257,7 @@ def _scatter_section(report: Report) -> str:
     )
 
 
-def _grid_section(report: Report) -> str:
+def _grid_section(report: ReportData) -> str:
     """The layer x position recovery grid of the single-position residual patches."""
     grids = recovery_grids(report)
     if not grids:
@@ -280,7 +280,7 @@ def _options(values: list[tuple[str, str]]) -> str:
     return "".join(f"<option value='{escape(v)}'>{escape(text)}</option>" for v, text in values)
 
 
-def _table_section(report: Report) -> str:
+def _table_section(report: ReportData) -> str:
     layers = sorted({row.site.layer for row in report.rows if row.site is not None})
     kinds = _options([("", "every kind"), *[(k, k) for k in report.kinds]])
     layer_options = _options([("", "every layer"), *[(str(x), f"layer {x}") for x in layers]])
@@ -312,7 +312,7 @@ def _table_section(report: Report) -> str:
     )
 
 
-def _agreement_section(report: Report) -> str:
+def _agreement_section(report: ReportData) -> str:
     columns, rows = agreement_cells(report)
     if rows:
         numeric = {"n heads", "Spearman rho (metric vs |effect|)"}
@@ -335,7 +335,7 @@ def _agreement_section(report: Report) -> str:
     )
 
 
-def _joined_sections(report: Report) -> str:
+def _joined_sections(report: ReportData) -> str:
     """Direct vs indirect, path patches and interactions, each as its own table."""
     parts = []
     for table in report.section_tables():
@@ -352,7 +352,7 @@ def _joined_sections(report: Report) -> str:
     return "".join(parts)
 
 
-def _screen_section(report: Report) -> str:
+def _screen_section(report: ReportData) -> str:
     """The screens behind the rows: what was intervened on, the audit, and the estimates."""
     if not report.screens:
         return ""
@@ -365,7 +365,7 @@ def _screen_section(report: Report) -> str:
     )
 
 
-def _scope_section(report: Report) -> str:
+def _scope_section(report: ReportData) -> str:
     scope = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in header_lines(report))
     rules = "".join(
         f"<dt>{escape(f)}</dt><dd>{escape(r)}</dd>" for f, r in report.rules_text.items()
@@ -402,7 +402,7 @@ def _static_section(figures: dict[str, Figure]) -> str:
     )
 
 
-def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> str:
+def page_fragment(report: ReportData, figures: dict[str, Figure] | None = None) -> str:
     """The page as one ``<div class="interv-report">`` with its style and script inlined.
 
     Args:
@@ -429,7 +429,7 @@ def page_fragment(report: Report, figures: dict[str, Figure] | None = None) -> s
     return "".join(parts)
 
 
-def to_page(report: Report, figures: dict[str, Figure] | None = None) -> str:
+def to_page(report: ReportData, figures: dict[str, Figure] | None = None) -> str:
     """The whole HTML document: :func:`page_fragment` in a page with a title."""
     title = f"interv report: {report.header.model} on {report.header.task}"
     return (

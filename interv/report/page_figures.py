@@ -32,7 +32,7 @@ from interv.report.labels import Box, place_labels
 from interv.report.views import SHORT, HeadGroup, head_groups, swept_layers
 
 if TYPE_CHECKING:
-    from interv.report.table import Report
+    from interv.report.data import ReportData
 
 __all__ = [
     "DEFAULT_METRIC",
@@ -105,13 +105,13 @@ def _grid(
     )
 
 
-def effect_bound(report: Report) -> float:
+def effect_bound(report: ReportData) -> float:
     """The largest |mean effect| of any whole-head row (metric unit); 1 when there is none."""
     values = _finite([row.effect_mean for row in report.rows if row.head is not None])
     return max((abs(v) for v in values), default=0.0) or 1.0
 
 
-def heatmaps(report: Report) -> str:
+def heatmaps(report: ReportData) -> str:
     """Concentration grids (one per metric, the default one shown) and effect grids."""
     layers = swept_layers(report)
     if not layers:
@@ -203,7 +203,7 @@ def _flag_key(flags_present: list[str]) -> str:
     return f'<div class="iv-keys">{keys}</div>' if keys else ""
 
 
-def _scatter(report: Report, group: HeadGroup) -> str:
+def _scatter(report: ReportData, group: HeadGroup) -> str:
     unit = report.header.metric_unit
     points = [
         (head, row)
@@ -312,12 +312,12 @@ def _scatter(report: Report, group: HeadGroup) -> str:
     )
 
 
-def scatters(report: Report) -> str:
+def scatters(report: ReportData) -> str:
     """One scatter per head group (groups without concentration are skipped)."""
     return "".join(_scatter(report, group) for group in head_groups(report))
 
 
-def grid_groups(report: Report) -> dict[tuple[str, str], dict[tuple[int, int], Any]]:
+def grid_groups(report: ReportData) -> dict[tuple[str, str], dict[tuple[int, int], Any]]:
     """The report's single-position patches of a layer-level component (the residual
     stream), exact rows only: ``(component, base run) -> (layer, position) -> row``."""
     groups: dict[tuple[str, str], dict[tuple[int, int], Any]] = {}
@@ -337,7 +337,7 @@ def grid_groups(report: Report) -> dict[tuple[str, str], dict[tuple[int, int], A
     return groups
 
 
-def recovery_grids(report: Report) -> str:
+def recovery_grids(report: ReportData) -> str:
     """One layer x position table per :func:`grid_groups` entry: each cell the normalized
     recovery of one patch (dimensionless, coloured on -1 .. 1), its sentence in the cell's
     title; empty when the report has no such patches."""

@@ -29,7 +29,7 @@ from interv.report.kit import number
 from interv.report.views import SHORT, effect_text, head_groups
 
 if TYPE_CHECKING:
-    from interv.report.table import Report, ReportRow
+    from interv.report.data import ReportData, ReportRow
 
 __all__ = [
     "Column",
@@ -121,7 +121,7 @@ def _effect_text(row: ReportRow) -> str:
     return effect_text(row)
 
 
-def _site_order(report: Report) -> dict[int, int]:
+def _site_order(report: ReportData) -> dict[int, int]:
     """Row index -> rank by (layer, head, component, positions); rows without a site last."""
 
     def key(row: ReportRow) -> tuple:
@@ -141,7 +141,7 @@ def _site_order(report: Report) -> dict[int, int]:
     return {row.index: rank for rank, row in enumerate(ordered)}
 
 
-def long_columns(report: Report) -> list[Column]:
+def long_columns(report: ReportData) -> list[Column]:
     """The columns of the long table."""
     unit = report.header.metric_unit
     level = int(report.header.ci_level * 100)
@@ -176,7 +176,7 @@ def long_columns(report: Report) -> list[Column]:
     ]
 
 
-def long_table(report: Report) -> str:
+def long_table(report: ReportData) -> str:
     """The long table: one ``<tr>`` per report row, in report order."""
     columns = long_columns(report)
     order = _site_order(report)
@@ -213,7 +213,7 @@ def long_table(report: Report) -> str:
     )
 
 
-def wide_columns(report: Report) -> list[Column]:
+def wide_columns(report: ReportData) -> list[Column]:
     """The columns of the wide table (one effect column per head group)."""
     unit = report.header.metric_unit
     level = int(report.header.ci_level * 100)
@@ -244,7 +244,7 @@ def wide_columns(report: Report) -> list[Column]:
     return columns
 
 
-def wide_table(report: Report) -> str:
+def wide_table(report: ReportData) -> str:
     """The wide table: one ``<tr>`` per head with whole-head rows, by layer then head."""
     columns = wide_columns(report)
     groups = head_groups(report)
@@ -284,7 +284,7 @@ def wide_table(report: Report) -> str:
     )
 
 
-def hidden_column_css(report: Report) -> str:
+def hidden_column_css(report: ReportData) -> str:
     """Screen-only CSS that hides the extra columns until "all columns" is ticked."""
     selectors = []
     for view, columns in (("long", long_columns(report)), ("wide", wide_columns(report))):

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from interv.analysis.pruning.curves import PruningCurves
-    from interv.report.table import Report
+    from interv.report.data import ReportData
 
 __all__ = [
     "attention_row",
@@ -52,7 +52,7 @@ _MAX_BARS_HEADS = 40  # heads drawn by baseline_comparison
 _MAX_LABELS = 40  # labels tried by concentration_vs_effect
 
 
-def _grid_layers(report: Report) -> list[int]:
+def _grid_layers(report: ReportData) -> list[int]:
     """Layers with a head row carrying concentration (the swept layers), ascending."""
     return sorted({r.site.layer for r in report.rows if r.concentration is not None})
 
@@ -137,7 +137,7 @@ def _new_axes(n: int, width: float, height: float) -> list[Axes]:
     return list(axes)
 
 
-def _primary_kind(report: Report, kind: str | None) -> str:
+def _primary_kind(report: ReportData, kind: str | None) -> str:
     head_kinds = [
         k for k in report.kinds if any(r.kind == k and r.concentration for r in report.rows)
     ]
@@ -152,7 +152,7 @@ def _primary_kind(report: Report, kind: str | None) -> str:
 
 
 def head_heatmaps(
-    report: Report, *, kind: str | None = None, axes: Sequence[Axes] | None = None
+    report: ReportData, *, kind: str | None = None, axes: Sequence[Axes] | None = None
 ) -> Figure:
     """Layer x head heatmaps side by side: normalized entropy, sink mass, content entropy, effect.
 
@@ -206,7 +206,7 @@ def head_heatmaps(
 
 
 def concentration_vs_effect(
-    report: Report,
+    report: ReportData,
     *,
     metric: str = "normalized_entropy",
     kind: str | None = None,
@@ -304,7 +304,7 @@ def attention_row(
     return ax.figure
 
 
-def baseline_comparison(report: Report, *, ax: Axes | None = None) -> Figure:
+def baseline_comparison(report: ReportData, *, ax: Axes | None = None) -> Figure:
     """Zero vs mean vs resample ablation effect per head, with bootstrap intervals.
 
     With more than 40 heads, the 40 with the largest |effect| under any ablation
@@ -357,7 +357,7 @@ def baseline_comparison(report: Report, *, ax: Axes | None = None) -> Figure:
     return ax.figure
 
 
-def recovery_by_layer_position(report: Report, *, ax: Axes | None = None) -> Figure:
+def recovery_by_layer_position(report: ReportData, *, ax: Axes | None = None) -> Figure:
     """Normalized recovery of single-position, layer-level patches as a layer x position grid.
 
     Only the patched layers are drawn, one row each, labelled with their layer number.
@@ -401,7 +401,7 @@ def recovery_by_layer_position(report: Report, *, ax: Axes | None = None) -> Fig
     return ax.figure
 
 
-def standard_figures(report: Report) -> dict[str, Figure]:
+def standard_figures(report: ReportData) -> dict[str, Figure]:
     """Every plot the report's rows allow, by file stem (attention rows need weights)."""
     figures: dict[str, Figure] = {}
     if any(r.concentration is not None for r in report.rows):

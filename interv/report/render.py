@@ -1,4 +1,4 @@
-"""Renderers of a :class:`~interv.report.table.Report`: Markdown, HTML, JSON, CSV.
+"""Renderers of a :class:`~interv.report.report.Report`: Markdown, HTML, JSON, CSV.
 
 All formats carry the same content: the scope header, the flag rules, the most
 instructive rows, one row per (site, intervention) with the effect beside the head's
@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from interv.report.views import agreement_cells, header_lines, row_cells, row_co
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from interv.report.table import Report
+    from interv.report.data import ReportData
 
 __all__ = [
     "headline_lines",
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 
-def headline_lines(report: Report, n: int = 5) -> list[str]:
+def headline_lines(report: ReportData, n: int = 5) -> list[str]:
     """The headline as plain text lines: the baseline note, the heads with the largest
     |effect| beside their concentration ranks, the most concentrated heads beside their
     effects, and the instructive disagreements (with the rule that admits them)."""
@@ -80,10 +81,10 @@ def headline_lines(report: Report, n: int = 5) -> list[str]:
     if kind is None:
         return lines
     floor = report.instructive_floor()
+    bound = f"{floor:.4g} {unit}" if math.isfinite(floor) else "n/a: the report has no scale"
     rule = (
         f"(largest gap between concentration rank and |effect| rank, among heads with "
-        f"|effect| > {report.flag_rules.near_zero_fraction:g} x effect scale = "
-        f"{floor:.4g} {unit})"
+        f"|effect| > {report.flag_rules.near_zero_fraction:g} x effect scale = {bound})"
     )
     instructive = report.instructive(3)
     if instructive:
@@ -94,7 +95,7 @@ def headline_lines(report: Report, n: int = 5) -> list[str]:
     return lines
 
 
-def _md_headline(report: Report) -> list[str]:
+def _md_headline(report: ReportData) -> list[str]:
     md = markdown_text
     parts = ["", "## Headline", ""]
     for line in headline_lines(report):
@@ -107,7 +108,7 @@ def _md_headline(report: Report) -> list[str]:
     return parts
 
 
-def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
+def to_markdown(report: ReportData, *, images: dict[str, str] | None = None) -> str:
     """The report as Markdown; ``images`` maps a caption to an image path or URI.
 
     Every text that comes from the report's data (model and task names, sentences,
@@ -149,7 +150,7 @@ def to_markdown(report: Report, *, images: dict[str, str] | None = None) -> str:
 
 
 def to_html(
-    report: Report,
+    report: ReportData,
     *,
     figures: bool | dict[str, Figure] = True,
 ) -> str:
@@ -166,12 +167,12 @@ def to_html(
     return to_page(report, figures or None)
 
 
-def to_json(report: Report) -> str:
+def to_json(report: ReportData) -> str:
     """The whole report as strict JSON (NaN and infinities as null)."""
     return json.dumps(json_ready(report.to_dict()), indent=1)
 
 
-def to_csv(report: Report) -> str:
+def to_csv(report: ReportData) -> str:
     """One CSV line per row; column names carry units. A text cell that a spreadsheet
     would read as a formula is prefixed with ``'``; numbers are written as numbers
     (:func:`interv._inert.csv_cell`)."""
@@ -256,7 +257,7 @@ def _extra_figures(figures: dict[str, Figure] | None) -> dict[str, Figure]:
 
 
 def report_files(
-    report: Report, figures: dict[str, Figure] | None = None
+    report: ReportData, figures: dict[str, Figure] | None = None
 ) -> dict[str, tuple[str, bytes]]:
     """Every file of a saved report, rendered in memory: format (``"markdown"``,
     ``"html"``, ``"json"``, ``"csv"``, ``"figure:<stem>"``) -> (file name, bytes).
@@ -283,7 +284,7 @@ def report_files(
 
 
 def write_report(
-    report: Report, output: OutputDir, *, figures: dict[str, Figure] | None = None
+    report: ReportData, output: OutputDir, *, figures: dict[str, Figure] | None = None
 ) -> dict[str, Path]:
     """Render every file of the report (:func:`report_files`), then write each into the
     claimed directory ``output`` (:meth:`interv._outputs.OutputDir.write_bytes`: atomic,
@@ -293,7 +294,7 @@ def write_report(
 
 
 def save_report(
-    report: Report,
+    report: ReportData,
     directory: str | Path,
     *,
     figures: dict[str, Figure] | None = None,

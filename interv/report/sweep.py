@@ -8,7 +8,8 @@ from pathlib import Path
 from interv._checks import as_path
 from interv.analysis.concentration import concentration
 from interv.errors import IntervError
-from interv.report.table import Report, build_report
+from interv.report.report import Report
+from interv.report.table import build_report
 from interv.sweeps.collect import load_sweep
 from interv.sweeps.config import SweepConfig, stored_config
 from interv.sweeps.execute import load_model_and_task, task_fingerprint, task_pairs

@@ -53,7 +53,8 @@ from interv.flags import FLAGS
 from interv.provenance import Provenance, join
 from interv.report.kit import asset, escape, number
 from interv.report.page_tables import flag_badges
-from interv.report.table import Report, build_report
+from interv.report.report import Report
+from interv.report.table import build_report
 from interv.report.viewer_export import (
     MASKED_RGB,
     PADDING_RGB,

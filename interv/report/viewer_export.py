@@ -34,7 +34,7 @@ from interv.provenance import join
 
 if TYPE_CHECKING:
     from interv.analysis.attention_view import AttentionView
-    from interv.report.table import Report, ReportRow
+    from interv.report.data import ReportData, ReportRow
 
 __all__ = [
     "MASKED_RGB",
@@ -134,7 +134,7 @@ def png_rgb(rgb: np.ndarray) -> bytes:
     )
 
 
-def head_effects(report: Report, layer: int, head: int) -> tuple[ReportRow, ...]:
+def head_effects(report: ReportData, layer: int, head: int) -> tuple[ReportRow, ...]:
     """The report's rows about query head (``layer``, ``head``) (any head component, any
     positions), largest |effect| first."""
     rows = [
@@ -147,7 +147,7 @@ def head_effects(report: Report, layer: int, head: int) -> tuple[ReportRow, ...]
     return tuple(sorted(rows, key=lambda row: -abs(row.effect_mean)))
 
 
-def _effect_lines(report: Report | None, view: AttentionView, k: int, limit: int) -> list[str]:
+def _effect_lines(report: ReportData | None, view: AttentionView, k: int, limit: int) -> list[str]:
     """Each effect of shown head ``k`` as a line, then its semantics sentence."""
     if report is None:
         return []
@@ -192,14 +192,14 @@ def _strip_limit(view: AttentionView, name: str) -> float:
 # ---------------------------------------------------------------- PNG (matplotlib)
 
 
-def _check_joined(view: AttentionView, report: Report | None) -> None:
+def _check_joined(view: AttentionView, report: ReportData | None) -> None:
     """Refuse effects of other prompts or another model than the view's."""
     if report is not None:
         join(view, report, what=("the view's prompts", "the report"))
 
 
 def png_bytes(
-    view: AttentionView, report: Report | None, prompt: int, heads: tuple[int, ...]
+    view: AttentionView, report: ReportData | None, prompt: int, heads: tuple[int, ...]
 ) -> bytes:
     """A PNG of ``heads`` (indices into the shown heads) on shown prompt ``prompt``."""
     _check_joined(view, report)
@@ -325,7 +325,7 @@ def _svg_pattern(view: AttentionView, prompt: int, k: int, x: float, y: float, s
 
 
 def svg_text(
-    view: AttentionView, report: Report | None, prompt: int, heads: tuple[int, ...]
+    view: AttentionView, report: ReportData | None, prompt: int, heads: tuple[int, ...]
 ) -> str:
     """An SVG document of ``heads`` (indices into the shown heads) on shown prompt ``prompt``."""
     _check_joined(view, report)

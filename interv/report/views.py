@@ -19,7 +19,7 @@ from interv.report.kit import number
 
 if TYPE_CHECKING:
     from interv.report.agreement import Agreement
-    from interv.report.table import Report, ReportRow
+    from interv.report.data import ReportData, ReportRow
 
 __all__ = [
     "SHORT",
@@ -47,7 +47,7 @@ SHORT: dict[str, str] = {
 """Short column names of the concentration metrics (see :data:`METRICS` for units)."""
 
 
-def header_lines(report: Report) -> list[tuple[str, str]]:
+def header_lines(report: ReportData) -> list[tuple[str, str]]:
     """The scope of every number of the report, as (name, text) pairs."""
     h = report.header
     return [
@@ -88,7 +88,7 @@ def header_lines(report: Report) -> list[tuple[str, str]]:
     ]
 
 
-def row_columns(report: Report) -> list[str]:
+def row_columns(report: ReportData) -> list[str]:
     """Column names of :func:`row_cells`, with units."""
     units = report.header.concentration_units
     return [
@@ -113,7 +113,7 @@ def effect_text(row: ReportRow, unit: str = "") -> str:
     return f"{number(row.effect_mean)} {interval}{suffix}"
 
 
-def row_cells(report: Report, row: ReportRow) -> list[str]:
+def row_cells(report: ReportData, row: ReportRow) -> list[str]:
     """One row of the report as text cells (effects carry the metric's unit)."""
     unit = report.header.metric_unit
     spread = (
@@ -138,7 +138,7 @@ def row_cells(report: Report, row: ReportRow) -> list[str]:
     return cells
 
 
-def agreement_cells(report: Report) -> tuple[list[str], list[list[str]]]:
+def agreement_cells(report: ReportData) -> tuple[list[str], list[list[str]]]:
     """Columns and text rows of the agreement table."""
     columns = [
         "intervention kind",
@@ -179,7 +179,7 @@ class HeadGroup:
     rows: dict[tuple[int, int], ReportRow]
 
 
-def head_groups(report: Report) -> tuple[HeadGroup, ...]:
+def head_groups(report: ReportData) -> tuple[HeadGroup, ...]:
     """One :class:`HeadGroup` per (kind, component, base run) with whole-head rows, in
     order of first appearance; exact rows only (a screen's estimates are never drawn or
     compared with intervention results)."""
@@ -204,12 +204,12 @@ def head_groups(report: Report) -> tuple[HeadGroup, ...]:
     return tuple(groups)
 
 
-def swept_layers(report: Report) -> tuple[int, ...]:
+def swept_layers(report: ReportData) -> tuple[int, ...]:
     """The layers with at least one whole-head row, ascending."""
     return tuple(sorted({row.head[0] for row in report.rows if row.head is not None}))
 
 
-def instructive_heads(report: Report, n: int = 3) -> tuple[tuple[ReportRow, str], ...]:
+def instructive_heads(report: ReportData, n: int = 3) -> tuple[tuple[ReportRow, str], ...]:
     """Like :meth:`Report.instructive`, but at most one row per head: the ``n`` heads whose
     concentration rank and |effect| rank disagree most (row, explanation)."""
     chosen: dict[tuple[int, int] | str, tuple[ReportRow, str]] = {}
@@ -222,7 +222,7 @@ def instructive_heads(report: Report, n: int = 3) -> tuple[tuple[ReportRow, str]
     return tuple(chosen.values())
 
 
-def headline_agreement(report: Report, metric: str = "normalized_entropy") -> list[Agreement]:
+def headline_agreement(report: ReportData, metric: str = "normalized_entropy") -> list[Agreement]:
     """The all-layer agreements of ``metric`` with |effect|, one per kind: ablation kinds
     first (the question most readers ask), then the others in report order."""
     entries = [a for a in report.agreement if a.metric == metric and a.layer is None]

@@ -127,6 +127,11 @@ class SweepBaselines:
     provenance: Provenance
 
     def __post_init__(self) -> None:
+        if len(self.clean) != self.scope.n_prompts:
+            raise IntervError(
+                f"'clean' holds {len(self.clean)} prompts for scope.n_prompts "
+                f"{self.scope.n_prompts}"
+            )
         if len(self.corrupted) != len(self.clean):
             raise IntervError(
                 f"'clean' and 'corrupted' hold different numbers of prompts ({len(self.clean)} "
