@@ -43,12 +43,16 @@ from interv._schema import parse
 from interv.circuits._stored import StoredSelection
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.screens import graph_dict
-from interv.circuits.stability import check_resamples, resample_order, resampled_exact
+from interv.circuits.stability import (
+    Discovery,
+    check_resamples,
+    resample_order,
+    resampled_exact,
+)
 from interv.errors import IntervError
 from interv.stats import bootstrap_indices, percentile_interval
 
 if TYPE_CHECKING:
-    from interv.circuits.discovery import CircuitResult
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
@@ -149,7 +153,7 @@ class StableCircuit:
         """The selected edges, most often included first."""
         return [self.graph.edges[i] for i in self.selected]
 
-    def ranking(self, result: CircuitResult) -> list[int]:
+    def ranking(self, result: Discovery) -> list[int]:
         """Every edge index: the selected ones first (as :attr:`selected`), then the rest in
         ``result``'s ranking (for :func:`interv.circuits.faithfulness`)."""
         chosen = set(self.selected)
@@ -310,7 +314,7 @@ def check_groups(groups: Sequence[Hashable] | None, n: int) -> list[str] | None:
 def stability_selection(
     model: Any,
     task: TokenizedPairs,
-    result: CircuitResult,
+    result: Discovery,
     *,
     pi: float = 0.8,
     n_resamples: int = 200,
@@ -436,7 +440,7 @@ def stability_selection(
 
 
 def _sentence(
-    result: CircuitResult,
+    result: Discovery,
     pi: float,
     q: int,
     n_resamples: int,

@@ -435,7 +435,7 @@ def circuit_stability(
 def resampled_exact(
     model: Any,
     task: TokenizedPairs,
-    result: CircuitResult,
+    result: Discovery,
     weights: torch.Tensor,
     exact_per_prompt: Mapping[int, torch.Tensor] | None,
     batch_size: int | None,
@@ -484,7 +484,7 @@ def resampled_exact(
 
 
 def resample_order(
-    result: CircuitResult, verified: torch.Tensor, exact: torch.Tensor, weights: torch.Tensor
+    result: Discovery, verified: torch.Tensor, exact: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
     """One resample's ranking of every edge (:func:`exact_first`): its verified edges and
     the full run's audited ones by ``|exact|`` re-averaged with ``weights`` (``[n_prompts]``),
@@ -511,7 +511,7 @@ def _given_exact(
 
 
 def _sentence(
-    result: CircuitResult,
+    result: Discovery,
     n_resamples: int,
     seed: int,
     n: int,
