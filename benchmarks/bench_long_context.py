@@ -222,8 +222,9 @@ def gemma3_figure(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    length = max(int(k) for k, row in report["lengths"].items() if "layers" in row["rows"])
-    layers = report["lengths"][length]["rows"]["layers"]
+    measured = {int(k): row for k, row in report["lengths"].items() if "layers" in row["rows"]}
+    length = max(measured)  # keys are ints here, strings in a JSON file read back
+    layers = measured[length]["rows"]["layers"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, metric, label in (
         (axes[0], "normalized_entropy", "mean normalized entropy (fraction of log n)"),
