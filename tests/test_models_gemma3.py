@@ -193,3 +193,12 @@ def test_the_installed_chunks_have_recorded_hashes_so_each_is_checked():
         digest, size = gemma3._recorded_sha256(dist, relative)
         assert len(digest) == 64 and size == path.stat().st_size, dist
     assert gemma3._expected_sha256().startswith("a5fd3b62")
+
+
+def test_the_demo_takes_gemma3_with_the_ioi_task_and_checks_its_18_layers_first():
+    from interv.demo import DEFAULT_OUT, check_demo_options
+
+    assert check_demo_options("gemma3-270m", None, None) == ("ioi", 8, None)
+    assert DEFAULT_OUT["gemma3-270m"] == "interv-report-gemma3"
+    with pytest.raises(IntervError, match="18 layers"):
+        check_demo_options("gemma3-270m", None, [18])
