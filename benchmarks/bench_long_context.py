@@ -222,8 +222,9 @@ def gemma3_figure(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    length = max(int(k) for k, row in report["lengths"].items() if "layers" in row["rows"])
-    layers = report["lengths"][length]["rows"]["layers"]
+    measured = {int(k): row for k, row in report["lengths"].items() if "layers" in row["rows"]}
+    length = max(measured)  # keys are ints here, strings in a JSON file read back
+    layers = measured[length]["rows"]["layers"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, metric, label in (
         (axes[0], "normalized_entropy", "mean normalized entropy (fraction of log n)"),
@@ -461,6 +462,14 @@ def main() -> None:
         write_file(args.out, text.encode())
 
 
+def _write_report(path: Path, report: dict[str, Any], *, first: bool) -> None:
+    """Write the report; the first write refuses an existing file, later ones replace the
+    copy this run wrote."""
+    from interv._outputs import write_file
+
+    write_file(path, json.dumps(report, indent=1, default=str).encode(), replace=not first)
+
+
 def gemma3_main(script: str, args: argparse.Namespace) -> None:
     """The ``--model gemma3-270m`` run (module docstring)."""
     lengths = args.lengths if args.lengths != [4096, 8192, 16384, 32768] else [1024, 4096, 8192]
@@ -488,16 +497,11 @@ def gemma3_main(script: str, args: argparse.Namespace) -> None:
             row["ratio_rows_to_forward"] = row["rows"]["seconds"] / row["forward"]["seconds"]
         report["lengths"][length] = row
         if args.out:  # after every length: a run stopped later keeps what it measured
-            from interv._outputs import write_file
-
-            write_file(args.out, json.dumps(report, indent=1, default=str).encode())
+            _write_report(args.out, report, first=length == lengths[0])
     report["load_at_end"] = _measure.load()
-    text = json.dumps(report, indent=1, default=str)
-    print(text)
+    print(json.dumps(report, indent=1, default=str))
     if args.out:
-        from interv._outputs import write_file
-
-        write_file(args.out, text.encode())
+        _write_report(args.out, report, first=False)
     if args.figure:
         gemma3_figure(report, args.figure)
 

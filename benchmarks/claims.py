@@ -58,7 +58,9 @@ thread; each part prints its wall time and the load)::
     python benchmarks/claims.py --out claims-results --parts similarity_minilm-l6   # one part
 
 The parts added for notebook 08's claims 6-9 (sinks, norms, rollout, streaming) take 1 to 3
-minutes each on 2 shared CPU cores (their provenance records the time and the load).
+minutes each on 2 shared CPU cores (their provenance records the time and the load). The
+windows part (Gemma-3-270M at 4,096 tokens) took 15 minutes at load 12-17, one torch thread,
+once its model was converted into interv's cache (about 4 minutes, once per machine).
 """
 
 from __future__ import annotations

@@ -184,3 +184,21 @@ def _must_not_run(*args, **kwargs):
 
 def _entries(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
+def test_the_installed_chunks_have_recorded_hashes_so_each_is_checked():
+    if any(importlib.util.find_spec(package) is None for package, _, _ in gemma3.CHUNKS):
+        pytest.skip(f"the Gemma-3-270M chunk packages are not installed ({gemma3.INSTALL_HINT})")
+    for (_, dist, relative), path in zip(gemma3.CHUNKS, gemma3.chunk_files(), strict=True):
+        digest, size = gemma3._recorded_sha256(dist, relative)
+        assert len(digest) == 64 and size == path.stat().st_size, dist
+    assert gemma3._expected_sha256().startswith("a5fd3b62")
+
+
+def test_the_demo_takes_gemma3_with_the_ioi_task_and_checks_its_18_layers_first():
+    from interv.demo import DEFAULT_OUT, check_demo_options
+
+    assert check_demo_options("gemma3-270m", None, None) == ("ioi", 8, None)
+    assert DEFAULT_OUT["gemma3-270m"] == "interv-report-gemma3"
+    with pytest.raises(IntervError, match="18 layers"):
+        check_demo_options("gemma3-270m", None, [18])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import importlib.util
 import shutil
 import tempfile
@@ -108,16 +109,14 @@ def chunk_files() -> list[Path]:
 
 
 def _expected_sha256() -> str:
-    """The whole GGUF file's sha256, as the main package states it (not imported: read)."""
-    found = importlib.util.find_spec(PACKAGE)
-    assert found is not None and found.origin is not None  # chunk_files() checked it
-    for line in Path(found.origin).read_text(encoding="utf-8").splitlines():
-        if line.startswith("EXPECTED_SHA256"):
-            return line.split("=", 1)[1].strip().strip("\"'")
-    raise IntervError(
-        f"the package {DISTRIBUTION} states no EXPECTED_SHA256 in {found.origin}; reinstall it "
-        f"with: pip install --force-reinstall {DISTRIBUTION}"
-    )
+    """The whole GGUF file's sha256, as the main package states it (plain Python, no model)."""
+    expected = getattr(importlib.import_module(PACKAGE), "EXPECTED_SHA256", None)
+    if not isinstance(expected, str) or len(expected) != 64:
+        raise IntervError(
+            f"the package {DISTRIBUTION} states no EXPECTED_SHA256; reinstall it with: "
+            f"pip install --force-reinstall {DISTRIBUTION}"
+        )
+    return expected.lower()
 
 
 def _recorded_sha256(distribution: str, relative: str) -> tuple[str, int] | None:
