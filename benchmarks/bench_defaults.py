@@ -9,8 +9,10 @@ running beside it the whole time (default 1: "another CPU-heavy job").
 
 Policies: ``ACTIVE`` or ``PASSIVE`` set by hand in the child's environment;
 ``set_threads``: no ``OMP_WAIT_POLICY`` in the environment, the child calls
-``interv.set_threads(threads)`` first, as the README tells a script to; ``unset``: nothing
-set anywhere (what a script that does not call it gets: OpenMP's default).
+``interv.set_threads(threads)`` first; ``default``: nothing set anywhere and interv imports
+torch (a script that calls ``interv.load_model`` first: interv's first-heavy-use default,
+passive waiting); ``unset``: nothing set and torch imported by the script before interv
+loads anything (OpenMP's default: spinning threads).
 
 Run: ``python benchmarks/bench_defaults.py [--policies unset set_threads PASSIVE] [--batches
 144 auto] [--threads 2] [--busy 1] [--repeats 1]``. Prints one line per configuration (wall
@@ -39,13 +41,16 @@ def child(batch: str, threads: int, policy: str) -> None:
 
     if policy == "set_threads":
         interv.set_threads(threads)  # before torch is imported, as a script does
+    if policy == "default":  # a script that sets nothing and lets interv import torch
+        model = interv.load_model("smollm2-135m", device="cpu", dtype="float32")
     import torch
     from bench_patching import ioi_task
 
     from interv.engine.stacking import auto_batch_rows
 
-    torch.set_num_threads(threads)
-    model = interv.load_model("smollm2-135m", device="cpu", dtype=torch.float32)
+    if policy != "default":
+        torch.set_num_threads(threads)
+        model = interv.load_model("smollm2-135m", device="cpu", dtype=torch.float32)
     task = ioi_task(model)
     heads = [interv.ZeroAblation(layer, head) for layer in range(3) for head in range(9)]
     size = None if batch == "auto" else int(batch)
@@ -64,7 +69,7 @@ def main() -> None:
         "--policies",
         nargs="+",
         default=["unset", "set_threads", "PASSIVE"],
-        choices=["unset", "set_threads", "ACTIVE", "PASSIVE"],
+        choices=["unset", "default", "set_threads", "ACTIVE", "PASSIVE"],
     )
     parser.add_argument("--batches", nargs="+", default=["144", "auto"])
     parser.add_argument("--threads", type=int, default=2)
@@ -106,9 +111,10 @@ def main() -> None:
                     )
         print(f"load average after: {os.getloadavg()}")
         hand = [wall for (policy, _), wall in walls.items() if policy == "PASSIVE"]
-        if ("set_threads", "auto") in walls and hand:
-            ratio = walls[("set_threads", "auto")] / min(hand)
-            print(f"defaults (set_threads, auto) / fastest hand-set PASSIVE: {ratio:.2f}x")
+        for policy in ("default", "unset", "set_threads"):
+            if (policy, "auto") in walls and hand:
+                ratio = walls[(policy, "auto")] / min(hand)
+                print(f"{policy} (batch auto) / fastest hand-set PASSIVE: {ratio:.2f}x")
     finally:
         for process in busy:
             process.kill()

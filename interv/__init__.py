@@ -20,9 +20,10 @@ sweeps. The rest lives in :mod:`interv.metrics` (row-level math),
 Importing ``interv`` is cheap and changes nothing in the process: the public names below are
 resolved lazily on first use, so neither torch, transformer-lens nor matplotlib is imported
 until a function that needs them is touched, and no environment variable, ``sys.path`` entry
-or global setting is changed. On a machine shared with other jobs, call
-:func:`set_threads` before the first model loads (torch's threads then sleep while they
-wait instead of spinning; the ``interv`` command does this itself).
+or global setting is changed. At the first heavy use (``interv.load_model``, ``interv.run``,
+``import interv.engine...``), before torch is imported, interv makes torch's threads sleep
+while they wait instead of spinning (several times faster beside other jobs) and says so in
+one line, unless :func:`set_threads` or ``OMP_WAIT_POLICY`` chose already.
 """
 
 # Nothing here imports a module Python has not loaded by the time it runs a package with

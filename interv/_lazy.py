@@ -13,14 +13,22 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def _default_wait() -> None:
+    from interv._threads import default_wait
+
+    default_wait()
+
+
 def lazy_exports(
     package: str, exports: Mapping[str, str], namespace: "dict[str, Any]"
 ) -> "tuple[Callable[[str], Any], Callable[[], list[str]]]":
     """Module-level ``__getattr__`` and ``__dir__`` for ``package``.
 
-    Every package face of interv uses it, beside an ``if TYPE_CHECKING:`` block that
-    imports the same names from the same modules, so that editors and type checkers see
-    the real objects (a test checks that the two agree).
+    A subpackage's face (``interv.engine``, ...), and the first name resolved through any
+    face, apply interv's thread default first (:func:`interv._threads.default_wait`): torch
+    is imported next. Every package face of interv uses it, beside an
+    ``if TYPE_CHECKING:`` block that imports the same names from the same modules, so
+    that editors and type checkers see the real objects (a test checks that the two agree).
 
     Args:
         package: the package's dotted name (for error messages).
@@ -30,12 +38,18 @@ def lazy_exports(
             exported but names a submodule (``interv.engine.stacking``) imports it.
     """
 
+    if package != "interv":  # a subpackage: the first heavy use (torch comes next)
+        _default_wait()
+
     def __getattr__(name: str) -> "Any":
         module_name = exports.get(name)
         if module_name is None:
             if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
+                _default_wait()  # a submodule: torch comes next
                 return importlib.import_module(f"{package}.{name}")  # a submodule, on use
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if module_name != "interv._threads":  # interv.load_model, ...: torch comes next
+            _default_wait()
         value = getattr(importlib.import_module(module_name), name)
         namespace[name] = value
         return value
