@@ -349,5 +349,9 @@ def test_cli_evaluates_chosen_ks_and_random_seeds_with_intervals(capsys):
 def test_cli_rejects_an_unknown_ranking_with_the_choices(capsys):
     from interv.cli import main
 
-    assert main(["pruning", "induction-2l", "--rankings", "loudness"]) == 2
-    assert "contribution" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse lists the allowed values itself
+        main(["pruning", "induction-2l", "--rankings", "loudness"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("interv: error: pruning: argument --rankings: invalid choice")
+    assert "contribution" in err

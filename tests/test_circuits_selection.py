@@ -145,7 +145,7 @@ def test_bad_selection_input_is_refused_before_any_forward(model, options, messa
     [
         (["--select", "bogus"], "unknown --select 'bogus'; choose one of ('top', 'stability')"),
         (["--select", "stability", "--pi", "0.5"], "--pi must be a number in (0.5, 1]"),
-        (["--select", "stability", "--resamples", "1000000"], "exceeds the maximum of 10000"),
+        (["--select", "stability", "--subsamples", "1000000"], "exceeds the maximum of 10000"),
         (["--pi", "0.9"], "--pi applies to --select stability only"),
     ],
 )

@@ -1,8 +1,8 @@
 """``interv circuit``: find a circuit, check it exactly, and write it with its report.
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
-[--qk-fix] --top-k K --audit N [--alpha A] [--stability R] [--select stability --pi P
---resamples B] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
+[--qk-fix] --top-k K --audit N [--alpha A] [--stability RESAMPLES] [--select stability --pi PI
+--subsamples SUBSAMPLES] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
 interpolation steps), patches the top ``K`` by ``|score|`` and ``N`` random others exactly
 (and more of the top until the miss-rate bound is below ``A``, 0.05 by default) (path
 patching from the corrupted run into the
@@ -10,8 +10,8 @@ clean run), measures the faithfulness curve at MIB's edge fractions, computes th
 concentration of every head (clean run, answer position) beside the circuit, and writes
 into DIR:
 
-- ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability R`` it holds the
-  circuit's stability over ``R`` bootstrap resamples of the prompts, see
+- ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability RESAMPLES`` it holds the
+  circuit's stability over ``RESAMPLES`` bootstrap resamples of the prompts, see
   :func:`interv.circuits.circuit_stability`; with ``--select stability`` the circuit chosen
   by stability selection, :func:`interv.circuits.stability_selection`, leaving out each IOI
   template in turn on ``--task ioi``), ``faithfulness.json``, ``mission.json``;
@@ -94,9 +94,9 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     if select == "stability":
         check_pi(0.8 if args.pi is None else args.pi, "--pi")
         check_resamples(
-            200 if args.resamples is None else args.resamples,
+            200 if args.subsamples is None else args.subsamples,
             pairs.n_pairs,
-            "--resamples",
+            "--subsamples",
             "half subsamples",
         )
         if args.pairs is None and task_name == "ioi":
@@ -105,7 +105,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
             groups = ioi_templates(pairs)  # leave-one-template-out
     else:
         given = [
-            f for f, v in (("--pi", args.pi), ("--resamples", args.resamples)) if v is not None
+            f for f, v in (("--pi", args.pi), ("--subsamples", args.subsamples)) if v is not None
         ]
         if given:
             raise IntervError(
@@ -260,7 +260,7 @@ def _selection(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, A
     return {
         "select": "stability",
         "pi": 0.8 if args.pi is None else args.pi,
-        "resamples": 200 if args.resamples is None else args.resamples,
+        "resamples": 200 if args.subsamples is None else args.subsamples,
         "q": args.n_edges,
         "groups": checked["groups"],
     }
@@ -360,21 +360,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--select",
         default="top",
         help="how the circuit is chosen: top (default: the top edges of the ranking) or "
-        "stability (also: the edges in the top --n-edges of at least --pi of --resamples half "
+        "stability (also: the edges in the top --n-edges of at least --pi of --subsamples half "
         "subsamples of the prompts, with a bound on expected false edges)",
     )
     parser.add_argument(
         "--pi",
         type=float,
         default=None,
-        metavar="P",
+        metavar="PI",
         help="--select stability: inclusion-frequency threshold in (0.5, 1] (default 0.8)",
     )
     parser.add_argument(
-        "--resamples",
+        "--subsamples",
         type=int,
         default=None,
-        metavar="B",
+        metavar="SUBSAMPLES",
         help="--select stability: half subsamples of the prompts (default 200)",
     )
     parser.add_argument(
