@@ -193,10 +193,14 @@ class StoredSelection:
         _same_length(self, ("group_pairs", "group_jaccard"), len(self.groups), "groups")
         if not 0.5 < self.pi <= 1:
             raise IntervError(f"'pi' is {self.pi!r}; a stability selection's pi lies in (0.5, 1]")
+        _shaped(self.graph)  # before its edges are counted
         n_edges = self.graph.n_edges
-        outside = [i for i in (*self.selected, *self.inclusion_edges) if i >= n_edges]
-        if outside:
-            raise IntervError(f"edge index {outside[0]} is outside the graph's {n_edges} edges")
+        for name in ("selected", "inclusion_edges"):
+            outside = [i for i in getattr(self, name) if i >= n_edges]
+            if outside:
+                raise IntervError(
+                    f"'{name}' holds edge index {outside[0]}, outside the graph's {n_edges} edges"
+                )
 
 
 @dataclass(frozen=True)
