@@ -135,9 +135,9 @@ def test_the_readme_demo_lines_write_to_different_default_directories():
         for line in readme.splitlines()
         if line.startswith("interv demo") and "[" not in line and "--pairs" not in line
     ]
-    models = [
-        line.split("--model")[1].split()[0] if "--model" in line else DEFAULT_MODEL
-        for line in lines
+    words = [line.split()[2:] for line in lines]  # after "interv demo"
+    models = [  # the model: the first positional argument, else the default
+        w[0] if w and not w[0].startswith("-") else DEFAULT_MODEL for w in words
     ]
     assert len(models) == 2 and all("--out" not in line for line in lines)
     assert len({DEFAULT_OUT[model] for model in models}) == 2
