@@ -135,7 +135,7 @@ def test_the_readme_demo_lines_write_to_different_default_directories():
         for line in readme.splitlines()
         if line.startswith("interv demo") and "[" not in line and "--pairs" not in line
     ]
-    words = [line.split()[2:] for line in lines]  # after "interv demo"
+    words = [line.split("#")[0].split()[2:] for line in lines]  # after "interv demo"
     models = [  # the model: the first positional argument, else the default
         w[0] if w and not w[0].startswith("-") else DEFAULT_MODEL for w in words
     ]
