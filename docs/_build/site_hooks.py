@@ -20,6 +20,7 @@ Nothing here reads the network.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -42,10 +43,20 @@ FACES = {
 }
 
 
+def _body(path: Path) -> list[ast.stmt]:
+    """The top-level statements of a source file, parsed once per version of the file."""
+    return _parsed(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(path: str, mtime_ns: int) -> list[ast.stmt]:
+    return ast.parse(Path(path).read_text(encoding="utf-8")).body
+
+
 def export_table(init: Path) -> dict[str, str]:
     """A package face's ``_EXPORTS`` (public name -> owning module), read from its source
     (the site documents the checkout, whichever interv is installed)."""
-    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+    for node in _body(init):
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(target, ast.Name) and target.id == "_EXPORTS" for target in targets):
@@ -82,7 +93,7 @@ TOP_MODULES = ("audit", "demo", "errors", "exercises", "flags", "provenance", "s
 
 def literal_list(path: Path, name: str) -> list[str]:
     """A module's ``name = [...]`` (``__all__``), read from its source; [] when absent."""
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in _body(path):
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(target, ast.Name) and target.id == name for target in targets):
@@ -130,7 +141,7 @@ def module_path(dotted: str) -> Path:
 def owner_of(module: str, name: str) -> str:
     """``owner.name`` for a name of ``module``'s ``__all__``: the module it is imported from
     (one ``from interv.x import name`` deep), else ``module`` itself."""
-    for node in ast.parse(module_path(module).read_text(encoding="utf-8")).body:
+    for node in _body(module_path(module)):
         if (
             isinstance(node, ast.ImportFrom)
             and node.level == 0
