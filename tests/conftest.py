@@ -44,14 +44,22 @@ def pytest_collection_finish(session):
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist with ``--dist loadgroup`` (the README's test command), the tests of
-    one file run on one worker (their module fixtures are built once), and every test that
-    loads a real pretrained model runs on one worker (one SmolLM2 in memory, and its
-    first-use conversion into interv's cache is never done by two processes at once)."""
+    one file run on one worker (their module fixtures are built once), except the notebooks
+    and the docs pages: each of those runs in its own kernel or namespace, so each is a group
+    of its own and the two workers share them. Real-model tests used to be one group on one
+    worker; at 700+ s that group was the suite's critical path, so they follow the same rule
+    (each worker loads a real model once, as a session fixture; a first-use conversion into
+    interv's cache is locked, so two workers never convert at once: interv.models._cache)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        real = item.get_closest_marker("real_model") is not None
-        item.add_marker(pytest.mark.xdist_group("real_model" if real else item.path.name))
+        group = item.path.name
+        if item.path.name in _ONE_GROUP_EACH and hasattr(item, "callspec"):
+            group = f"{group}::{item.name}"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+_ONE_GROUP_EACH = ("test_notebooks.py", "test_docs.py")
 
 
 def pytest_sessionfinish(session, exitstatus):
