@@ -23,5 +23,10 @@ answer_2 = float(
     spearman(sink_l1.nanmean(-1).mean(0), (loss_l1.values - loss_l1.clean).mean(-1).abs())
 )
 
-FORMS = {"1": ["Sink-LM-3L", "sink_lm_3l"], "2": [round(answer_2, 2)]}
+# Exercise 3. Gemma's interval, [-0.35, -0.01], lies below 0, if only just: on these 12 heads
+# and 8 chunks the relation is negative. That is all it allows: the interval covers the chunks,
+# not the choice of heads, and its upper end so close to 0 says the sign rests on little.
+answer_3 = "negative"
+
+FORMS = {"1": ["Sink-LM-3L", "sink_lm_3l"], "2": [round(answer_2, 2)], "3": ["Negative"]}
 SIGNED = []
