@@ -19,7 +19,7 @@ SOLUTIONS = ROOT / "notebooks" / "solutions"
 # directory): a rendered copy must not show one
 MACHINE_PATH = re.compile(r"(?<![\w.:/])/(?:home|root|tmp|work|Users|var|private|opt)/[^\s'\"]*")
 ANSWER = re.compile(r"^answer_(\w+) = None\b.*$", re.MULTILINE)
-REAL_MODELS = ("smollm2-135m", "minilm-l6")
+REAL_MODELS = ("smollm2-135m", "minilm-l6", "gemma3-270m")
 
 # A number the prose quotes from an output is written as a code span holding only the
 # number, e.g. `0.12` or `-9.97` or `61.2` (a trailing % is allowed): it must then appear in

@@ -6,8 +6,8 @@ Each solution runs in the notebook's kernel after its cells (the names are the n
 """
 
 # Exercise 1. The layer scan: the layer whose attention output, denoised, restores the most.
-# The scan started at layer 10, so its index is offset by 10.
-answer_1 = 10 + int(scan.mean_recovery().argmax())
+# The scan's index counts the layers scanned (`SCAN_LAYERS`, from layer 10 by default).
+answer_1 = SCAN_LAYERS[int(scan.mean_recovery().argmax())]
 
 # Exercise 2. Section 4's first line: the head whose denoised output restores the most.
 best = head_patches[int(recovery.argmax())]

@@ -23,5 +23,15 @@ answer_2 = float(
     spearman(sink_l1.nanmean(-1).mean(0), (loss_l1.values - loss_l1.clean).mean(-1).abs())
 )
 
-FORMS = {"1": ["Sink-LM-3L", "sink_lm_3l"], "2": [round(answer_2, 2)]}
+# Exercise 3. Gemma's interval, [-0.42, +0.10], contains 0: on these 12 heads and 8 chunks the
+# sign of the relation is not established, whatever the point estimate (-0.20) suggests. (With
+# 16-token chunks the interval ended just below 0: a sign that moves with the chunks is not one
+# to report.)
+answer_3 = "undecided"
+
+FORMS = {
+    "1": ["Sink-LM-3L", "sink_lm_3l"],
+    "2": [round(answer_2, 2)],
+    "3": ["Undecided", "UNDECIDED"],
+}
 SIGNED = []
