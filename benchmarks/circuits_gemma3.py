@@ -10,10 +10,10 @@ stability (Jaccard with the full-sample circuit per size, with its interval). Wi
 |exact effect|, layers left to right), the faithfulness curve with its band, estimate
 against exact for every checked edge, and the Jaccard of each bootstrap resample's circuit.
 
-The run it reads (about an hour on the shared 2-core machine at load 10-15)::
+The run docs/circuits.md reads (about an hour on the shared 2-core machine at load 17-27)::
 
-    interv circuit gemma3-270m --task ioi --n-pairs 8 --method eap-ig --steps 5 \
-        --top-k 60 --audit 60 --alpha none --stability 50 --out runs/gemma3-ioi
+    interv circuit gemma3-270m --task ioi --n-pairs 12 --method eap-ig --steps 5 \
+        --top-k 100 --audit 100 --alpha none --stability 50 --out runs/gemma3-ioi
 
 Run: ``python benchmarks/circuits_gemma3.py runs/gemma3-ioi [--edges 30]
 [--figure docs/images/circuit-gemma3-ioi.png]``.
@@ -224,7 +224,10 @@ def figure(directory: Path, out: dict[str, Any], path: Path, n_edges: int) -> No
     ax = fig.add_subplot(grid[1, 2])
     stability = out["stability"]
     if stability is not None:
-        ax.boxplot(stability["jaccard"], labels=[f"top-{s}" for s in stability["sizes"]])
+        ax.boxplot(stability["jaccard"])
+        ax.set_xticks(
+            range(1, len(stability["sizes"]) + 1), [f"top-{s}" for s in stability["sizes"]]
+        )
         ax.axhline(0.8, color="0.5", lw=0.8, ls="--")
         ax.set_ylim(0, 1.02)
         ax.set_ylabel("Jaccard with the full-sample circuit")
