@@ -7,8 +7,10 @@ graph (interv's default) has one key/value node per layer, ``L3KV0``: an edge in
 value moves the keys or values all four query heads read. The reference (no interv code in it,
 tests/_write_references.py) moves the layer's single ``k_proj``/``v_proj`` input by the sender's
 change, as tests/test_families_writes.py does for two key/value heads. Compared: exact effects
-and EAP of edges into the shared key and value, a query and the logits, and ``m(C)`` of
-faithfulness at two fractions of a fixed ranking (1e-6 logits plus 1e-3 relative).
+and EAP of edges into the shared key and value, a query and the logits, ``m(C)`` of
+faithfulness at two fractions of a fixed ranking, and on MIB's ungrouped graph exact effects
+against the model written with a key/value head per query head (1e-6 logits plus 1e-3
+relative).
 """
 
 from __future__ import annotations
@@ -115,3 +117,32 @@ def test_single_kv_faithfulness_equals_hugging_face():
         mine = curve.m_empty + faith * (curve.m_full - curve.m_empty)
         pairs.append((f"m(C) at {fraction:g} ({size} edges)", torch.tensor(mine), value))
     check(pairs)
+
+
+def test_single_kv_ungrouped_exact_edges_equal_the_multi_head_twin():
+    """MIB's graph (``kv="ungrouped"``) gives each of the 4 query heads its own copy of the one
+    key/value head's inputs: exact effects equal those of the model written with a key/value
+    head per query head (tests/test_families_ungrouped.py's reference), and two query heads'
+    key edges from one sender differ."""
+    import test_families_ungrouped as ungrouped
+
+    fam = gemma3_single_kv()
+    prompts = prompts_of(fam)
+    graph = Graph.from_model(fam.bridge, kv="ungrouped")
+    assert graph.ungrouped and graph.n_edges == Graph(graph.n_layers, 4, 1, kv="ungrouped").n_edges
+    edges = ungrouped.edges_of(graph)
+    effects = interv.edge_effects(fam.bridge, task_of(prompts), graph, edges)
+    saved = ungrouped._MHA.pop(fam.name, None)  # its twin cache is keyed by family name
+    try:
+        expected = ungrouped.reference(fam, prompts, edges, exact=True)
+    finally:
+        ungrouped._MHA.pop(fam.name, None)
+        if saved is not None:
+            ungrouped._MHA[fam.name] = saved
+    assert (effects[0] - effects[1]).abs() > 1e-3 * effects.abs().max() > 0
+    check(
+        [
+            (f"ungrouped exact {e.label}", mine, value)
+            for e, mine, value in zip(edges, effects, expected, strict=True)
+        ]
+    )
