@@ -10,7 +10,7 @@ stability (Jaccard with the full-sample circuit per size, with its interval). Wi
 |exact effect|, layers left to right), the faithfulness curve with its band, estimate
 against exact for every checked edge, and the Jaccard of each bootstrap resample's circuit.
 
-The run docs/circuits.md reads (about an hour on the shared 2-core machine at load 17-27)::
+The run docs/circuits.md reads (38 minutes on the shared 2-core machine at load 15-27)::
 
     interv circuit gemma3-270m --task ioi --n-pairs 12 --method eap-ig --steps 5 \
         --top-k 100 --audit 100 --alpha none --stability 50 --out runs/gemma3-ioi
