@@ -105,7 +105,7 @@ CONFIG: dict[str, Any] = {
             "ioi_gemma3-270m": {
                 "task": "ioi",
                 "model": "gemma3-270m",
-                "n_pairs": 16,
+                "n_pairs": 8,
                 "seed": 0,
                 "batch_size": 32,
             },
