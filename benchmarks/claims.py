@@ -155,7 +155,13 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "similarity": {
-        "models": ["smollm2-135m", "minilm-l6", "gemma3-270m"],
+        "models": {
+            "smollm2-135m": {},
+            "minilm-l6": {},
+            # Aitchison's log-ratios need one set of keys: Gemma's windowed and global layers
+            # admit different ones, and interv refuses the comparison (UNAVAILABLE_MEASURES)
+            "gemma3-270m": {"measures": ["cosine", "js"]},
+        },
         "sentences": {"n": 16, "min_words": 8, "max_words": 24},
         "measures": ["cosine", "js", "aitchison"],
         "cluster_ks": [4, 8, 16],
@@ -283,6 +289,17 @@ UNAVAILABLE_RANKINGS = {
     }
 }
 """Rankings the claim asks for that cannot be computed on a model, and why."""
+
+UNAVAILABLE_MEASURES = {
+    "gemma3-270m": {
+        "aitchison": (
+            "Aitchison's distance compares log-ratios over one set of keys, and Gemma's layers "
+            "admit different keys (a 512-key window on 15 layers, none on 5, 11 and 17): "
+            "interv.analysis.head_similarity refuses it across such layers"
+        )
+    }
+}
+"""Similarity measures the claim asks for that cannot be computed on a model, and why."""
 
 
 def config_hash(config: dict[str, Any] = CONFIG) -> str:
@@ -625,7 +642,7 @@ def similarity_part(spec: str, out: Path) -> dict[str, Any]:
     """Flip rates and clustering agreement of every head of one model, with intervals."""
     import interv
 
-    cfg = CONFIG["similarity"]
+    cfg = {**CONFIG["similarity"], **CONFIG["similarity"]["models"][spec]}
     model = _model(spec)
     prompts = sentences(**cfg["sentences"])
     rows = interv.analysis.attention_rows(model, prompts)
@@ -683,6 +700,7 @@ def similarity_part(spec: str, out: Path) -> dict[str, Any]:
         "confidence": cfg["confidence"],
         "n_resamples": cfg["n_resamples"],
         "flips": flips,
+        "unavailable_measures": UNAVAILABLE_MEASURES.get(spec, {}),
         "clustering": clustering,
         "clustering_algorithm": "agglomerative, average linkage (UPGMA), cut at k clusters",
         "sink_mass_per_head": {
