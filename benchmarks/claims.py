@@ -227,8 +227,8 @@ CONFIG: dict[str, Any] = {
     },
     "inactive": {
         # not on Gemma-3-270M this round: every head ablated alone and in sets is about 180
-        # forwards with a 262k-token unembedding at every position (an estimated 500 s of one
-        # CPU core for 256 tokens), which a machine at load 20 did not have to give
+        # forwards with a 262k-token unembedding at every position, which a machine at load
+        # 20 did not have to give
         "models": {"smollm2-135m": {"n_tokens": 512, "chunk_len": 64}},
         "ablations": ["zero", "mean"],
         "threshold": 0.01,
