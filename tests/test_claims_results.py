@@ -301,6 +301,7 @@ def test_task_parts_may_name_their_model_and_keep_the_others_hashes(script):
     # ablation_ioi_gemma3-270m: the IOI task on Gemma, its own model and batch size in its hash
     task, model, entry, batch_size = script.task_settings("ablation", "ioi_gemma3-270m")
     assert (task, model) == ("ioi", "gemma3-270m")
+    assert set(entry) == {"n_pairs", "seed"}
     assert batch_size == script.CONFIG["ablation"]["tasks"]["ioi_gemma3-270m"]["batch_size"]
     assert script.task_settings("ablation", "ioi")[:2] == ("ioi", "smollm2-135m")
     gemma = script.part_config("ablation_ioi_gemma3-270m")
