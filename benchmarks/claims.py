@@ -57,6 +57,19 @@ thread; each part prints its wall time and the load)::
     OMP_NUM_THREADS=1 python benchmarks/claims.py --out claims-results --ship
     python benchmarks/claims.py --out claims-results --parts similarity_minilm-l6   # one part
 
+A task part on another model carries the model in its name: ``ablation_ioi_gemma3-270m``
+and ``rollout_ioi_gemma3-270m`` are the IOI parts on Gemma-3-270M (their config entry names
+the task, the model and a batch size; see :func:`task_settings`). The model parts of
+Gemma-3-270M (``similarity_``, ``sinks_``, ``norms_``, ``streaming_``) are entries of their
+sections' ``models``; ``norms_`` on a causal model reads the first token (BOS) of chunks of
+the text sample instead of [CLS]/[SEP]. Each runs alone, and the stored SmolLM2 parts are
+kept (their part hashes do not change)::
+
+    python benchmarks/claims.py --out claims-results --parts sinks_gemma3-270m --ship
+
+On 2 CPU cores at load 19-26 (one torch thread), Gemma's parts took 100 to 1,500 s each
+(their provenance has the time and the load; docs/claims.md has the table).
+
 The parts added for notebook 08's claims 6-9 (sinks, norms, rollout, streaming) take 1 to 3
 minutes each on 2 shared CPU cores (their provenance records the time and the load). The
 windows part (Gemma-3-270M at 4,096 tokens) took 15 minutes at load 12-17, one torch thread,
