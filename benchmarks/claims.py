@@ -60,10 +60,10 @@ thread; each part prints its wall time and the load)::
 A task part on another model carries the model in its name: ``ablation_ioi_gemma3-270m``
 and ``rollout_ioi_gemma3-270m`` are the IOI parts on Gemma-3-270M (their config entry names
 the task, the model and a batch size; see :func:`task_settings`). The model parts of
-Gemma-3-270M (``similarity_``, ``sinks_``, ``norms_``, ``streaming_``) are entries of their
-sections' ``models``; ``norms_`` on a causal model reads the first token (BOS) of chunks of
-the text sample instead of [CLS]/[SEP]. Each runs alone, and the stored SmolLM2 parts are
-kept (their part hashes do not change)::
+Gemma-3-270M (``similarity_``, ``sinks_``, ``norms_``, ``streaming_``, ``inactive_``) are
+entries of their sections' ``models``; ``norms_`` on a causal model reads the first token
+(BOS) of chunks of the text sample instead of [CLS]/[SEP]. Each runs alone, and the stored
+SmolLM2 parts are kept (their part hashes do not change)::
 
     python benchmarks/claims.py --out claims-results --parts sinks_gemma3-270m --ship
 
@@ -239,10 +239,12 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "inactive": {
-        # not on Gemma-3-270M this round: every head ablated alone and in sets is about 180
-        # forwards with a 262k-token unembedding at every position, which a machine at load
-        # 20 did not have to give
-        "models": {"smollm2-135m": {"n_tokens": 512, "chunk_len": 64}},
+        # Gemma-3-270M on fewer, shorter chunks: each of its ~180 forwards unembeds every
+        # position into 262k tokens, on a machine at load 20
+        "models": {
+            "smollm2-135m": {"n_tokens": 512, "chunk_len": 64},
+            "gemma3-270m": {"n_tokens": 128, "chunk_len": 16, "batch_size": 4},
+        },
         "ablations": ["zero", "mean"],
         "threshold": 0.01,
         "shares": [0.05, 0.1, 0.12, 0.15, 0.2, 0.3],
