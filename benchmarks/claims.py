@@ -57,6 +57,19 @@ thread; each part prints its wall time and the load)::
     OMP_NUM_THREADS=1 python benchmarks/claims.py --out claims-results --ship
     python benchmarks/claims.py --out claims-results --parts similarity_minilm-l6   # one part
 
+A task part on another model carries the model in its name: ``ablation_ioi_gemma3-270m``
+and ``rollout_ioi_gemma3-270m`` are the IOI parts on Gemma-3-270M (their config entry names
+the task, the model and a batch size; see :func:`task_settings`). The model parts of
+Gemma-3-270M (``similarity_``, ``sinks_``, ``norms_``, ``streaming_``, ``inactive_``) are
+entries of their sections' ``models``; ``norms_`` on a causal model reads the first token
+(BOS) of chunks of the text sample instead of [CLS]/[SEP]. Each runs alone, and the stored
+SmolLM2 parts are kept (their part hashes do not change)::
+
+    python benchmarks/claims.py --out claims-results --parts sinks_gemma3-270m --ship
+
+On 2 CPU cores at load 19-26 (one torch thread), Gemma's parts took 100 to 1,500 s each
+(their provenance has the time and the load; docs/claims.md has the table).
+
 The parts added for notebook 08's claims 6-9 (sinks, norms, rollout, streaming) take 1 to 3
 minutes each on 2 shared CPU cores (their provenance records the time and the load). The
 windows part (Gemma-3-270M at 4,096 tokens) took 15 minutes at load 12-17, one torch thread,
@@ -102,6 +115,13 @@ CONFIG: dict[str, Any] = {
         "tasks": {
             "ioi": {"n_pairs": 32, "seed": 0},
             "capitals": {"n_pairs": 32, "seed": 0},
+            "ioi_gemma3-270m": {
+                "task": "ioi",
+                "model": "gemma3-270m",
+                "n_pairs": 8,
+                "seed": 0,
+                "batch_size": 32,
+            },
         },
         "interventions": [
             {"kind": "zero_ablation", "sites": "all_heads"},
@@ -148,7 +168,13 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "similarity": {
-        "models": ["smollm2-135m", "minilm-l6"],
+        "models": {
+            "smollm2-135m": {},
+            "minilm-l6": {},
+            # Aitchison's log-ratios need one set of keys: Gemma's windowed and global layers
+            # admit different ones, and interv refuses the comparison (UNAVAILABLE_MEASURES)
+            "gemma3-270m": {"measures": ["cosine", "js"]},
+        },
         "sentences": {"n": 16, "min_words": 8, "max_words": 24},
         "measures": ["cosine", "js", "aitchison"],
         "cluster_ks": [4, 8, 16],
@@ -170,6 +196,7 @@ CONFIG: dict[str, Any] = {
             "smollm2-135m": {"natural": "text_sample", "length": 64},
             "induction-2l": {"natural": "held_out", "length": 48},
             "sink-lm-3l": {"natural": "held_out", "length": 64},
+            "gemma3-270m": {"natural": "text_sample", "length": 64},
         },
         "inputs": ["natural", "random", "repeated", "repeated_after_bos"],
         "n_prompts": 32,
@@ -180,7 +207,11 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "norms": {
-        "models": ["minilm-l6"],
+        "models": {
+            "minilm-l6": {},
+            "smollm2-135m": {"input": "text_sample", "length": 64},
+            "gemma3-270m": {"input": "text_sample", "length": 64},
+        },
         "sentences": {"n": 32, "min_words": 8, "max_words": 24},
         "n_bootstrap": 1000,
         "level": 0.95,
@@ -191,6 +222,13 @@ CONFIG: dict[str, Any] = {
         "tasks": {
             "ioi": {"n_pairs": 32, "seed": 0},
             "capitals": {"n_pairs": 32, "seed": 0},
+            "ioi_gemma3-270m": {
+                "task": "ioi",
+                "model": "gemma3-270m",
+                "n_pairs": 16,
+                "seed": 0,
+                "batch_size": 32,
+            },
         },
         "metric": "logit_diff",
         "residual": 0.5,
@@ -201,7 +239,12 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "inactive": {
-        "models": {"smollm2-135m": {"n_tokens": 512, "chunk_len": 64}},
+        # Gemma-3-270M on fewer, shorter chunks: each of its ~180 forwards unembeds every
+        # position into 262k tokens, on a machine at load 20
+        "models": {
+            "smollm2-135m": {"n_tokens": 512, "chunk_len": 64},
+            "gemma3-270m": {"n_tokens": 128, "chunk_len": 16, "batch_size": 4},
+        },
         "ablations": ["zero", "mean"],
         "threshold": 0.01,
         "shares": [0.05, 0.1, 0.12, 0.15, 0.2, 0.3],
@@ -232,7 +275,10 @@ CONFIG: dict[str, Any] = {
         "seed": 0,
     },
     "streaming": {
-        "models": {"smollm2-135m": {"chunk_len": 127, "n_tokens": 100_000}},
+        "models": {
+            "smollm2-135m": {"chunk_len": 127, "n_tokens": 100_000},
+            "gemma3-270m": {"chunk_len": 127, "n_tokens": 762, "batch_size": 3},
+        },
         "window": 32,
         "sink_tokens": [1, 2, 4],
         "bos": [True, False],
@@ -258,6 +304,17 @@ UNAVAILABLE_RANKINGS = {
     }
 }
 """Rankings the claim asks for that cannot be computed on a model, and why."""
+
+UNAVAILABLE_MEASURES = {
+    "gemma3-270m": {
+        "aitchison": (
+            "Aitchison's distance compares log-ratios over one set of keys, and Gemma's layers "
+            "admit different keys (a 512-key window on 15 layers, none on 5, 11 and 17): "
+            "interv.analysis.head_similarity refuses it across such layers"
+        )
+    }
+}
+"""Similarity measures the claim asks for that cannot be computed on a model, and why."""
 
 
 def config_hash(config: dict[str, Any] = CONFIG) -> str:
@@ -299,10 +356,27 @@ def part_config(part: str, config: dict[str, Any] = CONFIG) -> dict[str, Any]:
     settings = dict(config[section])
     if "tasks" in settings:
         tasks = settings.pop("tasks")
-        return {"section": section, **settings, "task": {"name": name, **tasks[name]}}
+        entry = dict(tasks[name])
+        # a task entry may name its own model and batch size (e.g. ``ioi_gemma3-270m``)
+        for key in ("model", "batch_size"):
+            if key in entry:
+                settings[key] = entry.pop(key)
+        return {"section": section, **settings, "task": {"name": name, **entry}}
     models = settings.pop("models")
     spec = models[name] if isinstance(models, dict) else {}
     return {"section": section, **settings, "model": name, **spec}
+
+
+def task_settings(section: str, key: str) -> tuple[str, str, dict[str, Any], int]:
+    """A task part's task name, model spec, ``{"n_pairs", "seed"}`` and batch size: the
+    entry ``CONFIG[section]["tasks"][key]`` may name its task (``"task"``, default ``key``),
+    its model and its batch size (default: the section's)."""
+    cfg = CONFIG[section]
+    entry = dict(cfg["tasks"][key])
+    task = entry.pop("task", key)
+    model = entry.pop("model", cfg["model"])
+    batch_size = entry.pop("batch_size", cfg["batch_size"])
+    return task, model, entry, batch_size
 
 
 def sentences(n: int, min_words: int, max_words: int) -> list[str]:
@@ -355,20 +429,21 @@ def ablation_part(task_name: str, out: Path) -> dict[str, Any]:
     import interv
 
     cfg = CONFIG["ablation"]
-    task_cfg = cfg["tasks"][task_name]
-    model = _model(cfg["model"])
+    key = task_name
+    task_name, spec, task_cfg, batch_size = task_settings("ablation", key)
+    model = _model(spec)
     sweep = {
-        "model": {"spec": cfg["model"]},
+        "model": {"spec": spec},
         "task": {"name": task_name, "n_pairs": task_cfg["n_pairs"], "seed": task_cfg["seed"]},
         "sweep": {
             "metric": cfg["metric"],
-            "batch_size": cfg["batch_size"],
+            "batch_size": batch_size,
             "unit_size": cfg["unit_size"],
             "seed": cfg["seed"],
             "interventions": [dict(entry) for entry in cfg["interventions"]],
         },
     }
-    result = interv.run_sweep(sweep, out / "sweeps" / task_name, model=model, progress=False)
+    result = interv.run_sweep(sweep, out / "sweeps" / key, model=model, progress=False)
     task = interv.load_task(task_name, n_pairs=task_cfg["n_pairs"], seed=task_cfg["seed"])
     task = task.tokenize(model)
     if tuple(task.answer_positions.tolist()) != tuple(result.scope.answer_positions):
@@ -582,7 +657,7 @@ def similarity_part(spec: str, out: Path) -> dict[str, Any]:
     """Flip rates and clustering agreement of every head of one model, with intervals."""
     import interv
 
-    cfg = CONFIG["similarity"]
+    cfg = {**CONFIG["similarity"], **CONFIG["similarity"]["models"][spec]}
     model = _model(spec)
     prompts = sentences(**cfg["sentences"])
     rows = interv.analysis.attention_rows(model, prompts)
@@ -640,6 +715,7 @@ def similarity_part(spec: str, out: Path) -> dict[str, Any]:
         "confidence": cfg["confidence"],
         "n_resamples": cfg["n_resamples"],
         "flips": flips,
+        "unavailable_measures": UNAVAILABLE_MEASURES.get(spec, {}),
         "clustering": clustering,
         "clustering_algorithm": "agglomerative, average linkage (UPGMA), cut at k clusters",
         "sink_mass_per_head": {
@@ -806,20 +882,39 @@ def sinks_part(spec: str, out: Path) -> dict[str, Any]:
 def norms_part(spec: str, out: Path) -> dict[str, Any]:
     """Raw attention mass against norm-based weighting (Kobayashi et al. 2020) on [CLS] and
     [SEP], per layer, with intervals over sentences."""
+    import torch
+
     from interv.analysis import token_attention
     from interv.stats import bootstrap_indices, bootstrap_mean_ci
 
     cfg = CONFIG["norms"]
+    settings = cfg["models"][spec]
     model = _model(spec)
-    chosen = sentences(**cfg["sentences"])
-    encoded = model.tokenizer(chosen, padding=True, return_tensors="pt")
-    tokens, real = encoded["input_ids"], encoded["attention_mask"].bool()
-    flow = token_attention(model, tokens, attention_mask=real)
-    cls = real & (tokens == model.tokenizer.cls_token_id)
-    sep = real & (tokens == model.tokenizer.sep_token_id)
-    indices = bootstrap_indices(len(chosen), cfg["n_bootstrap"], cfg["seed"])
+    if settings.get("input") == "text_sample":
+        # a causal model: the first token (BOS) of chunks of interv's text sample
+        from interv.analysis import TextEvaluation
+
+        length = settings["length"]
+        text = TextEvaluation.from_text(model, n_tokens=100_000, chunk_len=length - 1)
+        tokens = text.tokens  # every chunk of the sample
+        real = torch.ones_like(tokens, dtype=torch.bool)
+        flow = token_attention(model, tokens)
+        first = torch.zeros_like(real)
+        first[:, 0] = True
+        key_groups = (("first", first),)
+        inputs = f"BOS + {length - 1} tokens of interv's text sample, {len(tokens)} chunks"
+    else:
+        chosen = sentences(**cfg["sentences"])
+        encoded = model.tokenizer(chosen, padding=True, return_tensors="pt")
+        tokens, real = encoded["input_ids"], encoded["attention_mask"].bool()
+        flow = token_attention(model, tokens, attention_mask=real)
+        cls = real & (tokens == model.tokenizer.cls_token_id)
+        sep = real & (tokens == model.tokenizer.sep_token_id)
+        key_groups = (("cls", cls), ("sep", sep), ("cls_sep", cls | sep))
+        inputs = f"{len(chosen)} sentences of interv's text sample"
+    indices = bootstrap_indices(len(tokens), cfg["n_bootstrap"], cfg["seed"])
     groups = {}
-    for name, keys in (("cls", cls), ("sep", sep), ("cls_sep", cls | sep)):
+    for name, keys in key_groups:
         weight, norm = flow.shares_on(keys)  # [sentence, layer]
         rows = {"weight": weight, "norm": norm, "weight_minus_norm": weight - norm}
         groups[name] = {}
@@ -836,7 +931,8 @@ def norms_part(spec: str, out: Path) -> dict[str, Any]:
     return {
         "model": flow.model_name,
         "n_layers": model.cfg.n_layers,
-        "n_sentences": len(chosen),
+        "inputs": inputs,
+        "n_sentences": len(tokens),
         "prompt_lengths": [int(real.sum(dim=1).min()), int(real.sum(dim=1).max())],
         "n_query_rows": int(real.sum()),
         "level": cfg["level"],
@@ -846,8 +942,9 @@ def norms_part(spec: str, out: Path) -> dict[str, Any]:
             "per layer and query row: weight share = head-averaged attention weight on the "
             "keys (fraction of the row); norm share = ||sum_h a^h_tj v^h_j W_O^h|| on the keys "
             "over its sum over all keys (Kobayashi et al.'s norm-based weighting, output bias "
-            "left out); each sentence's mean over its real query rows, then the mean over "
-            "sentences with a percentile bootstrap interval over sentences"
+            "left out); each sentence's (or chunk's) mean over its real query rows, then the "
+            "mean over sentences (chunks) with a percentile bootstrap interval over them; "
+            "causal models: the first token (BOS), whose own query row is included"
         ),
         "groups": groups,
     }
@@ -867,8 +964,8 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
     from interv.stats import bootstrap_indices, percentile_interval, spearman
 
     cfg = CONFIG["rollout"]
-    task_cfg = cfg["tasks"][task_name]
-    model = _model(cfg["model"])
+    task_name, spec, task_cfg, batch_size = task_settings("rollout", task_name)
+    model = _model(spec)
     task = interv.load_task(task_name, n_pairs=task_cfg["n_pairs"], seed=task_cfg["seed"])
     task = task.tokenize(model)
     # hide each key of a prompt's own tokens: prompts grouped by length, since a key beyond
@@ -884,7 +981,7 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
             task.select(members),
             knockouts,
             metric=cfg["metric"],
-            max_batch_size=cfg["batch_size"],
+            max_batch_size=batch_size,
         )
         part = (result.values - result.clean).T.abs().to(torch.float64)  # [prompt, key]
         effects[members, :length] = part
@@ -915,7 +1012,9 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
                 dtype=torch.float64,
             )
             defined = ~rho.isnan()
-            low, high = percentile_interval(rho[indices].nanmean(dim=-1), cfg["level"])
+            low, high = percentile_interval(
+                rho[indices].nanmean(dim=-1), cfg["level"], n_items=task.n_pairs
+            )
             agreement[scope][method] = {
                 "rho": _round(rho[defined].mean()),
                 "ci": [_round(low), _round(high)],
@@ -926,7 +1025,9 @@ def rollout_part(task_name: str, out: Path) -> dict[str, Any]:
         versus[scope] = {}
         for other in ("raw_attention", "norm_contribution"):
             delta = per_prompt["rollout"] - per_prompt[other]
-            low, high = percentile_interval(delta[indices].nanmean(dim=-1), cfg["level"])
+            low, high = percentile_interval(
+                delta[indices].nanmean(dim=-1), cfg["level"], n_items=task.n_pairs
+            )
             versus[scope][f"rollout_minus_{other}"] = {
                 "difference": _round(delta.nanmean()),
                 "ci": [_round(low), _round(high)],
@@ -1016,7 +1117,7 @@ def streaming_part(spec: str, out: Path) -> dict[str, Any]:
             TextEvaluation(tokens=tokens, source=text.source),
             list(conditions.values()),
             first_position=first_position,
-            max_batch_size=cfg["batch_size"],
+            max_batch_size=settings.get("batch_size", cfg["batch_size"]),
         )
         rows = {
             "full": {
@@ -1239,7 +1340,7 @@ def _relative_change(losses: Any, level: float, n_bootstrap: int, seed: int) -> 
     for row in losses[1:]:
         value = float(row.mean() / base.mean() - 1)
         boot = row[draws].mean(-1) / base[draws].mean(-1) - 1
-        low, high = percentile_interval(boot, level)
+        low, high = percentile_interval(boot, level, n_items=base.numel())
         rows.append((value, low, high))
     return rows
 
@@ -1287,7 +1388,8 @@ def inactive_part(spec: str, out: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for kind in cfg["ablations"]:
         make = kinds[kind]
-        single = _chunk_losses(model, tokens, [make(*h) for h in heads], cfg["batch_size"])
+        batch_size = spec_cfg.get("batch_size", cfg["batch_size"])
+        single = _chunk_losses(model, tokens, [make(*h) for h in heads], batch_size)
         change = torch.tensor([v for v, _, _ in _relative_change(single, *boot)])
         inactive = change.abs() < threshold
         orders = {
