@@ -227,3 +227,19 @@ def test_bad_hvp_settings_are_refused_before_any_forward(zoo, kwargs, words, mon
     monkeypatch.setattr(interv.circuits.screens, "capture_run", no_forward)
     with pytest.raises(IntervError, match=words.replace("(", r"\(").replace(")", r"\)")):
         edge_scores(model, task, **kwargs)
+
+
+def test_the_report_shows_the_reliability_beside_each_estimate(zoo):
+    from interv.audit import Screen
+    from interv.circuits import discover
+    from interv.report.circuit import circuit_markdown
+
+    model, task = zoo
+    result = discover(model, task, screen=Screen(top_k=3, audit=0, alpha=None), hvp=True, hvp_top=4)
+    assert "with the HVP correction" in result.audit.method
+    text = circuit_markdown(result, top=6)
+    assert "reliability \\|2nd\\| / \\|1st\\|" in text
+    assert "not computed" in text  # edges 5 and 6 were not corrected
+    shown = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    first = int(result.ranking()[0])
+    assert f"{float(result.scores.reliability[first]):.3g}" in shown
