@@ -21,8 +21,10 @@ its multi-step variant (``hvp_steps``), on every edge or, with ``--hvp-top K``, 
 
 Run: ``python benchmarks/bench_estimators.py [--model induction-2l] [--task induction]
 [--pairs 16] [--seed 0] [--sample 0] [--steps 5] [--topk 10 20] [--no-qk] [--no-ig] [--ablate]
-[--no-hvp] [--hvp-steps 4] [--hvp-top K] [--no-faith] [--out FILE]``. ``--ablate`` adds GIM's
-three modifications one at a time.
+[--no-hvp] [--hvp-steps 4] [--hvp-top K] [--no-faith] [--order PREFIXES] [--exact-cache FILE]
+[--out FILE]``. ``--ablate`` adds GIM's three modifications one at a time; ``--order`` runs the
+rows whose names start with the given comma-separated prefixes first (the longest prefix
+decides); ``--exact-cache`` keeps the exact effects in a file and reuses them.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ def main() -> None:
     parser.add_argument("--hvp-steps", type=int, default=4, help="multi-step HVP segments")
     parser.add_argument("--hvp-top", type=int, default=None, help="HVP on the top K edges only")
     parser.add_argument("--no-faith", action="store_true", help="leave out MIB CPR/CMD")
+    parser.add_argument(
+        "--order", default=None, help="comma-separated row prefixes to run first (e.g. EAP,HVP)"
+    )
+    parser.add_argument("--exact-cache", default=None, help="a .pt file of the exact effects")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -85,7 +91,13 @@ def main() -> None:
         f"{load_average()}"
     )
     t0 = time.perf_counter()
-    exact = edge_effects(model, task, graph, truth.tolist(), per_prompt=True)  # [k, n]
+    cached = args.exact_cache and os.path.exists(args.exact_cache)
+    if cached:
+        exact = torch.load(args.exact_cache)
+    else:
+        exact = edge_effects(model, task, graph, truth.tolist(), per_prompt=True)  # [k, n]
+        if args.exact_cache:
+            torch.save(exact, args.exact_cache)
     exact_seconds = time.perf_counter() - t0
     print(f"exact path patching of {truth.numel()} edges: {exact_seconds:.1f} s; {load_average()}")
 
@@ -114,6 +126,14 @@ def main() -> None:
         screens["GIM: q/k/v scales only"] = {
             "gim": GIM(**(off | {"q_scale": 0.25, "k_scale": 0.25, "v_scale": 0.5}))
         }
+    if args.order:  # rows whose names start with these prefixes first, in this order
+        prefixes = args.order.split(",")
+
+        def rank(name: str) -> int:
+            hits = [(len(p), i) for i, p in enumerate(prefixes) if name.startswith(p)]
+            return max(hits)[1] if hits else len(prefixes)  # the longest prefix decides
+
+        screens = dict(sorted(screens.items(), key=lambda item: rank(item[0])))
     generator = torch.Generator().manual_seed(1)
     draws = torch.randint(0, n, (1000, n), generator=generator)
     mean_exact = exact.mean(-1)
