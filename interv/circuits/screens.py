@@ -56,8 +56,16 @@ frozen, the attention softmax's gradient taken at temperature ``T`` (default 2),
 gradients into q, k and v scaled (default 1/4, 1/4, 1/2). It estimates the same effect by a
 deliberately modified gradient, so it is no Taylor term of anything; not with ``qk_fix``.
 
-These are first-order estimates, never exact (the QK fix included: it is exact only up to
-the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
+``hvp=True`` (:mod:`interv.circuits.second_order`; Zhang & Wang 2026): EAP's score plus the
+second-order Taylor term ``1/2 delta^T H delta`` of the metric along each edge's patch (``H``
+the Hessian with respect to the reader's input, everything downstream live), by a
+Hessian-vector product per edge; ``hvp_steps=S`` their multi-step variant; each estimate's
+reliability score ``|second-order| / |first-order|`` beside it. Per edge, not one backward for
+all: an edge's correction costs more than its exact patch (``hvp_top`` corrects the top only).
+
+These are first-order estimates (second-order with ``hvp``), never exact (the QK fix
+included: it is exact only up to the attention pattern): they rank,
+:func:`interv.circuits.discover` verifies.
 """
 
 from __future__ import annotations
