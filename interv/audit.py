@@ -184,7 +184,7 @@ BOUNDS: tuple[str, ...] = ("rate", "any")
 """What the adaptive verification bounds: the miss *rate* (Clopper-Pearson, below
 ``alpha``), or *any* unchecked miss (finite-population, excluded at ``alpha``)."""
 
-ESTIMATORS: tuple[str, ...] = ("attribution", "integrated")
+ESTIMATORS: tuple[str, ...] = ("attribution", "integrated", "gim")
 """How a node screen (``run(screen=...)``) estimates: the gradient at the base run, or
 integrated gradients along the path to the interventions (``steps`` points)."""
 
@@ -209,9 +209,11 @@ class Screen:
             (default) the miss rate, ``"any"`` any unchecked candidate beating the k-th
             verified one (module docstring).
         estimator: how node screens (``run(screen=...)``) estimate (:data:`ESTIMATORS`):
-            ``"attribution"`` (the gradient at the base run) or ``"integrated"``
-            (integrated gradients, ``steps`` points). Edge screens choose theirs by
-            :func:`interv.circuits.discover`'s ``method``.
+            ``"attribution"`` (the gradient at the base run), ``"integrated"``
+            (integrated gradients, ``steps`` points) or ``"gim"`` (the gradient at the base
+            run by GIM's modified backward with its defaults, ``interv.engine.backward.GIM()``:
+            no Taylor term). Edge screens choose theirs by :func:`interv.circuits.discover`'s
+            ``method``, ``gim`` and ``hvp``.
         steps: the integrated gradients' points (``"integrated"`` only; 1 is attribution).
     """
 
@@ -268,11 +270,11 @@ class Screen:
                 f"excluded at {self.alpha:g} (finite-population bound)"
             )
         budget = "" if self.budget is None else f" (at most {self.budget} exact evaluations)"
-        estimate = (
-            ""
-            if self.estimator == "attribution"
-            else f"integrated-gradient estimates ({self.steps} points); "
-        )
+        estimate = {
+            "attribution": "",
+            "integrated": f"integrated-gradient estimates ({self.steps} points); ",
+            "gim": "GIM-style estimates (the gradient of GIM's modified backward, its defaults); ",
+        }[self.estimator]
         return (
             f"{estimate}the top {self.top_k} by |estimate| verified by exact intervention, "
             f"{self.audit} of the rest audited uniformly at random (seed {self.seed}), "

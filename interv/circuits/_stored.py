@@ -88,11 +88,15 @@ class StoredScores:
     qk_fix: bool
     provenance: Provenance
     unit: str
+    hvp: Annotated[int, AtLeast(0)] = 0
+    reliability: list[float] | None = None  # null: not computed (or a zero first-order term)
 
     def __post_init__(self) -> None:
         _shaped(self.graph, len(self.scores))
         n = self.graph.n_edges
         _same_length(self, ("scores",), n, "edges of the graph")
+        if self.reliability is not None:
+            _same_length(self, ("reliability",), n, "edges of the graph")
         if self.per_prompt is not None:
             _same_length(self, ("per_prompt",), n, "edges of the graph")
             widths = {len(row) for row in self.per_prompt}

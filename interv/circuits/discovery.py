@@ -288,6 +288,9 @@ def discover(
     q: int | None = None,
     groups: Sequence[Hashable] | None = None,
     gim: Any = False,
+    hvp: bool = False,
+    hvp_steps: int = 1,
+    hvp_top: int | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -325,6 +328,8 @@ def discover(
         kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
             into each query head's own copy, :class:`~interv.circuits.Graph`).
         gim: GIM's backward for the screen (:func:`interv.circuits.edge_scores`).
+        hvp, hvp_steps, hvp_top: Zhang & Wang's HVP correction of the EAP screen, its
+            multi-step variant and the edges it corrects (:func:`interv.circuits.edge_scores`).
 
     Returns:
         :class:`CircuitResult`.
@@ -390,6 +395,9 @@ def discover(
             progress=progress,
             kv=kv,
             gim=gim,
+            hvp=hvp,
+            hvp_steps=hvp_steps,
+            hvp_top=hvp_top,
         )
     elif not isinstance(scores, EdgeScores):
         raise IntervError(
@@ -424,6 +432,8 @@ def discover(
     name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
     name += " with AtP*'s QK fix" if scores.qk_fix else ""
     name += " with GIM's backward" if gim not in (None, False) else ""
+    name += " with the HVP correction" if scores.hvp == 1 else ""
+    name += f" with the {scores.hvp}-step HVP estimate" if scores.hvp > 1 else ""
     audit = verify_screen(
         screen,
         scores.scores,

@@ -56,12 +56,21 @@ frozen, the attention softmax's gradient taken at temperature ``T`` (default 2),
 gradients into q, k and v scaled (default 1/4, 1/4, 1/2). It estimates the same effect by a
 deliberately modified gradient, so it is no Taylor term of anything; not with ``qk_fix``.
 
-These are first-order estimates, never exact (the QK fix included: it is exact only up to
-the attention pattern): they rank, :func:`interv.circuits.discover` verifies.
+``hvp=True`` (:mod:`interv.circuits.second_order`; Zhang & Wang 2026): EAP's score plus the
+second-order Taylor term ``1/2 delta^T H delta`` of the metric along each edge's patch (``H``
+the Hessian with respect to the reader's input, everything downstream live), by a
+Hessian-vector product per edge; ``hvp_steps=S`` their multi-step variant; each estimate's
+reliability score ``|second-order| / |first-order|`` beside it. Per edge, not one backward for
+all: an edge's correction costs more than its exact patch (``hvp_top`` corrects the top only).
+
+These are first-order estimates (second-order with ``hvp``), never exact (the QK fix
+included: it is exact only up to the attention pattern): they rank,
+:func:`interv.circuits.discover` verifies.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -81,6 +90,8 @@ from interv.circuits.patching import (
     sender_deltas,
     tokens_of,
 )
+from interv.circuits.second_order import edge_derivatives, hvp_estimates
+from interv.circuits.second_order import reliability as reliability_score
 from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
 from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
@@ -101,16 +112,61 @@ METHODS: tuple[str, ...] = ("eap", "eap-ig")
 
 
 def screen_settings(
-    method: str, steps: int, qk_fix: bool, kv: str = "grouped", gim: GIM | None = None
+    method: str,
+    steps: int,
+    qk_fix: bool,
+    kv: str = "grouped",
+    gim: GIM | None = None,
+    hvp: int = 0,
+    hvp_top: int | None = None,
 ) -> dict[str, Any]:
     """The settings a screen's provenance names: method, gradient runs, QK fix, the graph's
-    key/value edges where they are not the default (``kv="ungrouped"``) and the GIM
-    backward's settings where one is used."""
+    key/value edges where they are not the default (``kv="ungrouped"``), the GIM
+    backward's settings where one is used and the HVP correction's segments (and how many
+    edges it corrected) where it is used."""
     return (
         {"method": method, "steps": steps, "qk_fix": qk_fix}
         | ({"kv": kv} if kv != "grouped" else {})
         | ({} if gim is None else {"gim": gim.settings()})
+        | ({} if not hvp else {"hvp": hvp, "hvp_top": hvp_top})
     )
+
+
+def check_hvp(hvp: Any, hvp_steps: Any, hvp_top: Any, method: str, qk_fix: bool, gim: Any) -> int:
+    """The HVP correction's segments (0: off), after checking its settings."""
+    if not isinstance(hvp, bool):
+        raise IntervError(f"hvp must be True or False; got {hvp!r}")
+    if isinstance(hvp_steps, bool) or not isinstance(hvp_steps, int) or hvp_steps < 1:
+        raise IntervError(
+            f"hvp_steps (the multi-step HVP's segments; 1 = the single HVP correction) must be "
+            f"an int >= 1; got {hvp_steps!r}"
+        )
+    if hvp_top is not None and (
+        isinstance(hvp_top, bool) or not isinstance(hvp_top, int) or hvp_top < 1
+    ):
+        raise IntervError(
+            f"hvp_top (correct only the top edges by first-order |score|) must be a positive "
+            f"int or None (every edge); got {hvp_top!r}"
+        )
+    if not hvp:
+        if hvp_steps != 1 or hvp_top is not None:
+            raise IntervError("hvp_steps and hvp_top apply with hvp=True only")
+        return 0
+    others = [
+        name
+        for name, on in (
+            ("method='eap-ig'", method != "eap"),
+            ("qk_fix=True", qk_fix),
+            ("gim", gim not in (None, False)),
+        )
+        if on
+    ]
+    if others:
+        raise IntervError(
+            f"hvp=True corrects plain EAP's first-order estimate (method='eap'); it does not "
+            f"combine with {', '.join(others)}"
+        )
+    return hvp_steps
 
 
 def check_method(method: str, steps: Any, qk_fix: bool) -> int:
@@ -147,6 +203,11 @@ class EdgeScores:
         provenance: model (name, weights, dtype), prompts and pairs, metric, direction and
             the screen's settings (:class:`~interv.provenance.Provenance`).
         unit: the metric's unit.
+        hvp: the HVP correction's segments (0: none; 1: Zhang & Wang's single HVP
+            correction; ``S > 1``: their multi-step variant), :mod:`interv.circuits.second_order`.
+        reliability: with ``hvp``, ``[n_edges]`` float64 Zhang & Wang's reliability score of
+            each prompt-mean estimate, ``|second-order term| / |first-order term|`` at the
+            unpatched run (NaN for edges the correction skipped, ``hvp_top``); else None.
     """
 
     graph: Graph
@@ -161,6 +222,8 @@ class EdgeScores:
     unit: str
     direction: str = "noise"
     qk_fix: bool = False
+    hvp: int = 0
+    reliability: torch.Tensor | None = None
 
     def top(self, k: int) -> list[Edge]:
         """The ``k`` edges with the largest ``|score|`` (ties by canonical order)."""
@@ -210,6 +273,10 @@ class EdgeScores:
             "qk_fix": self.qk_fix,
             "provenance": self.provenance.to_dict(),
             "unit": self.unit,
+            "hvp": self.hvp,
+            "reliability": None
+            if self.reliability is None
+            else [float(r) if torch.isfinite(r) else None for r in self.reliability],
         }
 
     @classmethod
@@ -233,6 +300,13 @@ class EdgeScores:
             unit=stored.unit,
             direction=stored.direction,
             qk_fix=stored.qk_fix,
+            hvp=stored.hvp,
+            reliability=None
+            if stored.reliability is None
+            else torch.tensor(
+                [float("nan") if r is None else r for r in stored.reliability],
+                dtype=torch.float64,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -528,6 +602,9 @@ def edge_scores(
     progress: Callable[[str], None] | None = None,
     kv: str = "grouped",
     gim: GIM | bool = False,
+    hvp: bool = False,
+    hvp_steps: int = 1,
+    hvp_top: int | None = None,
 ) -> EdgeScores:
     """Score every edge of the model's graph with EAP or EAP-IG (estimates).
 
@@ -550,12 +627,22 @@ def edge_scores(
             for every gradient run: norm statistics frozen, the attention softmax's gradient
             at a higher temperature, the gradients into q, k and v rescaled; the forward
             and the differences stay the model's. Not with ``qk_fix``.
+        hvp: Zhang & Wang's HVP correction of EAP (:mod:`interv.circuits.second_order`):
+            each edge's estimate plus the second-order Taylor term of the metric along its
+            patch, ``1/2 delta^T H delta``, and its reliability score
+            (:attr:`EdgeScores.reliability`); one forward and two backwards per edge.
+            ``method="eap"`` only, not with ``qk_fix`` or ``gim``.
+        hvp_steps: with ``hvp``, the multi-step variant's segments (1: the single HVP
+            correction).
+        hvp_top: with ``hvp``, correct only the ``hvp_top`` edges of largest first-order
+            ``|score|`` (screen, then fix), the others keeping EAP's; None: every edge.
 
     Returns:
         :class:`EdgeScores`.
     """
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
+    segments = check_hvp(hvp, hvp_steps, hvp_top, method, qk_fix, gim)
     gim = check_gim(model, gim)
     if gim is not None and qk_fix:
         raise IntervError(
@@ -568,6 +655,10 @@ def edge_scores(
             "own key/value heads, not MIB's per-query-head copies); use kv='grouped' or no gim"
         )
     graph = Graph.from_model(model, kv=kv)
+    if hvp_top is not None and hvp_top > graph.n_edges:
+        raise IntervError(
+            f"hvp_top must be at most the graph's {graph.n_edges} edges; got {hvp_top}"
+        )
     if qk_fix:
         check_qk_fix(model)
     base_name, other_name = runs_of(direction)
@@ -628,9 +719,26 @@ def edge_scores(
                 progress(f"{method}: gradient run {step} of {runs} (prompts {rows[0]}..{rows[-1]})")
         if qk is not None:
             _add_qk_scores(model, graph, qk, base, delta, pattern_sum, per_prompt, rows)
+    reliability = None
+    if segments:
+        reliability = _correct(
+            model,
+            graph,
+            task,
+            target,
+            base_name,
+            other_name,
+            per_prompt,
+            segments,
+            hvp_top,
+            batch_size,
+            progress,
+        )
     scores = per_prompt.mean(-1)
     name = "EAP" if method == "eap" else f"EAP-IG ({runs} input-interpolation steps)"
     kind = "first-order" if gim is None else "gradient-based, GIM's modified backward"
+    if segments:
+        kind = "second-order Taylor" if segments == 1 else "multi-step second-order Taylor"
     runs_text = (
         f"the gradient at the {base_name} run"
         if runs == 1
@@ -655,12 +763,23 @@ def edge_scores(
         )
     if gim is not None:
         sentence += f"; gradients by a {gim.describe()}, not the model's own gradient"
+    if segments:
+        which = (
+            "every edge" if hvp_top is None else f"the top {hvp_top} edges by first-order |score|"
+        )
+        how = (
+            "plus the second-order term 1/2 delta^T H delta of the metric along the edge's patch "
+            "(Zhang & Wang's HVP correction)"
+            if segments == 1
+            else f"replaced by Zhang & Wang's multi-step HVP estimate over {segments} segments"
+        )
+        sentence += f"; {which}: the first-order estimate {how}, with its reliability score"
     provenance = Provenance.of(
         model,
         task,
         metric=target.name,
         direction=direction,
-        settings=screen_settings(method, runs, qk_fix, graph.kv, gim),
+        settings=screen_settings(method, runs, qk_fix, graph.kv, gim, segments, hvp_top),
     )
     return EdgeScores(
         graph=graph,
@@ -675,7 +794,67 @@ def edge_scores(
         unit=target.unit,
         direction=direction,
         qk_fix=qk_fix,
+        hvp=segments,
+        reliability=reliability,
     )
+
+
+def _correct(
+    model: Any,
+    graph: Graph,
+    task: TokenizedPairs,
+    target: TargetMetric,
+    base_name: str,
+    other_name: str,
+    per_prompt: torch.Tensor,
+    segments: int,
+    hvp_top: int | None,
+    batch_size: int,
+    progress: Callable[[str], None] | None,
+) -> torch.Tensor:
+    """Apply the HVP correction to ``per_prompt`` (EAP's first-order estimates, in place) for
+    every edge or the ``hvp_top`` largest by first-order ``|score|``; the reliability score
+    of each prompt-mean estimate (NaN where not corrected)."""
+    if hvp_top is None:
+        chosen = list(range(graph.n_edges))
+    else:
+        order = torch.sort(-per_prompt.mean(-1).abs(), stable=True).indices
+        chosen = sorted(order[:hvp_top].tolist())
+    n = task.n_pairs
+    d1 = torch.zeros(len(chosen), n, dtype=torch.float64)
+    d2 = torch.zeros(len(chosen), n, dtype=torch.float64)
+    per_copy = n * task.n_positions * model.cfg.d_model * 4 * (graph.n_layers + 1) * 16
+    copies = max(1, min(64, (512 << 20) // max(per_copy, 1)))
+    for first in range(0, n, batch_size):
+        rows = list(range(first, min(n, first + batch_size)))
+        part = task.select(rows)
+        base = capture_run(model, part, base_name)
+        other = capture_run(model, part, other_name)
+        clean_logits = base.logits if base_name == "clean" else other.logits
+
+        at = functools.partial(
+            edge_derivatives,
+            model,
+            part,
+            graph,
+            base,
+            other,
+            chosen,
+            base_name,
+            target,
+            clean_logits,
+            batch_size=copies,
+            progress=progress,
+        )
+        estimate, a, b = hvp_estimates(at, segments)
+        d1[:, rows], d2[:, rows] = a, b
+        if segments == 1:  # EAP's own first-order term, the second-order term added
+            per_prompt[chosen, first : first + len(rows)] += b / 2
+        else:
+            per_prompt[chosen, first : first + len(rows)] = estimate
+    out = torch.full((graph.n_edges,), float("nan"), dtype=torch.float64)
+    out[chosen] = reliability_score(d1.mean(-1), d2.mean(-1))
+    return out
 
 
 def _add_qk_scores(

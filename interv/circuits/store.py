@@ -42,7 +42,8 @@ from interv.audit import Screen
 from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.discovery import default_screen, discover
 from interv.circuits.graph import Graph
-from interv.circuits.screens import EdgeScores, check_method, edge_scores
+from interv.circuits.screens import EdgeScores, check_hvp, check_method, edge_scores
+from interv.engine.backward import GIM, check_gim
 from interv.errors import IntervError
 from interv.provenance import Provenance, identity_differences, join, run_identity
 
@@ -127,18 +128,40 @@ def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
 
 
 def circuit_settings(
-    method: str, steps: int, qk_fix: bool, screen: Screen, kv: str = "grouped"
+    method: str,
+    steps: int,
+    qk_fix: bool,
+    screen: Screen,
+    kv: str = "grouped",
+    gim: Any = False,
+    hvp: bool = False,
+    hvp_steps: int = 1,
+    hvp_top: int | None = None,
 ) -> dict[str, Any]:
     """The settings of a circuit discovery beside its provenance (checked): the screen's
     method, its gradient runs (1 for EAP, whatever ``steps`` says), the QK fix, the rule
-    that picks the edges computed exactly (every field of the :class:`~interv.Screen`), and
-    the graph's key/value edges where they are not the default (``kv="ungrouped"``)."""
+    that picks the edges computed exactly (every field of the :class:`~interv.Screen`), the
+    graph's key/value edges where they are not the default (``kv="ungrouped"``), GIM's
+    backward settings and the HVP correction's where used (a resume with another estimator
+    is refused)."""
     if not isinstance(screen, Screen):
         raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
     runs = check_method(method, steps, qk_fix)
+    segments = check_hvp(hvp, hvp_steps, hvp_top, method, qk_fix, gim)
+    if gim is True:
+        gim = GIM()
+    if gim not in (None, False) and not isinstance(gim, GIM):
+        raise IntervError(
+            f"gim must be an interv.engine.backward.GIM, True (its defaults) or False; got {gim!r}"
+        )
     rule = {name: getattr(screen, name) for name in screen.__dataclass_fields__}
     settings = {"method": method, "steps": runs, "qk_fix": qk_fix, "screen": rule}
-    return settings | ({"kv": kv} if kv != "grouped" else {})
+    return (
+        settings
+        | ({"kv": kv} if kv != "grouped" else {})
+        | ({"gim": gim.settings()} if isinstance(gim, GIM) else {})
+        | ({"hvp": segments, "hvp_top": hvp_top} if segments else {})
+    )
 
 
 class CircuitStore(Store):
@@ -295,6 +318,10 @@ def discover_in(
     metric: str = "logit_diff",
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    gim: Any = False,
+    hvp: bool = False,
+    hvp_steps: int = 1,
+    hvp_top: int | None = None,
 ) -> Any:
     """:func:`interv.circuits.discover`, resumable: its scores and exact effects are stored
     in ``directory`` as they are computed, and a call with the same arguments after a kill
@@ -310,14 +337,23 @@ def discover_in(
         screen = default_screen(Graph.from_model(model, kv=kv).n_edges)
     if not isinstance(metric, str):
         raise IntervError(f"metric must be a metric name (a string) here; got {metric!r}")
-    settings = circuit_settings(method, steps, qk_fix, screen, kv)
+    settings = circuit_settings(method, steps, qk_fix, screen, kv, gim, hvp, hvp_steps, hvp_top)
+    check_gim(model, gim)  # the model's family, before any work
+    estimator = {"gim": gim, "hvp": hvp, "hvp_steps": hvp_steps, "hvp_top": hvp_top}
     expected = Provenance.of(model, task, metric=metric)
     identity = run_identity(expected, settings)
     with CircuitStore.open(directory, identity) as store:
 
         def scores() -> Any:
             return edge_scores(
-                model, task, method=method, steps=steps, qk_fix=qk_fix, kv=kv, metric=metric
+                model,
+                task,
+                method=method,
+                steps=steps,
+                qk_fix=qk_fix,
+                kv=kv,
+                metric=metric,
+                **estimator,
             )
 
         def run(**resume: Any) -> Any:
@@ -332,6 +368,7 @@ def discover_in(
                 metric=metric,
                 batch_size=batch_size,
                 progress=progress,
+                **estimator,
                 **resume,
             )
 

@@ -1,7 +1,8 @@
 """``interv circuit``: find a circuit, check it exactly, and write it with its report.
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
-[--qk-fix] --top-k K --audit N [--alpha A] [--stability RESAMPLES] [--select stability --pi PI
+[--qk-fix] [--gim] [--hvp [--hvp-steps S] [--hvp-top K]] --top-k K --audit N [--alpha A]
+[--stability RESAMPLES] [--select stability --pi PI
 --subsamples SUBSAMPLES] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
 interpolation steps), patches the top ``K`` by ``|score|`` and ``N`` random others exactly
 (and more of the top until the miss-rate bound is below ``A``, 0.05 by default) (path
@@ -52,7 +53,7 @@ _STAGES = ("scores", "exact effects", "faithfulness", "concentration", "report")
 
 def _checked(args: argparse.Namespace) -> dict[str, Any]:
     """Every option checked without loading anything; the pairs read (data only)."""
-    from interv.circuits.screens import check_method  # torch: on use (CLI start-up)
+    from interv.circuits.screens import check_hvp, check_method  # torch: on use (CLI start-up)
     from interv.circuits.selection import (  # torch: on use (CLI start-up)
         check_pi,
         check_select,
@@ -71,6 +72,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
             "drop it or pass --method eap-ig"
         )
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
+    check_hvp(args.hvp, args.hvp_steps, args.hvp_top, args.method, args.qk_fix, args.gim)
     top_k = as_int(args.top_k, "--top-k", minimum=1)
     audit = as_int(args.audit, "--audit", minimum=0)
     for flag in ("n_edges", "batch_size"):
@@ -130,7 +132,9 @@ def _identity(args: argparse.Namespace, checked: dict[str, Any], provenance: Any
     from interv.provenance import run_identity
 
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
-    settings = circuit_settings(args.method, checked["steps"], bool(args.qk_fix), screen, args.kv)
+    settings = circuit_settings(
+        args.method, checked["steps"], bool(args.qk_fix), screen, args.kv, **_estimator(args)
+    )
     return run_identity({"metric": args.metric} if provenance is None else provenance, settings)
 
 
@@ -163,6 +167,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     )
     from interv.circuits.mission import mission_link  # torch: on use (CLI start-up)
     from interv.circuits.store import discover_resumable  # torch: on use (CLI start-up)
+    from interv.engine.backward import check_gim  # torch: on use (CLI start-up)
     from interv.models.loading import load_model  # torch: on use (CLI start-up)
     from interv.provenance import Provenance
     from interv.report.circuit import circuit_markdown  # torch: on use (CLI start-up)
@@ -171,6 +176,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
     resumed = len(store.known())
     model = load_model(args.model)
+    check_gim(model, args.gim)  # the model's family, before any work
     task = checked["pairs"].tokenize(model)
     graph = Graph.from_model(model, kv=args.kv)
     for flag, value in (("--top-k", checked["top_k"]), ("--n-edges", args.n_edges)):
@@ -183,6 +189,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         "steps": checked["steps"],
         "qk_fix": args.qk_fix,
         "kv": args.kv,
+        **_estimator(args),
     }
     progress.start("scores")
 
@@ -237,6 +244,11 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         store.write_output("mib_circuit.json", _mib_text(result, model, link))
     store.finish()
     return result, curve, link, ran, resumed
+
+
+def _estimator(args: argparse.Namespace) -> dict[str, Any]:
+    """The screen's GIM and HVP options, as ``edge_scores`` and ``circuit_settings`` take them."""
+    return {"gim": args.gim, "hvp": args.hvp, "hvp_steps": args.hvp_steps, "hvp_top": args.hvp_top}
 
 
 def _mib_text(result: Any, model: Any, link: Any) -> str:
@@ -336,6 +348,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--qk-fix", action="store_true", help="AtP*'s exact softmax for query/key edges"
     )
+    parser.add_argument(
+        "--gim", action="store_true", help="GIM's modified backward (its defaults) for the screen"
+    )
+    parser.add_argument(
+        "--hvp", action="store_true", help="Zhang & Wang's HVP correction of the EAP screen"
+    )
+    parser.add_argument("--hvp-steps", type=int, default=1, help="multi-step HVP segments")
+    parser.add_argument("--hvp-top", type=int, default=None, help="HVP on the top K edges only")
     parser.add_argument(
         "--metric",
         default="logit_diff",

@@ -291,7 +291,7 @@ class RunPlan:
             raise IntervError(f"reuse_prefix must be True or False; got {reuse_prefix!r}")
         checked = _checked_interventions(interventions, model, task)
         if screen is not None:
-            check_screen(screen, checked, target_metric)
+            check_screen(screen, checked, target_metric, model)
         if max_batch_size is None:
             max_batch_size = auto_batch_rows(model, task.n_positions, task.n_pairs)
         return cls(

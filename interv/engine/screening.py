@@ -42,6 +42,7 @@ import torch
 
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
 from interv.engine.answer_metric import answer_gradients
+from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
 from interv.engine.interventions import (
     ActivationPatch,
     MeanAblation,
@@ -120,10 +121,14 @@ def check_screenable(interventions: Sequence[Intervention], metric: TargetMetric
 
 
 def check_screen(
-    screen: object, interventions: Sequence[Intervention], metric: TargetMetric
+    screen: object,
+    interventions: Sequence[Intervention],
+    metric: TargetMetric,
+    model: Any = None,
 ) -> None:
     """Raise :class:`IntervError` unless ``screen`` is a :class:`~interv.audit.Screen` that
-    can screen ``interventions`` (screenable kinds, ``top_k`` within their number)."""
+    can screen ``interventions`` (screenable kinds, ``top_k`` within their number) on
+    ``model`` (``estimator="gim"``: a family GIM's backward supports)."""
     if not isinstance(screen, Screen):
         raise IntervError(
             f"screen must be an interv.Screen (e.g. interv.Screen(top_k=20, audit=60)) or "
@@ -135,6 +140,8 @@ def check_screen(
             f"screened ({len(interventions)})"
         )
     check_screenable(interventions, metric)
+    if screen.estimator == "gim" and model is not None:
+        check_gim(model, True)
 
 
 def pool_label(interventions: Sequence[Intervention]) -> str:
@@ -164,12 +171,18 @@ def _gradients(
     metric: TargetMetric,
     clean_logits: torch.Tensor,
     hooks: Sequence[tuple[Site, Any]] = (),
+    gim: GIM | None = None,
 ) -> tuple[dict[Site, torch.Tensor], dict[Site, torch.Tensor]]:
     """One forward and one backward of ``run`` (with ``hooks``): each site's activation and
     the gradient of each prompt's metric with respect to it (prompts are independent rows,
-    so the gradient of the sum over prompts holds every prompt's own gradient)."""
-    out = answer_gradients(model, task, run, sites, metric, clean_logits, hooks=hooks)
-    return {site: out.captured[site] for site in sites}, out.gradients
+    so the gradient of the sum over prompts holds every prompt's own gradient). With
+    ``gim`` the backward is GIM's (:mod:`interv.engine.backward`), the gradient at a q, k
+    or v site scaled as the one flowing into it."""
+    hooks = [*hooks, *([] if gim is None else gim.hooks(model.cfg.n_layers))]
+    with modified_backward(model, gim):
+        out = answer_gradients(model, task, run, sites, metric, clean_logits, hooks=hooks)
+    grads = {site: g * gradient_scale(gim, site.component) for site, g in out.gradients.items()}
+    return {site: out.captured[site] for site in sites}, grads
 
 
 def _paths(wholes: Sequence[Intervention]) -> list[list[Intervention]]:
@@ -239,6 +252,7 @@ def first_order_estimates(
     base: BaseRuns,
     *,
     steps: int = 1,
+    gim: GIM | None = None,
 ) -> torch.Tensor:
     """Every intervention's estimated effect on every prompt (an estimate, not a result).
 
@@ -259,12 +273,16 @@ def first_order_estimates(
         base: the base runs of ``interventions`` (their reads captured), as
             :func:`interv.run` computes them.
         steps: path points (1: attribution).
+        gim: GIM's backward (:class:`~interv.engine.backward.GIM`) for the gradient at the
+            base run (attribution only: ``steps=1``); None: the model's own.
 
     Returns:
         ``[n_interventions, n_prompts]`` float64 estimated change of each prompt's metric,
         in the metric's unit.
     """
     check_screenable(interventions, metric)
+    if gim is not None and steps != 1:
+        raise IntervError(f"gim combines with attribution (steps=1) only; got steps={steps}")
     cfg = model.cfg
     clean_logits = base.readouts["clean"]
     estimates = torch.zeros(len(interventions), task.n_pairs, dtype=torch.float64)
@@ -273,7 +291,7 @@ def first_order_estimates(
         members = [j for j, iv in enumerate(interventions) if iv.base_run == run]
         edited = [interventions[j].edits()[0] for j in members]
         sites = sorted({Site(site.component, site.layer) for site in edited}, key=lambda s: s.order)
-        activations, grads = _gradients(model, task, run, sites, metric, clean_logits)
+        activations, grads = _gradients(model, task, run, sites, metric, clean_logits, gim=gim)
         context = EditContext(
             model=model,
             mask=base.prompts[run].mask,
@@ -432,10 +450,13 @@ def screened_values(
     resume = resume or Resume()
     known, estimates, on_exact = resume.known, resume.estimates, resume.on_exact
     n = len(interventions)
-    check_screen(screen, interventions, metric)
+    check_screen(screen, interventions, metric, model)
     steps = screen.steps if screen.estimator == "integrated" else 1
+    gim = GIM() if screen.estimator == "gim" else None
     if estimates is None:
-        estimates = first_order_estimates(model, task, interventions, metric, base, steps=steps)
+        estimates = first_order_estimates(
+            model, task, interventions, metric, base, steps=steps, gim=gim
+        )
         if resume.on_estimates is not None:
             resume.on_estimates(estimates)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
@@ -484,6 +505,7 @@ def screened_values(
         return (values[indices] - base_values[indices]).mean(-1)
 
     method = METHOD if steps == 1 else f"integrated gradients ({steps} path points)"
+    method = "GIM's modified backward (gradient-based)" if gim is not None else method
     audit = verify_screen(screen, estimates.mean(-1), evaluate, method=method, known=known_effects)
     estimated = torch.tensor([s == ESTIMATED for s in audit.status])
     values[estimated] = base_values[estimated] + estimates[estimated]

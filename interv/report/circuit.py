@@ -285,6 +285,11 @@ def _rank_text(audit: Audit) -> str:
     )
 
 
+def reliability_text(value: float) -> str:
+    """An HVP-corrected estimate's reliability score as the report prints it."""
+    return "not computed" if math.isnan(value) else f"{value:.3g}"
+
+
 def circuit_markdown(
     circuit: CircuitResult,
     faithfulness: FaithfulnessCurve | None = None,
@@ -310,6 +315,9 @@ def circuit_markdown(
     exact = circuit.exact
     marks = stability_marks(circuit, len(chosen))
     columns = ["rank", "edge", "score (estimate)", "exact effect", "status"]
+    reliable = scores.reliability  # Zhang & Wang's score, beside an HVP-corrected estimate
+    if reliable is not None:
+        columns.insert(3, "reliability |2nd| / |1st|")
     if marks is not None:
         columns.append(f"held by resamples' top-{marks.size}")
     lines += ["", f"## The top {len(chosen)} edges (exact first, then estimates)", ""]
@@ -320,6 +328,7 @@ def circuit_markdown(
                 str(rank),
                 circuit.graph.edges[i].label,
                 f"{float(scores.scores[i]):+.4g}",
+                *([] if reliable is None else [reliability_text(float(reliable[i]))]),
                 _exact_text(float(exact[i])),
                 circuit.status[i],
                 *([marks.mark(i)] if marks is not None else []),

@@ -38,6 +38,7 @@ from interv.report.circuit import (
     check_together,
     edge_rows,
     interval_text,
+    reliability_text,
     stability_columns,
     stability_marks,
 )
@@ -117,7 +118,13 @@ def _edge_info(circuit: CircuitResult, i: int, rank: int, marks: StabilityMarks 
         f"{circuit.graph.edges[i].label} (rank {rank} by best value)\n"
         f"score (screen estimate, {circuit.scores.method}): "
         f"{float(circuit.scores.scores[i]):+.4g} {unit}\n"
-        f"{exact_text}\nstatus: {circuit.status[i]}"
+        + (
+            ""
+            if circuit.scores.reliability is None
+            else f"reliability (|2nd-order| / |1st-order|): "
+            f"{reliability_text(float(circuit.scores.reliability[i]))}\n"
+        )
+        + f"{exact_text}\nstatus: {circuit.status[i]}"
         + (
             ""
             if marks is None
