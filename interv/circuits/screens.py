@@ -464,6 +464,58 @@ def _groups(heads: torch.Tensor, n_heads: int) -> torch.Tensor:
     return heads.repeat_interleave(n_heads // heads.shape[-2], dim=-2)
 
 
+QK_CHUNK_BYTES = 128 << 20
+"""About the working memory of one chunk of senders in the QK fix (their block inputs and
+changed patterns)."""
+
+QK_DIRECTIONS_BYTES = 256 << 20
+"""The most memory one layer's query (key) directions may take (:func:`_qk_directions`);
+beyond it that layer's queries (keys) are recomputed sender by sender."""
+
+
+def _qk_directions(
+    profile: QKLayer, component: str, partner: torch.Tensor, weight: torch.Tensor
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For each moving position ``p`` (a query for ``component="q"``, a key for ``"k"``):
+    ``(U_p, partners)``, with which a change ``c [d_model]`` of the block's normed input at
+    ``p`` changes the scaled products ``scale * q . k`` of each query head with its partner
+    positions (the keys that query ``p`` admits, or the queries that admit key ``p``, in any
+    prompt) by ``c @ U_p`` ``[heads * partners]``. Exact wherever the moving side is prepared
+    linearly (no QK norm: ``R_p``, the rotation at ``p``, or the identity)::
+
+        scale * (R_p W_h^T c) . partner_h = c . (scale * W_h R_p^T partner_h)
+
+    ``R_p`` is read from the recipe's own :meth:`~AttentionRecipe.prepare` of a basis.
+
+    Args:
+        profile: the layer.
+        component: ``"q"`` or ``"k"``.
+        partner: ``[n, pos, heads, d_head]`` float64, prepared: the keys repeated to the
+            query heads (``"q"``) or the queries (``"k"``).
+        weight: ``[heads, d_model, d_head]`` float64: each query head's projection of the
+            moving side (its key/value head's for ``"k"``).
+
+    Returns:
+        per position, ``U_p [n, d_model, heads * partners]`` (partner-major within a head)
+        and the partner positions.
+    """
+    n, n_pos, _, d_head = partner.shape
+    eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
+    basis = eye.view(1, d_head, 1, 1, d_head).expand(1, d_head, n_pos, 1, d_head)
+    rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0]
+    allowed = profile.allowed[:, 0]  # [n, query, key]
+    pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)
+    scale = profile.recipe.scale
+    plan = []
+    for p in range(n_pos):
+        at = pairs[p].nonzero().squeeze(-1)
+        r_p = rotation[:, :, p].expand(n, -1, -1)  # [n, a, c]: column a of R_p
+        turned = torch.einsum("bac,bjhc->bhja", r_p, partner[:, at]) * scale
+        u = torch.einsum("bhja,hma->bmhj", turned, weight)
+        plan.append((u.reshape(n, weight.shape[1], -1), at))
+    return plan
+
+
 def qk_fixed_scores(
     model: Any,
     graph: Graph,
@@ -483,36 +535,114 @@ def qk_fixed_scores(
     ``x`` at every position, the receiver's query (key) recomputed exactly through the norm
     and projection, the pattern by the exact softmax, and the change of the pattern dotted
     with ``g_pattern [n, n_heads, qpos, kpos]`` (summed over a key/value head's group)."""
+    return _qk_layer_scores(model, graph, base, x, layer, (component,), delta, g_pattern)[component]
+
+
+def _qk_layer_scores(
+    model: Any,
+    graph: Graph,
+    base: QKBase,
+    x: torch.Tensor,
+    layer: int,
+    components: tuple[str, ...],
+    delta: torch.Tensor,
+    g_pattern: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """:func:`qk_fixed_scores` of one layer's ``components``, each sender's change of the
+    block's normed input computed once for all of them.
+
+    Two exact ways to the changed products ``scale * q . k``, chosen per component by their
+    cost: where the moving side has no QK norm and the prompts are short (on average fewer
+    admitted partners than ``d_head``), the normed change dotted with precomputed directions
+    (:func:`_qk_directions`: no per-sender projection, rotation or ``q . k``); otherwise the
+    receiver's queries (keys) projected, prepared and multiplied again for every sender."""
     block = model.blocks[layer]
-    weight = reader_weights(model, graph, layer, component).double()
-    n, n_pos, n_senders, _ = delta.shape
+    n, n_pos, n_senders, d_model = delta.shape
     heads = graph.n_heads
     q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
     profile = base.layers[layer]
-    queries = profile.queries(q).unsqueeze(1)  # [n, 1, pos, heads, d], prepared once
-    keys = _groups(profile.keys(k), heads).unsqueeze(1)
-    per_sender = (
-        n * heads * n_pos * n_pos * 8 * 4 + n * n_pos * weight.shape[0] * weight.shape[2] * 8
-    )
-    chunk = max(1, min(n_senders, (64 << 20) // max(per_sender, 1)))
-    out = torch.zeros(n, weight.shape[0], n_senders, dtype=torch.float64, device=q.device)
+    recipe = profile.recipe
+    d_head = q.shape[-1]
+    queries = profile.queries(q)  # [n, pos, heads, d], prepared once
+    keys = _groups(profile.keys(k), heads)
+    allowed = profile.allowed.unsqueeze(1)  # [n, 1, 1, query, key]
+    products = torch.matmul(queries.transpose(1, 2), keys.permute(0, 2, 3, 1)) * recipe.scale
+    products = products.unsqueeze(1)  # [n, 1, heads, query, key]
+    pairs = int(profile.allowed[:, 0].any(0).sum())  # (query, key) pairs admitted anywhere
+    plans: dict[str, tuple[torch.Tensor, Any]] = {}
+    for component in components:
+        weight = reader_weights(model, graph, layer, component).double().to(q.device)
+        readers = weight.shape[0]
+        linear = (recipe.q_norm if component == "q" else recipe.k_norm) is None
+        cheaper = pairs * heads < n_pos * readers * d_head + heads * n_pos * n_pos * d_head
+        small = n * heads * pairs * d_model * 8 <= QK_DIRECTIONS_BYTES
+        directions = None
+        if linear and cheaper and small:
+            per_head = weight[torch.arange(heads, device=weight.device) // (heads // readers)]
+            partner = keys if component == "q" else queries
+            directions = _qk_directions(profile, component, partner, per_head)
+        plans[component] = (weight, directions)
+    per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 8 * 4
+    if any(directions is None for _, directions in plans.values()):
+        per_sender += n * n_pos * heads * d_head * 8 * 4
+    chunk = max(1, min(n_senders, QK_CHUNK_BYTES // max(per_sender, 1)))
+    out = {
+        c: torch.zeros(n, plans[c][0].shape[0], n_senders, dtype=torch.float64, device=q.device)
+        for c in components
+    }
     with torch.no_grad():
         normed = block.ln1(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
             part = delta[:, :, first : first + chunk].to(x)
-            change = (block.ln1(x.unsqueeze(2) + part) - normed).double()
-            moved = torch.einsum("bpcd,rdk->bcprk", change, weight.to(change.device))
-            if component == "q":
-                new = profile.pattern(profile.queries(q.unsqueeze(1) + moved), keys)
-            elif graph.ungrouped:  # each query head's own key copy moves
-                new = profile.pattern(queries, profile.keys(_groups(k, heads).unsqueeze(1) + moved))
-            else:
-                new = profile.pattern(queries, _groups(profile.keys(k.unsqueeze(1) + moved), heads))
-            terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
-            if component == "k" and not graph.ungrouped:
-                terms = terms.view(n, terms.shape[1], weight.shape[0], -1).sum(-1)
-            out[:, :, first : first + chunk] = terms.transpose(1, 2)
+            change = (block.ln1(x.unsqueeze(2) + part) - normed).double()  # [n, pos, c, d]
+            width = change.shape[2]
+            for component in components:
+                weight, directions = plans[component]
+                if directions is None:
+                    new = _qk_recomputed(profile, graph, q, k, queries, change, weight, component)
+                else:
+                    moved = products.new_zeros(n, width, heads, n_pos, n_pos)
+                    for p, (u, at) in enumerate(directions):
+                        if at.numel():
+                            step = torch.bmm(change[:, p], u).view(n, width, heads, -1)
+                            if component == "q":
+                                moved[:, :, :, p, at] = step
+                            else:
+                                moved[:, :, :, at, p] = step
+                    new = recipe.rows(recipe.finish(products + moved, allowed))
+                terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
+                if component == "k" and not graph.ungrouped:
+                    terms = terms.view(n, width, weight.shape[0], -1).sum(-1)
+                out[component][:, :, first : first + chunk] = terms.transpose(1, 2)
     return out
+
+
+def _qk_recomputed(
+    profile: QKLayer,
+    graph: Graph,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    queries: torch.Tensor,
+    change: torch.Tensor,
+    weight: torch.Tensor,
+    component: str,
+) -> torch.Tensor:
+    """The patterns ``[n, senders, heads, query, key]`` with each sender's normed change
+    ``change [n, pos, senders, d_model]`` projected by ``weight [readers, d_model, d_head]``
+    into the hooked queries (keys) and the pattern recomputed from them."""
+    heads = graph.n_heads
+    moved = torch.einsum("bpcd,rdk->bcprk", change, weight)
+    if component == "q":
+        return profile.pattern(
+            profile.queries(q.unsqueeze(1) + moved), _groups(profile.keys(k), heads).unsqueeze(1)
+        )
+    if graph.ungrouped:  # each query head's own key copy moves
+        return profile.pattern(
+            queries.unsqueeze(1), profile.keys(_groups(k, heads).unsqueeze(1) + moved)
+        )
+    return profile.pattern(
+        queries.unsqueeze(1), _groups(profile.keys(k.unsqueeze(1) + moved), heads)
+    )
 
 
 def edge_scores(
@@ -690,21 +820,28 @@ def _add_qk_scores(
 ) -> None:
     """Write the QK-fix scores of every query/key edge of one batch into ``per_prompt``."""
     for layer in range(graph.n_layers):
-        for component in ("q", "k"):
-            group = [r for r in graph.receivers if r.input == component and r.node.layer == layer]
-            if not group:
-                continue
-            n_senders = max(r.n_senders for r in group)
-            scores = qk_fixed_scores(
-                model,
-                graph,
-                qk,
-                base.resid_pre[layer],
-                layer,
-                component,
-                delta[:, :, :n_senders],
-                pattern_grads[layer].to(qk.q[layer].device),
-            ).cpu()
+        groups = {
+            component: [
+                r for r in graph.receivers if r.input == component and r.node.layer == layer
+            ]
+            for component in ("q", "k")
+        }
+        groups = {component: group for component, group in groups.items() if group}
+        if not groups:
+            continue
+        n_senders = max(r.n_senders for group in groups.values() for r in group)
+        scores = _qk_layer_scores(
+            model,
+            graph,
+            qk,
+            base.resid_pre[layer],
+            layer,
+            tuple(groups),
+            delta[:, :, :n_senders],
+            pattern_grads[layer].to(qk.q[layer].device),
+        )
+        for component, group in groups.items():
+            got = scores[component].cpu()
             for receiver in group:
-                block = scores[:, receiver.node.head, : receiver.n_senders].T
+                block = got[:, receiver.node.head, : receiver.n_senders].T
                 per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] = block
