@@ -475,12 +475,12 @@ beyond it that layer's queries (keys) are recomputed sender by sender."""
 
 def _qk_directions(
     profile: QKLayer, component: str, partner: torch.Tensor, weight: torch.Tensor
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
+) -> list[tuple[int, torch.Tensor, torch.Tensor | slice]]:
     """For each moving position ``p`` (a query for ``component="q"``, a key for ``"k"``):
-    ``(U_p, partners)``, with which a change ``c [d_model]`` of the block's normed input at
+    ``(p, U_p, partners)``, with which a change ``c [d_model]`` of the block's normed input at
     ``p`` changes the scaled products ``scale * q . k`` of each query head with its partner
     positions (the keys that query ``p`` admits, or the queries that admit key ``p``, in any
-    prompt) by ``c @ U_p`` ``[heads * partners]``. Exact wherever the moving side is prepared
+    prompt) by ``U_p @ c`` ``[heads * partners]``. Exact wherever the moving side is prepared
     linearly (no QK norm: ``R_p``, the rotation at ``p``, or the identity)::
 
         scale * (R_p W_h^T c) . partner_h = c . (scale * W_h R_p^T partner_h)
@@ -496,8 +496,8 @@ def _qk_directions(
             moving side (its key/value head's for ``"k"``).
 
     Returns:
-        per position, ``U_p [n, d_model, heads * partners]`` (partner-major within a head)
-        and the partner positions.
+        per position with a partner: ``p``, ``U_p`` as ``[n, heads * partners, d_model]``
+        (partners within each head) and the partners (a slice where contiguous).
     """
     n, n_pos, _, d_head = partner.shape
     eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
@@ -506,13 +506,18 @@ def _qk_directions(
     allowed = profile.allowed[:, 0]  # [n, query, key]
     pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)
     scale = profile.recipe.scale
-    plan = []
+    plan: list[tuple[int, torch.Tensor, torch.Tensor | slice]] = []
     for p in range(n_pos):
-        at = pairs[p].nonzero().squeeze(-1)
+        at: torch.Tensor | slice = pairs[p].nonzero().squeeze(-1)
+        if at.numel() == 0:
+            continue
+        first, last = int(at[0]), int(at[-1]) + 1
+        if last - first == at.numel():  # contiguous (causal, windows): a slice writes faster
+            at = slice(first, last)
         r_p = rotation[:, :, p].expand(n, -1, -1)  # [n, a, c]: column a of R_p
         turned = torch.einsum("bac,bjhc->bhja", r_p, partner[:, at]) * scale
-        u = torch.einsum("bhja,hma->bmhj", turned, weight)
-        plan.append((u.reshape(n, weight.shape[1], -1), at))
+        u = torch.einsum("bhja,hma->bhjm", turned, weight)
+        plan.append((p, u.reshape(n, -1, weight.shape[1]), at))
     return plan
 
 
@@ -602,13 +607,12 @@ def _qk_layer_scores(
                     new = _qk_recomputed(profile, graph, q, k, queries, change, weight, component)
                 else:
                     moved = products.new_zeros(n, width, heads, n_pos, n_pos)
-                    for p, (u, at) in enumerate(directions):
-                        if at.numel():
-                            step = torch.bmm(change[:, p], u).view(n, width, heads, -1)
-                            if component == "q":
-                                moved[:, :, :, p, at] = step
-                            else:
-                                moved[:, :, :, at, p] = step
+                    for p, u, at in directions:
+                        step = torch.bmm(change[:, p], u.transpose(1, 2)).view(n, width, heads, -1)
+                        if component == "q":
+                            moved[:, :, :, p, at] = step
+                        else:
+                            moved[:, :, :, at, p] = step
                     new = recipe.rows(recipe.finish(products + moved, allowed))
                 terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
                 if component == "k" and not graph.ungrouped:
