@@ -38,9 +38,10 @@ at d_model 2048-4096, one circuit and four circuits per stacked forward, beside
 QK fix against EAP (``--qk-fix MODEL``, no sweep): on a real model and task (``--task``,
 ``--pairs``, seed 0), :func:`edge_scores` with ``qk_fix=False`` and ``qk_fix=True``, all
 prompts in one batch, alternately ``--repeats`` times after an untimed EAP warm-up; printed:
-each one's minimum wall time, their ratio and the load average; ``--profile N``: the ``N``
-functions with the most own time in one more (profiled) QK-fix run, and the QK fix's own
-parts (base run, per-layer scores, directions) by cumulative time.
+each one's minimum wall time and process CPU time, their ratios and the load average;
+``--profile N``: the ``N`` functions with the most own time in one more (profiled) QK-fix
+run, and the QK fix's own parts (base run, per-layer scores, directions) by cumulative
+time.
 
 Run: ``python benchmarks/bench_circuit_costs.py [--out costs.json] [--markdown costs.md]
 [--sweeps layers heads d_model positions memory] [--repeats 2] [--memory-repeats 1]
@@ -560,14 +561,20 @@ def qk_cost(args: argparse.Namespace) -> dict:
     )
     edge_scores(model, task, batch_size=n)  # warm-up, untimed
     times: dict[str, list[float]] = {"eap": [], "qk_fix": []}
+    cpu: dict[str, list[float]] = {"eap": [], "qk_fix": []}
     loads = []
     for repeat in range(args.repeats):
         for name, fix in (("eap", False), ("qk_fix", True)):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             edge_scores(model, task, batch_size=n, qk_fix=fix)
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
             loads.append(os.getloadavg()[0])
-            print(f"{name} run {repeat + 1}: {times[name][-1]:.1f} s; {_uptime()}", flush=True)
+            print(
+                f"{name} run {repeat + 1}: {times[name][-1]:.1f} s (CPU {cpu[name][-1]:.1f} s); "
+                f"{_uptime()}",
+                flush=True,
+            )
     result = {
         "model": args.qk_fix,
         "task": args.task,
@@ -577,12 +584,15 @@ def qk_cost(args: argparse.Namespace) -> dict:
         "eap_s": min(times["eap"]),
         "qk_fix_s": min(times["qk_fix"]),
         "ratio": min(times["qk_fix"]) / min(times["eap"]),
+        "cpu_seconds": cpu,
+        "cpu_ratio": min(cpu["qk_fix"]) / min(cpu["eap"]),
         "loads": loads,
         "matmul_gflops": matmul_gflops(),
     }
     print(
         f"EAP {result['eap_s']:.1f} s, QK fix {result['qk_fix_s']:.1f} s (minimum of "
-        f"{args.repeats}): ratio {result['ratio']:.2f}; load average {min(loads):.1f} to "
+        f"{args.repeats}): ratio {result['ratio']:.2f} (CPU time: {result['cpu_ratio']:.2f}); "
+        f"load average {min(loads):.1f} to "
         f"{max(loads):.1f}; matmul {result['matmul_gflops']:.0f} GFLOP/s"
     )
     if args.profile:

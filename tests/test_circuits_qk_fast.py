@@ -10,8 +10,10 @@ verbatim), on tiny random models of several families:
 - the per-sender way itself (directions refused by a zero memory budget), and the scores
   ``edge_scores(qk_fix=True)`` writes into each edge (one layer's q and k scored together).
 
-Float tolerance only: both ways are float64 from the same float32 normed change, summed in
-different orders.
+Float tolerance only: both start from the same float32 normed change; the reference projects
+it in float64, the fast way dots it with the directions in float32 (the products it moves,
+the softmax and the pattern difference in float64), so scores agree to about 1e-7 of the
+largest (asserted: 1e-6) and the per-sender way, all float64, to 1e-9.
 """
 
 from __future__ import annotations
@@ -103,8 +105,9 @@ def _inputs(model, task, kv: str = "grouped"):
     return graph, base, delta, qk, patterns
 
 
-def _compare(model, task, kv: str = "grouped") -> int:
-    """Every layer's q and k scores against the reference; the number of comparisons."""
+def _compare(model, task, kv: str = "grouped", tolerance: float = 1e-6) -> int:
+    """Every layer's q and k scores against the reference, to ``tolerance`` of the largest;
+    the number of comparisons."""
     graph, base, delta, qk, patterns = _inputs(model, task, kv)
     checked = 0
     for layer in range(graph.n_layers):
@@ -118,7 +121,7 @@ def _compare(model, task, kv: str = "grouped") -> int:
             assert got.shape == want.shape
             scale = want.abs().max().item()
             assert scale > 0, (layer, component)
-            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9 * scale)
+            torch.testing.assert_close(got, want, rtol=0, atol=tolerance * scale)
             checked += 1
     return checked
 
@@ -139,9 +142,9 @@ def _count_directions(monkeypatch) -> list[str]:
     calls: list[str] = []
     original = screens_module._qk_directions
 
-    def counted(profile, component, partner, weight):
+    def counted(profile, component, *rest):
         calls.append(component)
-        return original(profile, component, partner, weight)
+        return original(profile, component, *rest)
 
     monkeypatch.setattr(screens_module, "_qk_directions", counted)
     return calls
@@ -158,7 +161,7 @@ def test_the_per_sender_way_equals_the_reference_when_directions_do_not_fit(monk
     model, task = _family_task("llama")
     calls = _count_directions(monkeypatch)
     monkeypatch.setattr(screens_module, "QK_DIRECTIONS_BYTES", 0)
-    _compare(model, task)
+    _compare(model, task, tolerance=1e-9)
     assert not calls  # the directions were never built
 
 
@@ -177,4 +180,4 @@ def test_edge_scores_write_each_query_and_key_edge_as_the_reference(monkeypatch)
     monkeypatch.setattr(screens_module, "_qk_layer_scores", reference)
     plain = edge_scores(model, task, qk_fix=True)
     scale = plain.per_prompt.abs().max().item()
-    torch.testing.assert_close(fast.per_prompt, plain.per_prompt, rtol=1e-9, atol=1e-9 * scale)
+    torch.testing.assert_close(fast.per_prompt, plain.per_prompt, rtol=0, atol=1e-6 * scale)
