@@ -575,11 +575,13 @@ def _qk_layer_scores(
     """:func:`qk_fixed_scores` of one layer's ``components``, each sender's change of the
     block's normed input computed once for all of them.
 
-    Two exact ways to the changed products ``scale * q . k``, chosen per component by their
-    cost: where the moving side has no QK norm and the prompts are short (on average fewer
-    admitted partners than ``d_head``), the normed change dotted with precomputed directions
-    (:func:`_qk_directions`: no per-sender projection, rotation or ``q . k``); otherwise the
-    receiver's queries (keys) projected, prepared and multiplied again for every sender."""
+    Two exact ways to the changed products ``scale * q . k``, chosen per component: where
+    the moving side has no QK norm, the directions fit :data:`QK_DIRECTIONS_BYTES` and they
+    take fewer multiplications (short prompts: on average fewer admitted partners than
+    ``d_head``), the normed change dotted with precomputed directions in float32
+    (:func:`_qk_directions`: no per-sender projection, rotation or ``q . k``; the softmax
+    and the pattern difference stay float64); otherwise the receiver's queries (keys)
+    projected in float64, prepared and multiplied again for every sender."""
     block = model.blocks[layer]
     n, n_pos, n_senders, d_model = delta.shape
     heads = graph.n_heads
@@ -601,8 +603,12 @@ def _qk_layer_scores(
         weight = reader_weights(model, graph, layer, component).double().to(q.device)
         readers = weight.shape[0]
         linear = (recipe.q_norm if component == "q" else recipe.k_norm) is None
-        cheaper = pairs * heads < n_pos * readers * d_head + heads * n_pos * n_pos * d_head
-        small = n * heads * pairs * d_model * 8 <= QK_DIRECTIONS_BYTES
+        # multiplications per sender and prompt: the change dotted with every direction,
+        # against its projection per position and the products q . k again
+        fast_work = d_model * heads * pairs
+        cheaper = fast_work < n_pos * d_model * readers * d_head + heads * n_pos**2 * d_head
+        # the directions and the turned partners of every (position, partner) pair
+        small = n * heads * (pairs * d_model + n_pos**2 * d_head) * 8 <= QK_DIRECTIONS_BYTES
         directions = None
         if linear and cheaper and small:
             per_head = weight[torch.arange(heads, device=weight.device) // (heads // readers)]
