@@ -593,7 +593,10 @@ def _qk_layer_scores(
     keys = _groups(profile.keys(k), heads)
     allowed = profile.allowed.unsqueeze(1)  # [n, 1, 1, query, key]
     products = torch.matmul(queries.transpose(1, 2), keys.permute(0, 2, 3, 1)) * recipe.scale
-    products = products.unsqueeze(1)  # [n, 1, heads, query, key]
+    products = products.unsqueeze(2)  # [n, heads, 1, query, key]
+    # without a soft cap the mask commutes with adding a change (-inf stays -inf): mask once
+    start = products if recipe.softcap is not None else recipe.finish(products, allowed)
+    g_flat = g_pattern.reshape(n, heads, n_pos * n_pos, 1)
     pairs = int(profile.allowed[:, 0].any(0).sum())  # (query, key) pairs admitted anywhere
     # the change's dot with the directions in the block's float width (at least float32);
     # the products it moves, the softmax and the difference of patterns stay float64
@@ -634,21 +637,24 @@ def _qk_layer_scores(
                 if directions is None:
                     new = _qk_recomputed(
                         profile, graph, q, k, queries, change.double(), weight, component
-                    )
+                    ).transpose(1, 2)  # [n, heads, senders, query, key]
                 else:
                     narrow = change.to(contract)
-                    moved = products.expand(n, width, -1, -1, -1).clone()
+                    moved = start.expand(n, heads, width, n_pos, n_pos).clone()
                     for p, u, at in directions:
-                        step = torch.bmm(narrow[:, p], u.transpose(1, 2)).view(n, width, heads, -1)
+                        step = torch.bmm(narrow[:, p], u.transpose(1, 2))
+                        step = step.view(n, width, heads, -1).transpose(1, 2)
                         if component == "q":
                             moved[:, :, :, p, at] += step
                         else:
                             moved[:, :, :, at, p] += step
-                    new = recipe.rows(recipe.finish(moved, allowed))
-                terms = torch.einsum("bchqk,bhqk->bch", new.sub_(pattern.unsqueeze(1)), g_pattern)
+                    logits = moved if recipe.softcap is None else recipe.finish(moved, allowed)
+                    new = recipe.rows(logits)
+                change_of_pattern = (new - pattern.unsqueeze(2)).reshape(n, heads, width, -1)
+                terms = torch.matmul(change_of_pattern, g_flat).squeeze(-1)  # [n, heads, c]
                 if component == "k" and not graph.ungrouped:
-                    terms = terms.view(n, width, weight.shape[0], -1).sum(-1)
-                out[component][:, :, first : first + chunk] = terms.transpose(1, 2)
+                    terms = terms.view(n, weight.shape[0], -1, width).sum(2)
+                out[component][:, :, first : first + chunk] = terms
     return out
 
 
