@@ -35,6 +35,14 @@ head layout (32 query heads, 8 key/value heads, d_head = d_model / 32, 8 pairs x
 at d_model 2048-4096, one circuit and four circuits per stacked forward, beside
 :func:`faithfulness_memory`'s prediction.
 
+QK fix against EAP (``--qk-fix MODEL``, no sweep): on a real model and task (``--task``,
+``--pairs``, seed 0), :func:`edge_scores` with ``qk_fix=False`` and ``qk_fix=True``, all
+prompts in one batch, alternately ``--repeats`` times after an untimed EAP warm-up; printed:
+each one's minimum wall time and process CPU time, their ratios and the load average;
+``--profile N``: the ``N`` functions with the most own time in one more (profiled) QK-fix
+run, and the QK fix's own parts (base run, per-layer scores, directions) by cumulative
+time.
+
 Run: ``python benchmarks/bench_circuit_costs.py [--out costs.json] [--markdown costs.md]
 [--sweeps layers heads d_model positions memory] [--repeats 2] [--memory-repeats 1]
 [--threads 2]`` (docs/cost-curves.md: 21 minutes on 2 cores at load average 2-4 with
@@ -531,6 +539,88 @@ def _say(label: str, point: dict) -> None:
     )
 
 
+QK_PARTS = ("qk_base", "_add_qk_scores", "_qk_layer_scores", "_qk_directions", "_reader_gradients")
+"""The functions whose cumulative time ``--profile`` prints (those the code has)."""
+
+
+def qk_cost(args: argparse.Namespace) -> dict:
+    """EAP and the QK fix on ``args.qk_fix``'s model, same prompts, alternately."""
+    import cProfile
+    import pstats
+
+    import interv
+
+    torch.set_num_threads(args.threads)
+    model = interv.load_model(args.qk_fix)
+    task = interv.load_task(args.task, n_pairs=args.pairs, seed=0).tokenize(model)
+    n = task.n_pairs
+    print(
+        f"{args.qk_fix}, {args.task}: {n} pairs x {task.n_positions} positions; interv from "
+        f"{Path(interv.__file__).parent}; {_uptime()}",
+        flush=True,
+    )
+    edge_scores(model, task, batch_size=n)  # warm-up, untimed
+    times: dict[str, list[float]] = {"eap": [], "qk_fix": []}
+    cpu: dict[str, list[float]] = {"eap": [], "qk_fix": []}
+    loads = []
+    for repeat in range(args.repeats):
+        for name, fix in (("eap", False), ("qk_fix", True)):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            edge_scores(model, task, batch_size=n, qk_fix=fix)
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+            loads.append(os.getloadavg()[0])
+            print(
+                f"{name} run {repeat + 1}: {times[name][-1]:.1f} s (CPU {cpu[name][-1]:.1f} s); "
+                f"{_uptime()}",
+                flush=True,
+            )
+    result = {
+        "model": args.qk_fix,
+        "task": args.task,
+        "pairs": n,
+        "positions": task.n_positions,
+        "seconds": times,
+        "eap_s": min(times["eap"]),
+        "qk_fix_s": min(times["qk_fix"]),
+        "ratio": min(times["qk_fix"]) / min(times["eap"]),
+        "cpu_seconds": cpu,
+        "cpu_ratio": min(cpu["qk_fix"]) / min(cpu["eap"]),
+        "loads": loads,
+        "matmul_gflops": matmul_gflops(),
+    }
+    print(
+        f"EAP {result['eap_s']:.1f} s, QK fix {result['qk_fix_s']:.1f} s (minimum of "
+        f"{args.repeats}): ratio {result['ratio']:.2f} (CPU time: {result['cpu_ratio']:.2f}); "
+        f"load average {min(loads):.1f} to "
+        f"{max(loads):.1f}; matmul {result['matmul_gflops']:.0f} GFLOP/s"
+    )
+    if args.profile:
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        profiler.enable()
+        edge_scores(model, task, batch_size=n, qk_fix=True)
+        profiler.disable()
+        seconds = time.perf_counter() - start
+        stats = pstats.Stats(profiler)
+        parts = {
+            name: cumulative
+            for (_, _, name), (_, _, _, cumulative, _) in stats.stats.items()  # type: ignore[attr-defined]
+            if name in QK_PARTS
+        }
+        print(
+            f"profiled QK-fix run: {seconds:.1f} s; cumulative: "
+            + ", ".join(
+                f"{name} {t:.1f} s" for name, t in sorted(parts.items(), key=lambda x: -x[1])
+            )
+        )
+        stats.sort_stats("tottime").print_stats(args.profile)
+        result["profile"] = {"seconds": seconds, "cumulative": parts}
+    if args.out is not None:
+        write_file(args.out, json.dumps(result, indent=1).encode())
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few tiny points (< 1 minute)")
@@ -552,7 +642,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--render", type=Path, default=None, help="print the tables of a saved --out file"
     )
+    parser.add_argument(
+        "--qk-fix", default=None, metavar="MODEL", help="time EAP and the QK fix on MODEL"
+    )
+    parser.add_argument("--task", default="ioi", help="--qk-fix's task")
+    parser.add_argument("--pairs", type=int, default=8, help="--qk-fix's prompt pairs")
+    parser.add_argument("--profile", type=int, default=0, help="--qk-fix: top N of a profile")
     args = parser.parse_args(argv)
+    if args.qk_fix is not None:
+        return qk_cost(args)
     if args.render is not None:
         result = json.loads(args.render.read_text())
         print(markdown(result))

@@ -538,6 +538,82 @@ def _groups(heads: torch.Tensor, n_heads: int) -> torch.Tensor:
     return heads.repeat_interleave(n_heads // heads.shape[-2], dim=-2)
 
 
+QK_CHUNK_BYTES = 128 << 20
+"""About the working memory of one chunk of senders in the QK fix (their block inputs and
+changed patterns)."""
+
+QK_DIRECTIONS_BYTES = 256 << 20
+"""The most memory one layer's query (key) directions may take (:func:`_qk_directions`);
+beyond it that layer's queries (keys) are recomputed sender by sender."""
+
+
+def _qk_directions(
+    profile: QKLayer,
+    component: str,
+    partner: torch.Tensor,
+    weight: torch.Tensor,
+    dtype: torch.dtype = torch.float64,
+) -> list[tuple[int, torch.Tensor, torch.Tensor | slice]]:
+    """For each moving position ``p`` (a query for ``component="q"``, a key for ``"k"``):
+    ``(p, U_p, partners)``, with which a change ``c [d_model]`` of the block's normed input at
+    ``p`` changes the scaled products ``scale * q . k`` of each query head with its partner
+    positions (the keys that query ``p`` admits, or the queries that admit key ``p``, in any
+    prompt) by ``U_p @ c`` ``[heads * partners]``. Exact wherever the moving side is prepared
+    linearly (no QK norm: ``R_p``, the rotation at ``p``, or the identity)::
+
+        scale * (R_p W_h^T c) . partner_h = c . (scale * W_h R_p^T partner_h)
+
+    ``R_p`` is read from the recipe's own :meth:`~AttentionRecipe.prepare` of a basis.
+
+    Args:
+        profile: the layer.
+        component: ``"q"`` or ``"k"``.
+        partner: ``[n, pos, heads, d_head]`` float64, prepared: the keys repeated to the
+            query heads (``"q"``) or the queries (``"k"``).
+        weight: ``[heads, d_model, d_head]`` float64: each query head's projection of the
+            moving side (its key/value head's for ``"k"``).
+        dtype: the directions' dtype (their last product; what precedes it is float64).
+
+    Returns:
+        per position with a partner: ``p``, ``U_p`` as ``[n, heads * partners, d_model]``
+        (partners within each head) and the partners (a slice where contiguous).
+    """
+    n, n_pos, _, d_head = partner.shape
+    eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
+    basis = eye.view(1, d_head, 1, 1, d_head).expand(1, d_head, n_pos, 1, d_head)
+    rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0]
+    allowed = profile.allowed[:, 0]  # [n, query, key]
+    pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)
+    # every partner of every position turned back by R_p: [n, heads, p, partner, a]
+    turned = torch.einsum("bapc,bjhc->bhpja", rotation.expand(n, -1, -1, -1), partner)
+    turned = turned * profile.recipe.scale
+    spans: list[tuple[int, torch.Tensor | slice]] = []
+    for p in range(n_pos):
+        at: torch.Tensor | slice = pairs[p].nonzero().squeeze(-1)
+        if at.numel() == 0:
+            continue
+        first, last = int(at[0]), int(at[-1]) + 1
+        if last - first == at.numel():  # contiguous (causal, windows): a slice writes faster
+            at = slice(first, last)
+        spans.append((p, at))
+    if not spans:
+        return []
+    # one product for all positions (many small ones ran at a third of the speed)
+    chosen = torch.cat([turned[:, :, p, at] for p, at in spans], dim=2)  # [n, heads, pairs, a]
+    heads = chosen.shape[1]
+    flat = chosen.transpose(0, 1).reshape(heads, -1, d_head).to(dtype)  # [heads, n * pairs, a]
+    directions = torch.matmul(flat, weight.transpose(1, 2).to(dtype))
+    directions = directions.view(heads, n, -1, weight.shape[1])
+    plan: list[tuple[int, torch.Tensor, torch.Tensor | slice]] = []
+    start = 0
+    for p, at in spans:
+        width = at.stop - at.start if isinstance(at, slice) else at.numel()
+        u = directions[:, :, start : start + width].transpose(0, 1)  # [n, heads, partners, m]
+        plan.append((p, u.reshape(n, heads * width, weight.shape[1]), at))
+        start += width
+    return plan
+
+
 def qk_fixed_scores(
     model: Any,
     graph: Graph,
@@ -557,36 +633,131 @@ def qk_fixed_scores(
     ``x`` at every position, the receiver's query (key) recomputed exactly through the norm
     and projection, the pattern by the exact softmax, and the change of the pattern dotted
     with ``g_pattern [n, n_heads, qpos, kpos]`` (summed over a key/value head's group)."""
+    return _qk_layer_scores(model, graph, base, x, layer, (component,), delta, g_pattern)[component]
+
+
+def _qk_layer_scores(
+    model: Any,
+    graph: Graph,
+    base: QKBase,
+    x: torch.Tensor,
+    layer: int,
+    components: tuple[str, ...],
+    delta: torch.Tensor,
+    g_pattern: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """:func:`qk_fixed_scores` of one layer's ``components``, each sender's change of the
+    block's normed input computed once for all of them.
+
+    Two exact ways to the changed products ``scale * q . k``, chosen per component: where
+    the moving side has no QK norm, the directions fit :data:`QK_DIRECTIONS_BYTES` and they
+    take fewer multiplications (short prompts: on average fewer admitted partners than
+    ``d_head``), the normed change dotted with precomputed directions in float32
+    (:func:`_qk_directions`: no per-sender projection, rotation or ``q . k``; the softmax
+    and the pattern difference stay float64); otherwise the receiver's queries (keys)
+    projected in float64, prepared and multiplied again for every sender."""
     block = model.blocks[layer]
-    weight = reader_weights(model, graph, layer, component).double()
-    n, n_pos, n_senders, _ = delta.shape
+    n, n_pos, n_senders, d_model = delta.shape
     heads = graph.n_heads
     q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
     profile = base.layers[layer]
-    queries = profile.queries(q).unsqueeze(1)  # [n, 1, pos, heads, d], prepared once
-    keys = _groups(profile.keys(k), heads).unsqueeze(1)
-    per_sender = (
-        n * heads * n_pos * n_pos * 8 * 4 + n * n_pos * weight.shape[0] * weight.shape[2] * 8
-    )
-    chunk = max(1, min(n_senders, (64 << 20) // max(per_sender, 1)))
-    out = torch.zeros(n, weight.shape[0], n_senders, dtype=torch.float64, device=q.device)
+    recipe = profile.recipe
+    d_head = q.shape[-1]
+    queries = profile.queries(q)  # [n, pos, heads, d], prepared once
+    keys = _groups(profile.keys(k), heads)
+    allowed = profile.allowed.unsqueeze(1)  # [n, 1, 1, query, key]
+    products = torch.matmul(queries.transpose(1, 2), keys.permute(0, 2, 3, 1)) * recipe.scale
+    products = products.unsqueeze(2)  # [n, heads, 1, query, key]
+    # without a soft cap the mask commutes with adding a change (-inf stays -inf): mask once
+    start = products if recipe.softcap is not None else recipe.finish(products, allowed)
+    g_flat = g_pattern.reshape(n, heads, n_pos * n_pos, 1)
+    pairs = int(profile.allowed[:, 0].any(0).sum())  # (query, key) pairs admitted anywhere
+    # the change's dot with the directions in the block's float width (at least float32);
+    # the products it moves, the softmax and the difference of patterns stay float64
+    contract = torch.promote_types(x.dtype, torch.float32)
+    plans: dict[str, tuple[torch.Tensor, Any]] = {}
+    for component in components:
+        weight = reader_weights(model, graph, layer, component).double().to(q.device)
+        readers = weight.shape[0]
+        linear = (recipe.q_norm if component == "q" else recipe.k_norm) is None
+        # multiplications per sender and prompt: the change dotted with every direction,
+        # against its projection per position and the products q . k again
+        fast_work = d_model * heads * pairs
+        cheaper = fast_work < n_pos * d_model * readers * d_head + heads * n_pos**2 * d_head
+        # the directions and the turned partners of every (position, partner) pair
+        small = n * heads * (pairs * d_model + n_pos**2 * d_head) * 8 <= QK_DIRECTIONS_BYTES
+        directions = None
+        if linear and cheaper and small:
+            per_head = weight[torch.arange(heads, device=weight.device) // (heads // readers)]
+            partner = keys if component == "q" else queries
+            directions = _qk_directions(profile, component, partner, per_head, contract)
+        plans[component] = (weight, directions)
+    per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 8 * 4
+    if any(directions is None for _, directions in plans.values()):
+        per_sender += n * n_pos * heads * d_head * 8 * 4
+    chunk = max(1, min(n_senders, QK_CHUNK_BYTES // max(per_sender, 1)))
+    out = {
+        c: torch.zeros(n, plans[c][0].shape[0], n_senders, dtype=torch.float64, device=q.device)
+        for c in components
+    }
     with torch.no_grad():
         normed = block.ln1(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
             part = delta[:, :, first : first + chunk].to(x)
-            change = (block.ln1(x.unsqueeze(2) + part) - normed).double()
-            moved = torch.einsum("bpcd,rdk->bcprk", change, weight.to(change.device))
-            if component == "q":
-                new = profile.pattern(profile.queries(q.unsqueeze(1) + moved), keys)
-            elif graph.ungrouped:  # each query head's own key copy moves
-                new = profile.pattern(queries, profile.keys(_groups(k, heads).unsqueeze(1) + moved))
-            else:
-                new = profile.pattern(queries, _groups(profile.keys(k.unsqueeze(1) + moved), heads))
-            terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
-            if component == "k" and not graph.ungrouped:
-                terms = terms.view(n, terms.shape[1], weight.shape[0], -1).sum(-1)
-            out[:, :, first : first + chunk] = terms.transpose(1, 2)
+            change = block.ln1(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
+            width = change.shape[2]
+            for component in components:
+                weight, directions = plans[component]
+                if directions is None:
+                    new = _qk_recomputed(
+                        profile, graph, q, k, queries, change.double(), weight, component
+                    ).transpose(1, 2)  # [n, heads, senders, query, key]
+                else:
+                    narrow = change.to(contract)
+                    moved = start.expand(n, heads, width, n_pos, n_pos).clone()
+                    for p, u, at in directions:
+                        step = torch.bmm(narrow[:, p], u.transpose(1, 2))
+                        step = step.view(n, width, heads, -1).transpose(1, 2)
+                        if component == "q":
+                            moved[:, :, :, p, at] += step
+                        else:
+                            moved[:, :, :, at, p] += step
+                    logits = moved if recipe.softcap is None else recipe.finish(moved, allowed)
+                    new = recipe.rows(logits)
+                change_of_pattern = (new - pattern.unsqueeze(2)).reshape(n, heads, width, -1)
+                terms = torch.matmul(change_of_pattern, g_flat).squeeze(-1)  # [n, heads, c]
+                if component == "k" and not graph.ungrouped:
+                    terms = terms.view(n, weight.shape[0], -1, width).sum(2)
+                out[component][:, :, first : first + chunk] = terms
     return out
+
+
+def _qk_recomputed(
+    profile: QKLayer,
+    graph: Graph,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    queries: torch.Tensor,
+    change: torch.Tensor,
+    weight: torch.Tensor,
+    component: str,
+) -> torch.Tensor:
+    """The patterns ``[n, senders, heads, query, key]`` with each sender's normed change
+    ``change [n, pos, senders, d_model]`` projected by ``weight [readers, d_model, d_head]``
+    into the hooked queries (keys) and the pattern recomputed from them."""
+    heads = graph.n_heads
+    moved = torch.einsum("bpcd,rdk->bcprk", change, weight)
+    if component == "q":
+        return profile.pattern(
+            profile.queries(q.unsqueeze(1) + moved), _groups(profile.keys(k), heads).unsqueeze(1)
+        )
+    if graph.ungrouped:  # each query head's own key copy moves
+        return profile.pattern(
+            queries.unsqueeze(1), profile.keys(_groups(k, heads).unsqueeze(1) + moved)
+        )
+    return profile.pattern(
+        queries.unsqueeze(1), _groups(profile.keys(k.unsqueeze(1) + moved), heads)
+    )
 
 
 def edge_scores(
@@ -869,21 +1040,28 @@ def _add_qk_scores(
 ) -> None:
     """Write the QK-fix scores of every query/key edge of one batch into ``per_prompt``."""
     for layer in range(graph.n_layers):
-        for component in ("q", "k"):
-            group = [r for r in graph.receivers if r.input == component and r.node.layer == layer]
-            if not group:
-                continue
-            n_senders = max(r.n_senders for r in group)
-            scores = qk_fixed_scores(
-                model,
-                graph,
-                qk,
-                base.resid_pre[layer],
-                layer,
-                component,
-                delta[:, :, :n_senders],
-                pattern_grads[layer].to(qk.q[layer].device),
-            ).cpu()
+        groups = {
+            component: [
+                r for r in graph.receivers if r.input == component and r.node.layer == layer
+            ]
+            for component in ("q", "k")
+        }
+        groups = {component: group for component, group in groups.items() if group}
+        if not groups:
+            continue
+        n_senders = max(r.n_senders for group in groups.values() for r in group)
+        scores = _qk_layer_scores(
+            model,
+            graph,
+            qk,
+            base.resid_pre[layer],
+            layer,
+            tuple(groups),
+            delta[:, :, :n_senders],
+            pattern_grads[layer].to(qk.q[layer].device),
+        )
+        for component, group in groups.items():
+            got = scores[component].cpu()
             for receiver in group:
-                block = scores[:, receiver.node.head, : receiver.n_senders].T
+                block = got[:, receiver.node.head, : receiver.n_senders].T
                 per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] = block

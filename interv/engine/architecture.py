@@ -454,7 +454,18 @@ class AttentionRecipe:
                 f"{self.family}: layer {self.layer} scales q . k by a position-dependent or "
                 "unknown factor"
             )
-        logits = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        return self.finish(torch.matmul(q, k.transpose(-1, -2)) * self.scale, admitted, bias)
+
+    def finish(
+        self,
+        products: torch.Tensor,
+        admitted: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The logits (:meth:`logits`) from the scaled products ``scale * q . k``
+        ``[..., head, query, key]``: the bias added, the soft cap, ``-inf`` where ``admitted``
+        is False (the QK fix adds its exact change of the products before this step)."""
+        logits = products
         if bias is not None:
             logits = logits + bias.to(logits.dtype)
         if self.softcap is not None:

@@ -1,0 +1,183 @@
+"""The QK fix's fast way (directions dotted with the normed change, :func:`_qk_directions`)
+against a plain reference: the QK fix as it was written before, each sender's queries (keys)
+projected, rotated and multiplied again (:func:`_reference_qk_fixed_scores`, kept here
+verbatim), on tiny random models of several families:
+
+- Llama (grouped-query attention, rotary, RMSNorm, right padding), grouped and ungrouped;
+- Gemma-2 (soft cap, sliding windows on every other layer, grouped-query attention);
+- Qwen3 (per-head QK norm: the fix recomputes queries and keys there, same numbers);
+- GPT-2 (LayerNorm, learned positions, no rotation);
+- the per-sender way itself (directions refused by a zero memory budget), and the scores
+  ``edge_scores(qk_fix=True)`` writes into each edge (one layer's q and k scored together).
+
+Float tolerance only: both start from the same float32 normed change; the reference projects
+it in float64, the fast way dots it with the directions in float32 (the products it moves,
+the softmax and the pattern difference in float64), so scores agree to about 1e-7 of the
+largest (asserted: 1e-6) and the per-sender way, all float64, to 1e-9.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interv.circuits import Graph, edge_scores
+from interv.circuits import screens as screens_module
+from interv.circuits.patching import capture_run, reader_weights, sender_deltas
+from interv.circuits.screens import QKBase, _groups, _reader_gradients, qk_base, qk_fixed_scores
+from interv.engine.targets import get_metric
+from interv.tasks.tokenized import TokenizedPairs
+from tests._families import family
+from tests._gpt2 import tiny_gpt2
+
+
+def _reference_qk_fixed_scores(model, graph, base: QKBase, x, layer, component, delta, g_pattern):
+    """The QK fix before its fast way (interv 2026-12-05), unchanged: per chunk of senders,
+    the normed change projected into every position's query (key), prepared, multiplied with
+    the keys (queries) and the softmax taken."""
+    block = model.blocks[layer]
+    weight = reader_weights(model, graph, layer, component).double()
+    n, n_pos, n_senders, _ = delta.shape
+    heads = graph.n_heads
+    q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
+    profile = base.layers[layer]
+    queries = profile.queries(q).unsqueeze(1)
+    keys = _groups(profile.keys(k), heads).unsqueeze(1)
+    per_sender = (
+        n * heads * n_pos * n_pos * 8 * 4 + n * n_pos * weight.shape[0] * weight.shape[2] * 8
+    )
+    chunk = max(1, min(n_senders, (64 << 20) // max(per_sender, 1)))
+    out = torch.zeros(n, weight.shape[0], n_senders, dtype=torch.float64, device=q.device)
+    with torch.no_grad():
+        normed = block.ln1(x).unsqueeze(2)
+        for first in range(0, n_senders, chunk):
+            part = delta[:, :, first : first + chunk].to(x)
+            change = (block.ln1(x.unsqueeze(2) + part) - normed).double()
+            moved = torch.einsum("bpcd,rdk->bcprk", change, weight.to(change.device))
+            if component == "q":
+                new = profile.pattern(profile.queries(q.unsqueeze(1) + moved), keys)
+            elif graph.ungrouped:
+                new = profile.pattern(queries, profile.keys(_groups(k, heads).unsqueeze(1) + moved))
+            else:
+                new = profile.pattern(queries, _groups(profile.keys(k.unsqueeze(1) + moved), heads))
+            terms = torch.einsum("bchqk,bhqk->bch", new - pattern.unsqueeze(1), g_pattern)
+            if component == "k" and not graph.ungrouped:
+                terms = terms.view(n, terms.shape[1], weight.shape[0], -1).sum(-1)
+            out[:, :, first : first + chunk] = terms.transpose(1, 2)
+    return out
+
+
+def _family_task(name: str):
+    fam = family(name)
+    generator = torch.Generator().manual_seed(4)
+    corrupted = fam.tokens.clone()
+    corrupted[:, 1:] = torch.randint(2, 60, corrupted[:, 1:].shape, generator=generator)
+    corrupted[~fam.real] = fam.tokens[~fam.real]  # the same padding
+    task = TokenizedPairs(
+        fam.tokens,
+        corrupted,
+        fam.real,
+        fam.real.sum(1) - 1,
+        torch.tensor([5, 9]),
+        torch.tensor([7, 3]),
+        name="random pairs",
+    )
+    return fam.bridge, task
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    return tiny_gpt2(tmp_path_factory.mktemp("gpt2"), n_pairs=3)
+
+
+def _inputs(model, task, kv: str = "grouped"):
+    graph = Graph.from_model(model, kv=kv)
+    base = capture_run(model, task, "clean")
+    other = capture_run(model, task, "corrupted")
+    with torch.no_grad():
+        delta = sender_deltas(model, graph, other, base)
+    qk = qk_base(model, graph, task, "clean")
+    patterns: dict[int, torch.Tensor] = {}
+    for _ in _reader_gradients(
+        model, graph, task, "clean", get_metric("logit_diff"), base.logits, None, patterns
+    ):
+        pass
+    return graph, base, delta, qk, patterns
+
+
+def _compare(model, task, kv: str = "grouped", tolerance: float = 1e-6) -> int:
+    """Every layer's q and k scores against the reference, to ``tolerance`` of the largest;
+    the number of comparisons."""
+    graph, base, delta, qk, patterns = _inputs(model, task, kv)
+    checked = 0
+    for layer in range(graph.n_layers):
+        n_senders = max(r.n_senders for r in graph.receivers if r.node.layer == layer)
+        part = delta[:, :, :n_senders]
+        x = base.resid_pre[layer]
+        for component in ("q", "k"):
+            args = (model, graph, qk, x, layer, component, part, patterns[layer])
+            got = qk_fixed_scores(*args)
+            want = _reference_qk_fixed_scores(*args)
+            assert got.shape == want.shape
+            scale = want.abs().max().item()
+            assert scale > 0, (layer, component)
+            torch.testing.assert_close(got, want, rtol=0, atol=tolerance * scale)
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize(
+    ("name", "kv"),
+    [("llama", "grouped"), ("llama", "ungrouped"), ("gemma2", "grouped"), ("qwen3", "grouped")],
+)
+def test_the_fast_fix_equals_the_plain_reference_on_rotary_families(name, kv, monkeypatch):
+    model, task = _family_task(name)
+    calls = _count_directions(monkeypatch)
+    assert _compare(model, task, kv) == 2 * model.cfg.n_layers
+    # directions on every layer and component, none under a QK norm (recomputed there)
+    assert len(calls) == (0 if name == "qwen3" else 2 * model.cfg.n_layers)
+
+
+def _count_directions(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    original = screens_module._qk_directions
+
+    def counted(profile, component, *rest):
+        calls.append(component)
+        return original(profile, component, *rest)
+
+    monkeypatch.setattr(screens_module, "_qk_directions", counted)
+    return calls
+
+
+def test_the_fast_fix_equals_the_plain_reference_on_gpt2(gpt2, monkeypatch):
+    model, task = gpt2
+    calls = _count_directions(monkeypatch)
+    assert _compare(model, task) == 2 * model.cfg.n_layers
+    assert len(calls) == 2 * model.cfg.n_layers
+
+
+def test_the_per_sender_way_equals_the_reference_when_directions_do_not_fit(monkeypatch):
+    model, task = _family_task("llama")
+    calls = _count_directions(monkeypatch)
+    monkeypatch.setattr(screens_module, "QK_DIRECTIONS_BYTES", 0)
+    _compare(model, task, tolerance=1e-9)
+    assert not calls  # the directions were never built
+
+
+def test_edge_scores_write_each_query_and_key_edge_as_the_reference(monkeypatch):
+    """``edge_scores(qk_fix=True)`` with one layer's q and k scored together equals the
+    scores with each component scored alone by the reference."""
+    model, task = _family_task("llama")
+    fast = edge_scores(model, task, qk_fix=True)
+
+    def reference(model, graph, base, x, layer, components, delta, g_pattern):
+        return {
+            c: _reference_qk_fixed_scores(model, graph, base, x, layer, c, delta, g_pattern)
+            for c in components
+        }
+
+    monkeypatch.setattr(screens_module, "_qk_layer_scores", reference)
+    plain = edge_scores(model, task, qk_fix=True)
+    scale = plain.per_prompt.abs().max().item()
+    torch.testing.assert_close(fast.per_prompt, plain.per_prompt, rtol=0, atol=1e-6 * scale)
