@@ -29,7 +29,12 @@ and the score is ``sum (pattern' - pattern) * g_pattern`` over query and key pos
 ``g_pattern`` the gradient of the metric with respect to the head's attention probabilities
 (at the base run for EAP; averaged over the same interpolated runs for EAP-IG, the pattern
 change staying the base run's). A key edge under grouped-query attention changes the key
-of every query head of its group: their terms are summed.
+of every query head of its group: their terms are summed. Where the moving side has no QK
+norm the change of ``scale * q . k`` is linear in the sender's normalized change, so each
+layer builds its query (key) directions once and a sender's changed logits are one product
+with them (the same numbers, within float32; :func:`qk_fixed_scores`); under a QK norm, or
+when the directions would not fit ``QK_DIRECTIONS_BYTES``, every sender's queries (keys) are
+recomputed as written above.
 
 ``kv="ungrouped"`` scores MIB's graph (:class:`~interv.circuits.graph.Graph`): each query
 head has its own copy of its key/value head's key and value inputs, and the gradient of an
