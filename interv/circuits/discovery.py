@@ -288,6 +288,7 @@ def discover(
     q: int | None = None,
     groups: Sequence[Hashable] | None = None,
     gim: Any = False,
+    exact_per_prompt: dict[int, torch.Tensor] | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -325,6 +326,11 @@ def discover(
         kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
             into each query head's own copy, :class:`~interv.circuits.Graph`).
         gim: GIM's backward for the screen (:func:`interv.circuits.edge_scores`).
+        exact_per_prompt: a dict of edge index -> ``[n_prompts]`` exact per-prompt effects
+            computed earlier on these prompts (reused by the stability figures), filled with
+            those computed here (the verified, audited and resample-verified edges): pass
+            it to :func:`~interv.circuits.stability_selection` afterwards to redo the
+            selection with other settings without patching any edge again. None: a fresh one.
 
     Returns:
         :class:`CircuitResult`.
@@ -404,7 +410,13 @@ def discover(
                 f"{scores.graph.kv!r}); this model's graph with kv={kv!r} has {graph.n_edges}"
             )
 
-    per_prompt: dict[int, torch.Tensor] = {}  # edge -> exact per-prompt effects (stability)
+    if exact_per_prompt is not None and not isinstance(exact_per_prompt, dict):
+        raise IntervError(
+            "exact_per_prompt must be a dict of edge index -> per-prompt exact effects; got "
+            f"{type(exact_per_prompt).__name__}"
+        )
+    # edge -> exact per-prompt effects (stability)
+    per_prompt: dict[int, torch.Tensor] = {} if exact_per_prompt is None else exact_per_prompt
 
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
         todo = indices.tolist()
