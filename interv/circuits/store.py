@@ -127,18 +127,32 @@ def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
 
 
 def circuit_settings(
-    method: str, steps: int, qk_fix: bool, screen: Screen, kv: str = "grouped"
+    method: str,
+    steps: int,
+    qk_fix: bool,
+    screen: Screen,
+    kv: str = "grouped",
+    selection: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The settings of a circuit discovery beside its provenance (checked): the screen's
     method, its gradient runs (1 for EAP, whatever ``steps`` says), the QK fix, the rule
-    that picks the edges computed exactly (every field of the :class:`~interv.Screen`), and
-    the graph's key/value edges where they are not the default (``kv="ungrouped"``)."""
+    that picks the edges computed exactly (every field of the :class:`~interv.Screen`), the
+    graph's key/value edges where they are not the default (``kv="ungrouped"``), and the
+    stability selection where one is asked (``selection``: ``select``, ``pi``, ``q`` and
+    ``subsamples``; a top selection adds nothing, so directories written before keep their
+    identity)."""
     if not isinstance(screen, Screen):
         raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
     runs = check_method(method, steps, qk_fix)
     rule = {name: getattr(screen, name) for name in screen.__dataclass_fields__}
     settings = {"method": method, "steps": runs, "qk_fix": qk_fix, "screen": rule}
-    return settings | ({"kv": kv} if kv != "grouped" else {})
+    settings |= {"kv": kv} if kv != "grouped" else {}
+    if selection is not None and selection.get("select", "top") != "top":
+        keys = ("select", "pi", "q", "subsamples")
+        if set(selection) != set(keys):
+            raise IntervError(f"selection must give exactly {keys}; got {sorted(selection)}")
+        settings["selection"] = {key: selection[key] for key in keys}
+    return settings
 
 
 class CircuitStore(Store):

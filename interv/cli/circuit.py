@@ -130,7 +130,9 @@ def _identity(args: argparse.Namespace, checked: dict[str, Any], provenance: Any
     from interv.provenance import run_identity
 
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
-    settings = circuit_settings(args.method, checked["steps"], bool(args.qk_fix), screen, args.kv)
+    settings = circuit_settings(
+        args.method, checked["steps"], bool(args.qk_fix), screen, args.kv, _chosen(args, checked)
+    )
     return run_identity({"metric": args.metric} if provenance is None else provenance, settings)
 
 
@@ -250,6 +252,20 @@ def _mib_text(result: Any, model: Any, link: Any) -> str:
         path = Path(scratch) / "mib_circuit.json"
         write_mib_circuit(path, result, d_model=int(model.cfg.d_model), n_edges=link.circuit_size)
         return path.read_text()
+
+
+def _chosen(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any] | None:
+    """The stability selection in the run's identity (None for the top selection)."""
+    if args.select != "stability":
+        return None
+    selection = _selection(args, checked)
+    q = checked["top_k"] if selection["q"] is None else selection["q"]
+    return {
+        "select": "stability",
+        "pi": selection["pi"],
+        "q": q,
+        "subsamples": selection["resamples"],
+    }
 
 
 def _selection(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any]:
