@@ -33,6 +33,7 @@ from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
 from interv.circuits._stored import StoredCircuit
+from interv.circuits.executor import RayExecutor, check_executor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
@@ -289,6 +290,7 @@ def discover(
     groups: Sequence[Hashable] | None = None,
     gim: Any = False,
     exact_per_prompt: dict[int, torch.Tensor] | None = None,
+    executor: RayExecutor | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -331,11 +333,15 @@ def discover(
             those computed here (the verified, audited and resample-verified edges): pass
             it to :func:`~interv.circuits.stability_selection` afterwards to redo the
             selection with other settings without patching any edge again. None: a fresh one.
+        executor: where the exact edges (verified, audited, and those the stability
+            resamples verify) are patched: None here, or a
+            :class:`~interv.circuits.RayExecutor` (:mod:`interv.circuits.executor`).
 
     Returns:
         :class:`CircuitResult`.
     """
     target = check_task(model, task, metric)
+    executor = check_executor(executor)
     if stability is not None:
         stability = check_resamples(stability, task.n_pairs, "stability")
         if isinstance(scores, EdgeScores) and scores.per_prompt is None:
@@ -430,7 +436,14 @@ def discover(
                 on_exact([todo[i] for i in local], values.mean(-1))
 
         return edge_effects(
-            model, task, graph, todo, metric=target, batch_size=batch_size, on_batch=done
+            model,
+            task,
+            graph,
+            todo,
+            metric=target,
+            batch_size=batch_size,
+            on_batch=done,
+            executor=executor,
         )
 
     name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
@@ -468,6 +481,7 @@ def discover(
             exact_per_prompt=per_prompt,
             batch_size=batch_size,
             progress=progress,
+            executor=executor,
         )
         result = dataclasses.replace(result, stability=resampled)
     if select == "stability":
@@ -483,6 +497,7 @@ def discover(
             exact_per_prompt=per_prompt,
             batch_size=batch_size,
             progress=progress,
+            executor=executor,
         )
         result = dataclasses.replace(result, selection=selection)
     return result

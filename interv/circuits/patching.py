@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.circuits._kv import check_kv_copies, kv_copies
+from interv.circuits.executor import RayExecutor, check_executor, run_jobs
 from interv.circuits.graph import Edge, Graph
 from interv.engine.answer_metric import answer_metric
 from interv.engine.forward import AUTO, PATTERN, Prefix, Prompts, Suffix, forward
@@ -310,6 +311,7 @@ def edge_effects(
     batch_size: int | None = None,
     per_prompt: bool = False,
     on_batch: Callable[[list[int], torch.Tensor], None] | None = None,
+    executor: RayExecutor | None = None,
 ) -> torch.Tensor:
     """The exact path-patching effect of each edge alone (see the module docstring).
 
@@ -326,6 +328,10 @@ def edge_effects(
         per_prompt: return ``[len(edges), n_prompts]`` instead of the prompt mean.
         on_batch: called with ``(positions in edges, [k, n_prompts] effects)`` after each
             stacked forward (a caller can store them as they come).
+        executor: None (this process) or a :class:`~interv.circuits.executor.RayExecutor`:
+            the stacked forwards spread over its workers, each ``min(batch_size, ceil(k /
+            n_workers))`` edges so every worker has one (the same forwards as a local call
+            with that ``batch_size``: equal numbers), ``on_batch`` called as they finish.
 
     Returns:
         ``[len(edges)]`` float64 prompt-mean change of the metric (in its unit), exact; or
@@ -339,18 +345,13 @@ def edge_effects(
     base_name, other_name = runs_of(direction)
     n = task.n_pairs
     out = torch.zeros(len(indices), n, dtype=torch.float64)
-    if not indices:
-        return out if per_prompt else out.mean(-1)
-    base = capture_run(model, task, base_name, record_prefix=True)
-    other = capture_run(model, task, other_name)
-    base_values = per_prompt_metric(
-        target, task, base.logits, _clean_logits(base, other, base_name)
-    )
-    clean_logits = _clean_logits(base, other, base_name)
+    executor = check_executor(executor)
     if batch_size is None:
         batch_size = _default_batch_size(n, task.n_positions, model.cfg.d_model)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
+    if not indices:
+        return out if per_prompt else out.mean(-1)
 
     def start_of(index: int) -> int:
         receiver = graph.receiver_of(index)
@@ -359,6 +360,22 @@ def edge_effects(
         return receiver.node.layer + (1 if receiver.input == "mlp" else 0)
 
     order = sorted(range(len(indices)), key=lambda j: (start_of(indices[j]), indices[j]))
+    if executor is not None:  # each worker a share of the batches (module executor)
+        batch_size = min(batch_size, -(-len(order) // executor.n_workers))
+        chunks = [order[first : first + batch_size] for first in range(0, len(order), batch_size)]
+        jobs = [[indices[j] for j in chunk] for chunk in chunks]
+        shared = (task, graph, metric, direction)
+        for position, effects in run_jobs(executor, model, _edge_job, shared, jobs):
+            out[chunks[position]] = effects
+            if on_batch is not None:
+                on_batch(list(chunks[position]), effects)
+        return out if per_prompt else out.mean(-1)
+    base = capture_run(model, task, base_name, record_prefix=True)
+    other = capture_run(model, task, other_name)
+    base_values = per_prompt_metric(
+        target, task, base.logits, _clean_logits(base, other, base_name)
+    )
+    clean_logits = _clean_logits(base, other, base_name)
     with torch.no_grad():
         for first in range(0, len(order), batch_size):
             chunk = order[first : first + batch_size]
@@ -371,6 +388,21 @@ def edge_effects(
             if on_batch is not None:
                 on_batch(list(chunk), effects)
     return out if per_prompt else out.mean(-1)
+
+
+def _edge_job(model: Any, shared: tuple, edges: list[int]) -> torch.Tensor:
+    """One executor job: the per-prompt effects of ``edges`` in one stacked forward."""
+    task, graph, metric, direction = shared
+    return edge_effects(
+        model,
+        task,
+        graph,
+        edges,
+        metric=metric,
+        direction=direction,
+        batch_size=len(edges),
+        per_prompt=True,
+    )
 
 
 def _clean_logits(base: Run, other: Run, base_name: str) -> torch.Tensor:

@@ -41,6 +41,7 @@ import torch
 from interv._checks import as_int
 from interv._schema import parse
 from interv.circuits._stored import StoredSelection
+from interv.circuits.executor import RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.screens import graph_dict
 from interv.circuits.stability import (
@@ -323,6 +324,7 @@ def stability_selection(
     exact_per_prompt: Mapping[int, torch.Tensor] | None = None,
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    executor: RayExecutor | None = None,
 ) -> StableCircuit:
     """The circuit of the edges whose inclusion frequency is at least ``pi`` (module docstring).
 
@@ -345,6 +347,7 @@ def stability_selection(
             computed (e.g. by :func:`~interv.circuits.discover`); the rest are patched.
         batch_size: edges per stacked exact forward.
         progress: called with short messages.
+        executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
 
     Raises:
         IntervError: before any forward, for an argument out of range, too few prompts or
@@ -389,7 +392,15 @@ def stability_selection(
     weights = torch.cat([w for w, _ in runs])
     depth = q + result.audit.n_verified + int(result.audit.audited.numel())
     tops, exact, n_patched = resampled_exact(
-        model, task, result, weights, exact_per_prompt, batch_size, progress, depth=depth
+        model,
+        task,
+        result,
+        weights,
+        exact_per_prompt,
+        batch_size,
+        progress,
+        depth=depth,
+        executor=executor,
     )
     chosen = resample_circuits(result, tops, exact, weights, q)  # [runs * B, q]
     rank = torch.empty(graph.n_edges, dtype=torch.long)

@@ -44,6 +44,7 @@ from interv._checks import as_int
 from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.circuits._stored import StoredStability
+from interv.circuits.executor import RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import edge_effects
 from interv.circuits.screens import graph_dict
@@ -335,6 +336,7 @@ def circuit_stability(
     exact_per_prompt: Mapping[int, torch.Tensor] | None = None,
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    executor: RayExecutor | None = None,
 ) -> CircuitStability:
     """Bootstrap the prompts of a discovery and compare the circuits (module docstring).
 
@@ -354,6 +356,7 @@ def circuit_stability(
             computed (e.g. by :func:`~interv.circuits.discover`); the rest are patched.
         batch_size: edges per stacked exact forward.
         progress: called with short messages.
+        executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
 
     Returns:
         :class:`CircuitStability`.
@@ -392,7 +395,15 @@ def circuit_stability(
     # 1. every resample's screen top (its verified set first), the exact effects it needs
     depth = max(sizes) + audit.n_verified + int(audited.sum())
     tops, exact, n_patched = resampled_exact(
-        model, task, result, weights, exact_per_prompt, batch_size, progress, depth=depth
+        model,
+        task,
+        result,
+        weights,
+        exact_per_prompt,
+        batch_size,
+        progress,
+        depth=depth,
+        executor=executor,
     )
     # 2. each resample's circuit of the largest size (its smaller ones are its prefixes)
     chosen = resample_circuits(result, tops, exact, weights, max(sizes))  # [B, max size]
@@ -502,7 +513,7 @@ def resampled_exact(
     progress: Callable[[str], None] | None,
     *,
     depth: int,
-    patch: Callable[[list[int]], torch.Tensor] | None = None,
+    executor: RayExecutor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Each resample's screen top and the exact per-prompt effects its ranking needs.
 
@@ -510,8 +521,8 @@ def resampled_exact(
     (summing to 1): a resample's estimate of an edge is ``per_prompt @ weights[b]`` (computed
     for 32 resamples in one product). Its verified set is the first ``n_verified`` of its top.
     The exact per-prompt effects of the edges some resample verifies or the full run audited
-    are taken from ``exact_per_prompt`` where given, else patched once (stacked forwards, or
-    ``patch(edges) -> [len(edges), n_prompts]``); when ``exact_per_prompt`` is a dict the
+    are taken from ``exact_per_prompt`` where given, else patched once (stacked forwards, on
+    the ``executor``'s workers where given); when ``exact_per_prompt`` is a dict the
     patched ones are added to it (a later computation on the same result reuses them).
 
     Returns:
@@ -531,18 +542,16 @@ def resampled_exact(
     if missing.numel():
         if progress is not None:
             progress(f"stability: exact per-prompt path patching of {missing.numel()} edges")
-        if patch is None:
-            values = edge_effects(
-                model,
-                task,
-                graph,
-                missing.tolist(),
-                metric=scores.metric,
-                batch_size=batch_size,
-                per_prompt=True,
-            )
-        else:
-            values = patch(missing.tolist())
+        values = edge_effects(
+            model,
+            task,
+            graph,
+            missing.tolist(),
+            metric=scores.metric,
+            batch_size=batch_size,
+            per_prompt=True,
+            executor=executor,
+        )
         exact[missing] = values.double()
         if isinstance(exact_per_prompt, dict):
             for index, row in zip(missing.tolist(), values, strict=True):
