@@ -5,9 +5,9 @@
 --subsamples SUBSAMPLES] [--ray [N_WORKERS]] --out DIR`` scores every edge with the screen
 (EAP, or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by ``|score|`` and
 ``N`` random others exactly (and more of the top until the miss-rate bound is below ``A``,
-0.05 by default) (path patching from the corrupted run into the clean run), measures the faithfulness curve at MIB's edge fractions, computes the
-concentration of every head (clean run, answer position) beside the circuit, and writes
-into DIR:
+0.05 by default) (path patching from the corrupted run into the clean run), measures the
+faithfulness curve at MIB's edge fractions, computes the concentration of every head (clean
+run, answer position) beside the circuit, and writes into DIR:
 
 - ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability RESAMPLES`` it holds the
   circuit's stability over ``RESAMPLES`` bootstrap resamples of the prompts, see
