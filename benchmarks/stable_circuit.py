@@ -16,7 +16,7 @@ verify that no earlier one did.
 
 Run: ``python benchmarks/stable_circuit.py --model induction-2l --task induction --pairs 16
 [--method eap] [--verify-top 20] [--audit 20] [--q 20 10] [--pi 0.8 0.6] [--resamples 200]
-[--bootstrap 100] [--stability 200] [--threads 1] [--out FILE]``.
+[--bootstrap 100] [--stability 200] [--threads 1] [--no-curves] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=100)
     parser.add_argument("--stability", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-curves", action="store_true", help="skip the faithfulness curves")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -134,7 +135,7 @@ def main() -> None:
                 "time_selection_s": took,
                 "load": _load(),
             }
-            if k:
+            if k and not args.no_curves:
                 start = time.perf_counter()
                 curve = faithfulness(
                     model, task, selection.ranking(result), fractions=MIB_FRACTIONS
