@@ -16,7 +16,7 @@ verify that no earlier one did.
 
 Run: ``python benchmarks/stable_circuit.py --model induction-2l --task induction --pairs 16
 [--method eap] [--verify-top 20] [--audit 20] [--q 20 10] [--pi 0.8 0.6] [--resamples 200]
-[--bootstrap 100] [--stability 200] [--threads 1] [--no-curves] [--out FILE]``.
+[--bootstrap 100] [--stability 200] [--threads 1] [--no-curves | --size-only] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ def main() -> None:
     parser.add_argument("--stability", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-curves", action="store_true", help="skip the faithfulness curves")
+    parser.add_argument(
+        "--size-only", action="store_true", help="f at the selection's size only (no CPR/CMD)"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -137,20 +140,23 @@ def main() -> None:
             }
             if k and not args.no_curves:
                 start = time.perf_counter()
-                curve = faithfulness(
-                    model, task, selection.ranking(result), fractions=MIB_FRACTIONS
-                )
+                curve = None
+                if not args.size_only:
+                    curve = faithfulness(
+                        model, task, selection.ranking(result), fractions=MIB_FRACTIONS
+                    )
                 own = faithfulness(model, task, selection.ranking(result), fractions=[k / n, 1.0])
                 top = faithfulness(model, task, result, fractions=[k / n, 1.0])
                 row.update(
-                    cpr=curve.cpr,
-                    cmd=curve.cmd,
+                    cpr=None if curve is None else curve.cpr,
+                    cmd=None if curve is None else curve.cmd,
                     f_selected=float(own.mean[0]),
                     f_top_same_size=float(top.mean[0]),
                     time_curves_s=time.perf_counter() - start,
                 )
+                areas = "" if curve is None else f"CPR {curve.cpr:.4g}, CMD {curve.cmd:.4g}, "
                 print(
-                    f"  CPR {curve.cpr:.4g}, CMD {curve.cmd:.4g}, f of the {k} selected "
+                    f"  {areas}f of the {k} selected "
                     f"{row['f_selected']:.4g} (full top-{k}: {row['f_top_same_size']:.4g})"
                 )
             record["settings"].append(row)
