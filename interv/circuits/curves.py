@@ -517,9 +517,8 @@ def faithfulness(
     pruned = (counts[:n_frac], counts[n_frac:-1]) if convention == "mib" else None
     clean_logits = _clean_answer_logits(model, task)
     if executor is None:
-        values = _curve_job(
-            model, (task, graph, target, complement, batch_size, clean_logits), kept
-        )
+        shared = (task, graph, target, complement, batch_size, clean_logits)
+        values = _curve_job(model, shared, kept, {})
     else:  # the circuits spread over the workers in batches of the local run's size
         if batch_size is None:
             batch_size = _default_circuits(model, task, graph)
@@ -662,15 +661,19 @@ def _clean_answer_logits(model: Any, task: TokenizedPairs) -> torch.Tensor:
     ).readout
 
 
-def _curve_job(model: Any, shared: tuple, kept: torch.Tensor) -> torch.Tensor:
-    """``[n_circuits, n_prompts]``: :func:`circuit_metrics` of the circuits ``kept``, the
-    complement's replacement run computed here (one executor job, or the whole local run)."""
+def _curve_job(model: Any, shared: tuple, kept: torch.Tensor, cache: dict) -> torch.Tensor:
+    """``[n_circuits, n_prompts]``: :func:`circuit_metrics` of the circuits ``kept`` (one
+    executor job, or the whole local run); the clean logits and the complement's replacement
+    run computed on a process's first job and kept in ``cache``."""
     task, graph, target, complement, batch_size, clean_logits = shared
-    if clean_logits is None:
-        clean_logits = _clean_answer_logits(model, task)
-    corrupted = capture_run(model, task, "corrupted")
-    replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
-    del corrupted
+    if "runs" not in cache:
+        if clean_logits is None:
+            clean_logits = _clean_answer_logits(model, task)
+        corrupted = capture_run(model, task, "corrupted")
+        replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
+        del corrupted
+        cache["runs"] = (clean_logits, replacement)
+    clean_logits, replacement = cache["runs"]
     return circuit_metrics(model, task, graph, kept, replacement, target, clean_logits, batch_size)
 
 

@@ -15,8 +15,9 @@ does, so the numbers are the same computations on the same batches.
 :class:`RayExecutor` keeps ``n_workers`` Ray actors, each loading the model once with the
 picklable ``load`` it is given (the caller's model is not shipped; a worker whose model
 differs from the caller's, by name, weights digest or dtype, is refused) and running one job
-at a time. Without a running Ray instance a local one is started with ``n_workers`` CPUs
-and shut down when the executor closes.
+at a time, with as many torch threads as the calling process (a float reduction split over
+another number of threads can differ in its last bits). Without a running Ray instance a
+local one is started with ``n_workers`` CPUs and shut down when the executor closes.
 """
 
 from __future__ import annotations
@@ -41,18 +42,20 @@ def check_executor(executor: Any) -> RayExecutor | None:
     return executor
 
 
+Job = Callable[[Any, Any, Any, dict], Any]
+"""``function(model, shared, job, cache) -> result``: ``cache`` is a dict kept across the
+jobs of one call in one process (runs every job of the call needs, computed once there)."""
+
+
 def run_jobs(
-    executor: RayExecutor | None,
-    model: Any,
-    function: Callable[[Any, Any, Any], Any],
-    shared: Any,
-    jobs: Sequence[Any],
+    executor: RayExecutor | None, model: Any, function: Job, shared: Any, jobs: Sequence[Any]
 ) -> Iterator[tuple[int, Any]]:
-    """``(position in jobs, function(model, shared, job))`` for every job, in this process
-    in order, or on the executor's workers as they finish."""
+    """``(position in jobs, function(model, shared, job, cache))`` for every job, in this
+    process in order, or on the executor's workers as they finish."""
     if executor is None or len(jobs) == 0:
+        cache: dict = {}
         for position, job in enumerate(jobs):
-            yield position, function(model, shared, job)
+            yield position, function(model, shared, job, cache)
         return
     yield from executor.map(model, function, shared, jobs)
 
@@ -60,18 +63,21 @@ def run_jobs(
 class _Worker:
     """Ray actor body: the model loaded once."""
 
-    def __init__(self, load: Callable[[], Any]) -> None:
+    def __init__(self, load: Callable[[], Any], threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)  # the caller's: the same float reductions
         self.model = load()
-        self.shared: tuple[Any, Any] | None = None
+        self.shared: tuple[Any, Any, dict] | None = None
 
     def identity(self) -> tuple[Any, ...]:
         return tuple(model_identity(self.model))
 
-    def run(self, call: tuple[Callable[[Any, Any, Any], Any], Any, int, Any]) -> tuple[int, Any]:
+    def run(self, call: tuple[Job, Any, int, Any]) -> tuple[int, Any]:
         function, shared, position, job = call
         if self.shared is None or self.shared[0] != shared:  # one copy per map call
-            self.shared = (shared, import_ray().get(shared[0]))
-        return position, function(self.model, self.shared[1], job)
+            self.shared = (shared, import_ray().get(shared[0]), {})
+        return position, function(self.model, self.shared[1], job, self.shared[2])
 
 
 class RayExecutor:
@@ -115,7 +121,10 @@ class RayExecutor:
         self._running = running(ray, self.n_workers)
         self._running.__enter__()
         actor = ray.remote(num_cpus=1)(_Worker)
-        self._actors = [actor.remote(self.load) for _ in range(self.n_workers)]
+        import torch
+
+        threads = torch.get_num_threads()
+        self._actors = [actor.remote(self.load, threads) for _ in range(self.n_workers)]
         identities = set(ray.get([a.identity.remote() for a in self._actors]))
         if len(identities) != 1:
             raise IntervError(f"the Ray workers loaded different models: {sorted(identities)}")
@@ -133,11 +142,11 @@ class RayExecutor:
     def map(
         self,
         model: Any,
-        function: Callable[[Any, Any, Any], Any],
+        function: Job,
         shared: Any,
         jobs: Sequence[Any],
     ) -> Iterator[tuple[int, Any]]:
-        """``(position, function(worker's model, shared, job))`` as the jobs finish; the
+        """``(position, function(worker's model, shared, job, cache))`` as the jobs finish; the
         workers' model must be ``model`` (name, weights digest and dtype)."""
         self._start()
         ours = tuple(model_identity(model))

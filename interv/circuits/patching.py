@@ -38,6 +38,7 @@ output along the edge.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -342,7 +343,7 @@ def edge_effects(
     if graph.ungrouped:
         check_kv_copies(model, graph.n_heads, graph.n_kv_heads)
     indices = graph.indices(edges)
-    base_name, other_name = runs_of(direction)
+    runs_of(direction)  # checked before any forward
     n = task.n_pairs
     out = torch.zeros(len(indices), n, dtype=torch.float64)
     executor = check_executor(executor)
@@ -353,56 +354,47 @@ def edge_effects(
     if not indices:
         return out if per_prompt else out.mean(-1)
 
-    def start_of(index: int) -> int:
-        receiver = graph.receiver_of(index)
-        if receiver.input == "logits":
-            return graph.n_layers
-        return receiver.node.layer + (1 if receiver.input == "mlp" else 0)
-
+    start_of = functools.partial(_start_of, graph)
     order = sorted(range(len(indices)), key=lambda j: (start_of(indices[j]), indices[j]))
     if executor is not None:  # each worker a share of the batches (module executor)
         batch_size = min(batch_size, -(-len(order) // executor.n_workers))
-        chunks = [order[first : first + batch_size] for first in range(0, len(order), batch_size)]
-        jobs = [[indices[j] for j in chunk] for chunk in chunks]
-        shared = (task, graph, metric, direction)
-        for position, effects in run_jobs(executor, model, _edge_job, shared, jobs):
-            out[chunks[position]] = effects
-            if on_batch is not None:
-                on_batch(list(chunks[position]), effects)
-        return out if per_prompt else out.mean(-1)
-    base = capture_run(model, task, base_name, record_prefix=True)
-    other = capture_run(model, task, other_name)
-    base_values = per_prompt_metric(
-        target, task, base.logits, _clean_logits(base, other, base_name)
-    )
-    clean_logits = _clean_logits(base, other, base_name)
-    with torch.no_grad():
-        for first in range(0, len(order), batch_size):
-            chunk = order[first : first + batch_size]
-            values = _patched_forward(
-                model, task, graph, base, other, [indices[j] for j in chunk], start_of, base_name
-            )
-            effects = per_prompt_metric(target, task, values, clean_logits).double().cpu()
-            effects = effects - base_values.double().cpu()
-            out[chunk] = effects
-            if on_batch is not None:
-                on_batch(list(chunk), effects)
+    chunks = [order[first : first + batch_size] for first in range(0, len(order), batch_size)]
+    jobs = [[indices[j] for j in chunk] for chunk in chunks]
+    shared = (task, graph, target, direction)
+    for position, effects in run_jobs(executor, model, _edge_job, shared, jobs):
+        out[chunks[position]] = effects
+        if on_batch is not None:
+            on_batch(list(chunks[position]), effects)
     return out if per_prompt else out.mean(-1)
 
 
-def _edge_job(model: Any, shared: tuple, edges: list[int]) -> torch.Tensor:
-    """One executor job: the per-prompt effects of ``edges`` in one stacked forward."""
-    task, graph, metric, direction = shared
-    return edge_effects(
-        model,
-        task,
-        graph,
-        edges,
-        metric=metric,
-        direction=direction,
-        batch_size=len(edges),
-        per_prompt=True,
-    )
+def _start_of(graph: Graph, index: int) -> int:
+    """The block at whose input edge ``index`` joins (``n_layers``: the logits)."""
+    receiver = graph.receiver_of(index)
+    if receiver.input == "logits":
+        return graph.n_layers
+    return receiver.node.layer + (1 if receiver.input == "mlp" else 0)
+
+
+def _edge_job(model: Any, shared: tuple, edges: list[int], cache: dict) -> torch.Tensor:
+    """One stacked forward of :func:`edge_effects`: the per-prompt effects of ``edges``
+    (sorted by the block they join at); the base and other runs computed on the first job
+    of a call (in this process, or on each worker) and kept in ``cache``."""
+    task, graph, target, direction = shared
+    base_name, other_name = runs_of(direction)
+    if "runs" not in cache:
+        base = capture_run(model, task, base_name, record_prefix=True)
+        other = capture_run(model, task, other_name)
+        clean_logits = _clean_logits(base, other, base_name)
+        base_values = per_prompt_metric(target, task, base.logits, clean_logits)
+        cache["runs"] = (base, other, clean_logits, base_values.double().cpu())
+    base, other, clean_logits, base_values = cache["runs"]
+    with torch.no_grad():
+        values = _patched_forward(
+            model, task, graph, base, other, edges, functools.partial(_start_of, graph), base_name
+        )
+        effects = per_prompt_metric(target, task, values, clean_logits).double().cpu()
+    return effects - base_values
 
 
 def _clean_logits(base: Run, other: Run, base_name: str) -> torch.Tensor:
