@@ -51,7 +51,6 @@ def test_the_selection_is_in_the_identity_and_another_one_is_refused(tmp_path, c
         assert "holds another discovery" in error and "selection" in error
 
 
-@pytest.mark.slow
 def test_the_report_of_a_circuit_shows_its_stable_circuit():
     model = interv.load_model("induction-2l")
     task = interv.load_task("induction", n_pairs=8, seed=0).tokenize(model)
