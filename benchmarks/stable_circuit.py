@@ -10,9 +10,13 @@ Jaccard (mean, 95% interval over BOOT bootstrap resamples, each redoing the sele
 leave-one-template-out Jaccards, the bound on expected false edges, CPR and CMD, and the
 times, with the load average beside each.
 
+One discovery, then each ``--q`` x ``--pi`` selection on it, all sharing its exact per-prompt
+effects (``discover(exact_per_prompt=...)``): a setting patches only the edges its subsamples
+verify that no earlier one did.
+
 Run: ``python benchmarks/stable_circuit.py --model induction-2l --task induction --pairs 16
-[--method eap] [--verify-top 20] [--audit 20] [--q 20] [--pi 0.8] [--resamples 200]
-[--bootstrap 100] [--threads 1] [--out FILE]``.
+[--method eap] [--verify-top 20] [--audit 20] [--q 20 10] [--pi 0.8 0.6] [--resamples 200]
+[--bootstrap 100] [--stability 200] [--threads 1] [--no-curves | --size-only] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -39,11 +43,16 @@ def main() -> None:
     parser.add_argument("--method", default="eap")
     parser.add_argument("--verify-top", type=int, default=20)
     parser.add_argument("--audit", type=int, default=20)
-    parser.add_argument("--q", type=int, default=20)
-    parser.add_argument("--pi", type=float, default=0.8)
+    parser.add_argument("--q", type=int, nargs="+", default=[20])
+    parser.add_argument("--pi", type=float, nargs="+", default=[0.8])
     parser.add_argument("--resamples", type=int, default=200)
     parser.add_argument("--bootstrap", type=int, default=100)
+    parser.add_argument("--stability", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-curves", action="store_true", help="skip the faithfulness curves")
+    parser.add_argument(
+        "--size-only", action="store_true", help="f at the selection's size only (no CPR/CMD)"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -51,7 +60,13 @@ def main() -> None:
 
     import interv
     from interv.audit import Screen
-    from interv.circuits import MIB_FRACTIONS, discover, faithfulness
+    from interv.circuits import (
+        MIB_FRACTIONS,
+        circuit_stability,
+        discover,
+        faithfulness,
+        stability_selection,
+    )
     from interv.tasks.builtin import ioi_templates
 
     torch.set_num_threads(args.threads)
@@ -61,63 +76,92 @@ def main() -> None:
     groups = ioi_templates(pairs) if args.task == "ioi" else None
     marks: list[tuple[float, str]] = []
     start = time.perf_counter()
+    exact: dict = {}  # every exact per-prompt effect, shared by the selections below
     result = discover(
         model,
         task,
         method=args.method,
         screen=Screen(top_k=args.verify_top, audit=args.audit, alpha=None),
-        select="stability",
-        pi=args.pi,
-        resamples=args.resamples,
-        q=args.q,
-        groups=groups,
-        stability=args.bootstrap,
+        exact_per_prompt=exact,
         progress=lambda text: marks.append((time.perf_counter() - start, text)),
     )
-    total = time.perf_counter() - start
-    selection = result.selection
-    print(f"discover + selection: {total:.1f} s (load {_load()})")
+    discovery = time.perf_counter() - start
+    print(f"discovery (screen + {len(exact)} exact edges): {discovery:.1f} s (load {_load()})")
     for at, text in marks:
         print(f"  {at:8.1f} s  {text}")
-    print(selection)
-    print(selection.sentence)
-    print(selection.to_pandas().to_string())
+    record: dict = {"command": vars(args), "edges": result.graph.n_edges}
+    record["time_discovery_s"] = discovery
+    if args.stability:
+        start = time.perf_counter()
+        stability = circuit_stability(
+            model, task, result, n_resamples=args.stability, exact_per_prompt=exact
+        )
+        record["time_stability_s"] = time.perf_counter() - start
+        record["stability"] = stability.to_pandas().to_dict("list")
+        record["stability_patched"] = stability.n_exact_computed
+        print(
+            f"{stability!r}: {record['time_stability_s']:.1f} s, "
+            f"{stability.n_exact_computed} edges patched (load {_load()})"
+        )
     n = result.graph.n_edges
-    k = len(selection.selected)
-    start = time.perf_counter()
-    curve = faithfulness(model, task, selection.ranking(result), fractions=MIB_FRACTIONS)
-    curve_time = time.perf_counter() - start
-    print(
-        f"faithfulness: CPR {curve.cpr:.4g}, CMD {curve.cmd:.4g} "
-        f"({curve_time:.1f} s, load {_load()})"
-    )
-    f_at = f_top = None
-    if k:
-        own = faithfulness(model, task, selection.ranking(result), fractions=[k / n, 1.0])
-        f_at = float(own.mean[0])
-        print(f"f of the {k} selected edges alone: {f_at:.4g} (sizes {own.n_edges_kept})")
-        top = faithfulness(model, task, result, fractions=[k / n, 1.0])
-        f_top = float(top.mean[0])
-        print(f"f of the full ranking's top {k} edges: {f_top:.4g} (sizes {top.n_edges_kept})")
-    record = {
-        "command": vars(args),
-        "edges": n,
-        "selected": k,
-        "bound": selection.bound,
-        "jaccard": [selection.jaccard_mean, selection.jaccard_low, selection.jaccard_high],
-        "groups": list(selection.groups),
-        "group_jaccard": list(selection.group_jaccard),
-        "n_exact_computed": selection.n_exact_computed,
-        "cpr": curve.cpr,
-        "cmd": curve.cmd,
-        "f_selected": f_at,
-        "f_top_same_size": f_top,
-        "time_discover_selection_s": total,
-        "time_curve_s": curve_time,
-        "marks": marks,
-        "load": _load(),
-    }
-    print(json.dumps(record, default=str))
+    record["settings"] = []
+    for q in args.q:
+        for pi in args.pi:
+            start = time.perf_counter()
+            selection = stability_selection(
+                model,
+                task,
+                result,
+                pi=pi,
+                n_resamples=args.resamples,
+                q=q,
+                groups=groups,
+                bootstrap=args.bootstrap,
+                exact_per_prompt=exact,
+            )
+            took = time.perf_counter() - start
+            print(
+                f"q {q}, pi {pi}: {selection!r} ({took:.1f} s, {selection.n_exact_computed} "
+                f"edges patched, load {_load()})"
+            )
+            k = len(selection.selected)
+            row = {
+                "q": q,
+                "pi": pi,
+                "selected": k,
+                "edges": [e.label for e in selection.edges()],
+                "bound": selection.bound,
+                "jaccard": [selection.jaccard_mean, selection.jaccard_low, selection.jaccard_high],
+                "groups": list(selection.groups),
+                "group_jaccard": list(selection.group_jaccard),
+                "n_exact_computed": selection.n_exact_computed,
+                "time_selection_s": took,
+                "load": _load(),
+            }
+            if k and not args.no_curves:
+                start = time.perf_counter()
+                curve = None
+                if not args.size_only:
+                    curve = faithfulness(
+                        model, task, selection.ranking(result), fractions=MIB_FRACTIONS
+                    )
+                own = faithfulness(model, task, selection.ranking(result), fractions=[k / n, 1.0])
+                top = faithfulness(model, task, result, fractions=[k / n, 1.0])
+                row.update(
+                    cpr=None if curve is None else curve.cpr,
+                    cmd=None if curve is None else curve.cmd,
+                    f_selected=float(own.mean[0]),
+                    f_top_same_size=float(top.mean[0]),
+                    time_curves_s=time.perf_counter() - start,
+                )
+                areas = "" if curve is None else f"CPR {curve.cpr:.4g}, CMD {curve.cmd:.4g}, "
+                print(
+                    f"  {areas}f of the {k} selected "
+                    f"{row['f_selected']:.4g} (full top-{k}: {row['f_top_same_size']:.4g})"
+                )
+            record["settings"].append(row)
+            print(json.dumps(row, default=str), flush=True)
+    record["load"] = _load()
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(record, handle, indent=1, default=str)

@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "CircuitStability": "interv.circuits.stability",
     "stability_selection": "interv.circuits.selection",
     "StableCircuit": "interv.circuits.selection",
+    "RayExecutor": "interv.circuits.executor",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -65,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover - static analysers see the real names
         faithfulness,
     )
     from interv.circuits.discovery import CircuitResult, discover
+    from interv.circuits.executor import RayExecutor
     from interv.circuits.graph import Edge, Graph, Node
     from interv.circuits.greedy import greedy_order
     from interv.circuits.mission import MissionLink, mission_link

@@ -43,6 +43,7 @@ from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.circuits._stored import StoredCurve
 from interv.circuits.discovery import CircuitResult
+from interv.circuits.executor import RayExecutor, check_executor, run_jobs
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.mib import (
@@ -434,6 +435,7 @@ def faithfulness(
     seed: int = 0,
     batch_size: int | None = None,
     kv: str | None = None,
+    executor: RayExecutor | None = None,
 ) -> FaithfulnessCurve:
     """The faithfulness curve of the top edges of ``ranking`` (see the module docstring).
 
@@ -459,6 +461,9 @@ def faithfulness(
         n_bootstrap, level, seed: the bootstrap over prompts.
         batch_size: circuits (copies of the prompts) per stacked forward; None: about
             2 MiB of sender changes per forward (at least one circuit).
+        executor: None (this process) or a :class:`~interv.circuits.RayExecutor`: the
+            circuits' stacked forwards spread over its workers, each ``min(batch_size,
+            ceil(circuits / n_workers))`` circuits (:mod:`interv.circuits.executor`).
         kv: the graph's key/value edges, ``"grouped"`` or ``"ungrouped"`` (MIB's graph:
             ``N`` is then MIB's); None (default): the ranking's own graph's, grouped for a
             list of edges.
@@ -483,6 +488,7 @@ def faithfulness(
     fractions = tuple(fractions)
     first = ranking[0] if isinstance(ranking, list | tuple) and ranking else None
     own = getattr(getattr(ranking, "graph", getattr(first, "graph", None)), "kv", None)
+    executor = check_executor(executor)
     kv = (own or "grouped") if kv is None else kv  # the ranking's own graph says
     graph = Graph.from_model(model, kv=kv)
     if own is not None and own != kv:
@@ -509,18 +515,19 @@ def faithfulness(
     n_frac = len(fractions)
     counts = kept.sum(-1).tolist()
     pruned = (counts[:n_frac], counts[n_frac:-1]) if convention == "mib" else None
-    clean_logits = forward(  # only the clean logits: no activations kept
-        model,
-        Prompts.of(task.clean_tokens, task.attention_mask),
-        readout="position_logits",
-        positions=task.answer_positions,
-    ).readout
-    corrupted = capture_run(model, task, "corrupted")
-    replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
-    del corrupted
-    values = circuit_metrics(
-        model, task, graph, kept, replacement, target, clean_logits, batch_size
-    )
+    clean_logits = _clean_answer_logits(model, task)
+    if executor is None:
+        shared = (task, graph, target, complement, batch_size, clean_logits)
+        values = _curve_job(model, shared, kept, {})
+    else:  # the circuits spread over the workers in batches of the local run's size
+        if batch_size is None:
+            batch_size = _default_circuits(model, task, graph)
+        size = min(batch_size, -(-kept.shape[0] // executor.n_workers))
+        jobs = [kept[first : first + size] for first in range(0, kept.shape[0], size)]
+        values = torch.empty(kept.shape[0], task.n_pairs, dtype=torch.float64)
+        shared = (task, graph, target, complement, size, None)
+        for position, rows in run_jobs(executor, model, _curve_job, shared, jobs):
+            values[position * size : position * size + rows.shape[0]] = rows
     full = per_prompt_metric(target, task, clean_logits, clean_logits)[0].double().cpu()
     absolute_values, signed_values, empty = values[:n_frac], values[n_frac:-1], values[-1]
     gap = full - empty
@@ -644,6 +651,38 @@ def _mean_run(run: Run, task: TokenizedPairs) -> Run:
     )
 
 
+def _clean_answer_logits(model: Any, task: TokenizedPairs) -> torch.Tensor:
+    """The clean run's logits at the answer positions (no activations kept)."""
+    return forward(
+        model,
+        Prompts.of(task.clean_tokens, task.attention_mask),
+        readout="position_logits",
+        positions=task.answer_positions,
+    ).readout
+
+
+def _curve_job(model: Any, shared: tuple, kept: torch.Tensor, cache: dict) -> torch.Tensor:
+    """``[n_circuits, n_prompts]``: :func:`circuit_metrics` of the circuits ``kept`` (one
+    executor job, or the whole local run); the clean logits and the complement's replacement
+    run computed on a process's first job and kept in ``cache``."""
+    task, graph, target, complement, batch_size, clean_logits = shared
+    if "runs" not in cache:
+        if clean_logits is None:
+            clean_logits = _clean_answer_logits(model, task)
+        corrupted = capture_run(model, task, "corrupted")
+        replacement = corrupted if complement == "corrupted" else _mean_run(corrupted, task)
+        del corrupted
+        cache["runs"] = (clean_logits, replacement)
+    clean_logits, replacement = cache["runs"]
+    return circuit_metrics(model, task, graph, kept, replacement, target, clean_logits, batch_size)
+
+
+def _default_circuits(model: Any, task: TokenizedPairs, graph: Graph) -> int:
+    """Circuits per stacked forward by default: about 2 MiB of inputs per block."""
+    per_copy = task.n_pairs * task.n_positions * len(graph.senders) * model.cfg.d_model * 4
+    return max(1, (2 << 20) // max(per_copy, 1))
+
+
 def circuit_metrics(
     model: Any,
     task: TokenizedPairs,
@@ -657,10 +696,8 @@ def circuit_metrics(
     """``[n_circuits, n_prompts]`` float64 metric of the clean prompts with every edge outside
     each circuit (``kept``: ``[n_circuits, n_edges]`` bool) patched from ``replacement``."""
     n = task.n_pairs
-    d_model = model.cfg.d_model
     if batch_size is None:
-        per_copy = n * task.n_positions * len(graph.senders) * d_model * 4
-        batch_size = max(1, (2 << 20) // max(per_copy, 1))
+        batch_size = _default_circuits(model, task, graph)
     out = torch.empty(kept.shape[0], n, dtype=torch.float64)
     with torch.no_grad():
         for first in range(0, kept.shape[0], batch_size):

@@ -33,6 +33,7 @@ from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
 from interv.circuits._stored import StoredCircuit
+from interv.circuits.executor import RayExecutor, check_executor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
@@ -291,6 +292,8 @@ def discover(
     hvp: bool = False,
     hvp_steps: int = 1,
     hvp_top: int | None = None,
+    exact_per_prompt: dict[int, torch.Tensor] | None = None,
+    executor: RayExecutor | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -330,11 +333,20 @@ def discover(
         gim: GIM's backward for the screen (:func:`interv.circuits.edge_scores`).
         hvp, hvp_steps, hvp_top: Zhang & Wang's HVP correction of the EAP screen, its
             multi-step variant and the edges it corrects (:func:`interv.circuits.edge_scores`).
+        exact_per_prompt: a dict of edge index -> ``[n_prompts]`` exact per-prompt effects
+            computed earlier on these prompts (reused by the stability figures), filled with
+            those computed here (the verified, audited and resample-verified edges): pass
+            it to :func:`~interv.circuits.stability_selection` afterwards to redo the
+            selection with other settings without patching any edge again. None: a fresh one.
+        executor: where the exact edges (verified, audited, and those the stability
+            resamples verify) are patched: None here, or a
+            :class:`~interv.circuits.RayExecutor` (:mod:`interv.circuits.executor`).
 
     Returns:
         :class:`CircuitResult`.
     """
     target = check_task(model, task, metric)
+    executor = check_executor(executor)
     if stability is not None:
         stability = check_resamples(stability, task.n_pairs, "stability")
         if isinstance(scores, EdgeScores) and scores.per_prompt is None:
@@ -412,7 +424,13 @@ def discover(
                 f"{scores.graph.kv!r}); this model's graph with kv={kv!r} has {graph.n_edges}"
             )
 
-    per_prompt: dict[int, torch.Tensor] = {}  # edge -> exact per-prompt effects (stability)
+    if exact_per_prompt is not None and not isinstance(exact_per_prompt, dict):
+        raise IntervError(
+            "exact_per_prompt must be a dict of edge index -> per-prompt exact effects; got "
+            f"{type(exact_per_prompt).__name__}"
+        )
+    # edge -> exact per-prompt effects (stability)
+    per_prompt: dict[int, torch.Tensor] = {} if exact_per_prompt is None else exact_per_prompt
 
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
         todo = indices.tolist()
@@ -426,7 +444,14 @@ def discover(
                 on_exact([todo[i] for i in local], values.mean(-1))
 
         return edge_effects(
-            model, task, graph, todo, metric=target, batch_size=batch_size, on_batch=done
+            model,
+            task,
+            graph,
+            todo,
+            metric=target,
+            batch_size=batch_size,
+            on_batch=done,
+            executor=executor,
         )
 
     name = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
@@ -466,6 +491,7 @@ def discover(
             exact_per_prompt=per_prompt,
             batch_size=batch_size,
             progress=progress,
+            executor=executor,
         )
         result = dataclasses.replace(result, stability=resampled)
     if select == "stability":
@@ -481,6 +507,7 @@ def discover(
             exact_per_prompt=per_prompt,
             batch_size=batch_size,
             progress=progress,
+            executor=executor,
         )
         result = dataclasses.replace(result, selection=selection)
     return result

@@ -38,6 +38,7 @@ output along the edge.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.circuits._kv import check_kv_copies, kv_copies
+from interv.circuits.executor import RayExecutor, check_executor, run_jobs
 from interv.circuits.graph import Edge, Graph
 from interv.engine.answer_metric import answer_metric
 from interv.engine.forward import AUTO, PATTERN, Prefix, Prompts, Suffix, forward
@@ -310,6 +312,7 @@ def edge_effects(
     batch_size: int | None = None,
     per_prompt: bool = False,
     on_batch: Callable[[list[int], torch.Tensor], None] | None = None,
+    executor: RayExecutor | None = None,
 ) -> torch.Tensor:
     """The exact path-patching effect of each edge alone (see the module docstring).
 
@@ -326,6 +329,10 @@ def edge_effects(
         per_prompt: return ``[len(edges), n_prompts]`` instead of the prompt mean.
         on_batch: called with ``(positions in edges, [k, n_prompts] effects)`` after each
             stacked forward (a caller can store them as they come).
+        executor: None (this process) or a :class:`~interv.circuits.executor.RayExecutor`:
+            the stacked forwards spread over its workers, each ``min(batch_size, ceil(k /
+            n_workers))`` edges so every worker has one (the same forwards as a local call
+            with that ``batch_size``: equal numbers), ``on_batch`` called as they finish.
 
     Returns:
         ``[len(edges)]`` float64 prompt-mean change of the metric (in its unit), exact; or
@@ -336,41 +343,58 @@ def edge_effects(
     if graph.ungrouped:
         check_kv_copies(model, graph.n_heads, graph.n_kv_heads)
     indices = graph.indices(edges)
-    base_name, other_name = runs_of(direction)
+    runs_of(direction)  # checked before any forward
     n = task.n_pairs
     out = torch.zeros(len(indices), n, dtype=torch.float64)
-    if not indices:
-        return out if per_prompt else out.mean(-1)
-    base = capture_run(model, task, base_name, record_prefix=True)
-    other = capture_run(model, task, other_name)
-    base_values = per_prompt_metric(
-        target, task, base.logits, _clean_logits(base, other, base_name)
-    )
-    clean_logits = _clean_logits(base, other, base_name)
+    executor = check_executor(executor)
     if batch_size is None:
         batch_size = _default_batch_size(n, task.n_positions, model.cfg.d_model)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
+    if not indices:
+        return out if per_prompt else out.mean(-1)
 
-    def start_of(index: int) -> int:
-        receiver = graph.receiver_of(index)
-        if receiver.input == "logits":
-            return graph.n_layers
-        return receiver.node.layer + (1 if receiver.input == "mlp" else 0)
-
+    start_of = functools.partial(_start_of, graph)
     order = sorted(range(len(indices)), key=lambda j: (start_of(indices[j]), indices[j]))
-    with torch.no_grad():
-        for first in range(0, len(order), batch_size):
-            chunk = order[first : first + batch_size]
-            values = _patched_forward(
-                model, task, graph, base, other, [indices[j] for j in chunk], start_of, base_name
-            )
-            effects = per_prompt_metric(target, task, values, clean_logits).double().cpu()
-            effects = effects - base_values.double().cpu()
-            out[chunk] = effects
-            if on_batch is not None:
-                on_batch(list(chunk), effects)
+    if executor is not None:  # each worker a share of the batches (module executor)
+        batch_size = min(batch_size, -(-len(order) // executor.n_workers))
+    chunks = [order[first : first + batch_size] for first in range(0, len(order), batch_size)]
+    jobs = [[indices[j] for j in chunk] for chunk in chunks]
+    shared = (task, graph, target, direction)
+    for position, effects in run_jobs(executor, model, _edge_job, shared, jobs):
+        out[chunks[position]] = effects
+        if on_batch is not None:
+            on_batch(list(chunks[position]), effects)
     return out if per_prompt else out.mean(-1)
+
+
+def _start_of(graph: Graph, index: int) -> int:
+    """The block at whose input edge ``index`` joins (``n_layers``: the logits)."""
+    receiver = graph.receiver_of(index)
+    if receiver.input == "logits":
+        return graph.n_layers
+    return receiver.node.layer + (1 if receiver.input == "mlp" else 0)
+
+
+def _edge_job(model: Any, shared: tuple, edges: list[int], cache: dict) -> torch.Tensor:
+    """One stacked forward of :func:`edge_effects`: the per-prompt effects of ``edges``
+    (sorted by the block they join at); the base and other runs computed on the first job
+    of a call (in this process, or on each worker) and kept in ``cache``."""
+    task, graph, target, direction = shared
+    base_name, other_name = runs_of(direction)
+    if "runs" not in cache:
+        base = capture_run(model, task, base_name, record_prefix=True)
+        other = capture_run(model, task, other_name)
+        clean_logits = _clean_logits(base, other, base_name)
+        base_values = per_prompt_metric(target, task, base.logits, clean_logits)
+        cache["runs"] = (base, other, clean_logits, base_values.double().cpu())
+    base, other, clean_logits, base_values = cache["runs"]
+    with torch.no_grad():
+        values = _patched_forward(
+            model, task, graph, base, other, edges, functools.partial(_start_of, graph), base_name
+        )
+        effects = per_prompt_metric(target, task, values, clean_logits).double().cpu()
+    return effects - base_values
 
 
 def _clean_logits(base: Run, other: Run, base_name: str) -> torch.Tensor:

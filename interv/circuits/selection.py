@@ -41,12 +41,13 @@ import torch
 from interv._checks import as_int
 from interv._schema import parse
 from interv.circuits._stored import StoredSelection
+from interv.circuits.executor import RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.screens import graph_dict
 from interv.circuits.stability import (
     Discovery,
     check_resamples,
-    resample_order,
+    resample_circuits,
     resampled_exact,
 )
 from interv.errors import IntervError
@@ -272,10 +273,8 @@ def _half_weights(
     ``members`` (repeats allowed: a bootstrap resample's draws), and their size."""
     size = members.numel() // 2
     weights = torch.zeros(n_resamples, n, dtype=torch.float64)
-    for b, positions in enumerate(half_subsamples(members.numel(), n_resamples, seed)):
-        weights[b].index_add_(
-            0, members[positions], torch.full((size,), 1.0 / size, dtype=torch.float64)
-        )
+    drawn = members[half_subsamples(members.numel(), n_resamples, seed)]  # [B, size]
+    weights.scatter_add_(1, drawn, torch.full(drawn.shape, 1.0 / size, dtype=torch.float64))
     return weights, size
 
 
@@ -325,6 +324,7 @@ def stability_selection(
     exact_per_prompt: Mapping[int, torch.Tensor] | None = None,
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    executor: RayExecutor | None = None,
 ) -> StableCircuit:
     """The circuit of the edges whose inclusion frequency is at least ``pi`` (module docstring).
 
@@ -347,6 +347,7 @@ def stability_selection(
             computed (e.g. by :func:`~interv.circuits.discover`); the rest are patched.
         batch_size: edges per stacked exact forward.
         progress: called with short messages.
+        executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
 
     Raises:
         IntervError: before any forward, for an argument out of range, too few prompts or
@@ -389,16 +390,26 @@ def stability_selection(
         for draw in bootstrap_indices(n, bootstrap, seed):
             runs.append(_half_weights(draw, n, n_resamples, seed))
     weights = torch.cat([w for w, _ in runs])
-    verified_sets, exact, n_patched = resampled_exact(
-        model, task, result, weights, exact_per_prompt, batch_size, progress
+    depth = q + result.audit.n_verified + int(result.audit.audited.numel())
+    tops, exact, n_patched = resampled_exact(
+        model,
+        task,
+        result,
+        weights,
+        exact_per_prompt,
+        batch_size,
+        progress,
+        depth=depth,
+        executor=executor,
     )
+    chosen = resample_circuits(result, tops, exact, weights, q)  # [runs * B, q]
     rank = torch.empty(graph.n_edges, dtype=torch.long)
     rank[result.ranking()] = torch.arange(graph.n_edges)
 
     def select(run: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        rows = chosen[run * n_resamples : (run + 1) * n_resamples].flatten()
         counts = torch.zeros(graph.n_edges, dtype=torch.float64)
-        for b in range(run * n_resamples, (run + 1) * n_resamples):
-            counts[resample_order(result, verified_sets[b], exact, weights[b])[:q]] += 1
+        counts.index_add_(0, rows, torch.ones(rows.numel(), dtype=torch.float64))
         share = counts / n_resamples
         kept = (share >= pi).nonzero().flatten()
         kept = kept[torch.sort(rank[kept], stable=True).indices]  # ties: the full ranking

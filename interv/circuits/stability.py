@@ -44,6 +44,7 @@ from interv._checks import as_int
 from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.circuits._stored import StoredStability
+from interv.circuits.executor import RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import edge_effects
 from interv.circuits.screens import graph_dict
@@ -335,6 +336,7 @@ def circuit_stability(
     exact_per_prompt: Mapping[int, torch.Tensor] | None = None,
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    executor: RayExecutor | None = None,
 ) -> CircuitStability:
     """Bootstrap the prompts of a discovery and compare the circuits (module docstring).
 
@@ -354,6 +356,7 @@ def circuit_stability(
             computed (e.g. by :func:`~interv.circuits.discover`); the rest are patched.
         batch_size: edges per stacked exact forward.
         progress: called with short messages.
+        executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
 
     Returns:
         :class:`CircuitStability`.
@@ -389,26 +392,34 @@ def circuit_stability(
     weights.scatter_add_(1, draws, torch.ones_like(draws, dtype=torch.float64))
     weights /= n  # [B, n]: each resample's mean is per_prompt @ weights[b]
 
-    # 1. every resample's verified set (its screen top), and the exact effects it needs
-    verified_sets, filled, n_patched = resampled_exact(
-        model, task, result, weights, exact_per_prompt, batch_size, progress
+    # 1. every resample's screen top (its verified set first), the exact effects it needs
+    depth = max(sizes) + audit.n_verified + int(audited.sum())
+    tops, exact, n_patched = resampled_exact(
+        model,
+        task,
+        result,
+        weights,
+        exact_per_prompt,
+        batch_size,
+        progress,
+        depth=depth,
+        executor=executor,
     )
+    # 2. each resample's circuit of the largest size (its smaller ones are its prefixes)
+    chosen = resample_circuits(result, tops, exact, weights, max(sizes))  # [B, max size]
 
-    # 2. the full-sample circuits, and each resample's
+    # 3. the full-sample circuits; inclusion counts and Jaccards, every resample at once
     full_order = result.ranking()
     circuits = tuple(tuple(full_order[:size].tolist()) for size in sizes)
-    masks = torch.zeros(len(sizes), graph.n_edges, dtype=torch.bool)
-    for row, size in enumerate(sizes):
-        masks[row, full_order[:size]] = True
     counts = torch.zeros(len(sizes), graph.n_edges, dtype=torch.float64)
     jaccard = torch.empty(len(sizes), n_resamples, dtype=torch.float64)
-    for b in range(n_resamples):
-        order = resample_order(result, verified_sets[b], filled, weights[b])
-        for row, size in enumerate(sizes):
-            chosen = order[:size]
-            counts[row, chosen] += 1
-            shared = int(masks[row, chosen].sum())
-            jaccard[row, b] = shared / (2 * size - shared)
+    for row, size in enumerate(sizes):
+        mask = torch.zeros(graph.n_edges, dtype=torch.bool)
+        mask[full_order[:size]] = True
+        prefix = chosen[:, :size]
+        counts[row].index_add_(0, prefix.flatten(), torch.ones(prefix.numel(), dtype=torch.float64))
+        shared = mask[prefix].sum(-1).double()
+        jaccard[row] = shared / (2 * size - shared)
     intervals = [percentile_interval(row, level, n_items=n) for row in jaccard]
     return CircuitStability(
         graph=graph,
@@ -432,6 +443,66 @@ def circuit_stability(
     )
 
 
+_CHUNK = 32
+"""Resamples whose screen estimates are averaged in one product (``[n_edges, 32]``)."""
+
+
+def stable_top(keys: torch.Tensor, k: int) -> torch.Tensor:
+    """``[rows, k]`` int64: each row's indices of its ``k`` largest ``keys``, descending,
+    ties by index, NaN last: ``torch.sort(-keys, stable=True).indices[:, :k]`` without
+    sorting every column (a top-k, then a sort of the candidates at or above its k-th value).
+    """
+    rows, width = keys.shape
+    k = min(k, width)
+    if keys.isnan().any():
+        keys = torch.where(keys.isnan(), -math.inf, keys)
+    out = torch.empty(rows, k, dtype=torch.long)
+    if k == 0 or rows == 0:
+        return out
+    values, index = keys.topk(k, dim=1)
+    simple = (keys >= values[:, -1:]).sum(-1) == k  # no tie straddles the k-th value
+    if simple.any():
+        index = torch.sort(index[simple], dim=1).values  # ascending: ties by index below
+        order = torch.sort(-keys[simple].gather(1, index), dim=1, stable=True).indices
+        out[simple] = index.gather(1, order)
+    for row in (~simple).nonzero().flatten().tolist():
+        above = (keys[row] >= values[row, -1]).nonzero().flatten()
+        order = torch.sort(-keys[row, above], stable=True).indices[:k]
+        out[row] = above[order]
+    return out
+
+
+def reachable(per_prompt: torch.Tensor, weights: torch.Tensor, depth: int) -> torch.Tensor:
+    """The edges (ascending indices) that can be in some resample's top ``depth`` by
+    ``|per_prompt @ weights[b]|``: a resample's estimate of an edge is at most its largest
+    per-prompt ``|estimate|`` times the resample's weight sum (weights are not negative), so
+    an edge whose bound is below every resample's ``depth``-th largest ``|estimate|`` over a
+    probe of likely edges (the ``4 depth`` largest by ``|prompt mean|``) cannot be in any
+    resample's top. Every edge when the probe would not prune (or an estimate is NaN)."""
+    n_edges = per_prompt.shape[0]
+    everything = torch.arange(n_edges)
+    if 8 * depth >= n_edges or per_prompt.isnan().any() or (weights < 0).any():
+        return everything
+    probe = per_prompt.mean(-1).abs().topk(4 * depth).indices
+    low = (per_prompt[probe] @ weights.T).abs().topk(depth, dim=0).values[-1]  # [B]
+    floor = (low / weights.sum(-1)).min() * (1 - 1e-9)  # slack: the products' rounding
+    return (per_prompt.abs().amax(-1) >= floor).nonzero().flatten()
+
+
+def resampled_tops(per_prompt: torch.Tensor, weights: torch.Tensor, depth: int) -> torch.Tensor:
+    """``[n_resamples, depth]`` int64: each resample's top ``depth`` edges by
+    ``|per_prompt @ weights[b]|``, ties by index (:func:`stable_top`), computed on the
+    :func:`reachable` edges only, 32 resamples per product."""
+    columns = reachable(per_prompt, weights, depth)
+    rows = per_prompt[columns]
+    return torch.cat(
+        [
+            columns[stable_top((rows @ weights[first : first + _CHUNK].T).T.abs(), depth)]
+            for first in range(0, weights.shape[0], _CHUNK)
+        ]
+    )
+
+
 def resampled_exact(
     model: Any,
     task: TokenizedPairs,
@@ -440,38 +511,38 @@ def resampled_exact(
     exact_per_prompt: Mapping[int, torch.Tensor] | None,
     batch_size: int | None,
     progress: Callable[[str], None] | None,
-) -> tuple[list[torch.Tensor], torch.Tensor, int]:
-    """Each resample's verified set and the exact per-prompt effects they all need.
+    *,
+    depth: int,
+    executor: RayExecutor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Each resample's screen top and the exact per-prompt effects its ranking needs.
 
     ``weights`` is ``[n_resamples, n_prompts]``, each row the resample's prompt weights
-    (summing to 1): a resample's estimate of an edge is ``per_prompt @ weights[b]``. Its
-    verified set is its own top ``n_verified`` by ``|estimate|``. The exact per-prompt effects
-    of the edges some resample verifies or the full run audited are taken from
-    ``exact_per_prompt`` where given, else patched once (stacked forwards).
+    (summing to 1): a resample's estimate of an edge is ``per_prompt @ weights[b]`` (computed
+    for 32 resamples in one product). Its verified set is the first ``n_verified`` of its top.
+    The exact per-prompt effects of the edges some resample verifies or the full run audited
+    are taken from ``exact_per_prompt`` where given, else patched once (stacked forwards, on
+    the ``executor``'s workers where given); when ``exact_per_prompt`` is a dict the
+    patched ones are added to it (a later computation on the same result reuses them).
 
     Returns:
-        (verified index tensors, one per resample; ``[n_edges, n_prompts]`` float64 exact
-        per-prompt effects, 0 where not needed; the number of edges patched here).
+        (``[n_resamples, depth]`` int64: each resample's top ``depth`` edges by
+        ``|estimate|``, ties by index; ``[n_edges, n_prompts]`` float64 exact per-prompt
+        effects, 0 where not needed; the number of edges patched here).
     """
     scores, graph, audit = result.scores, result.graph, result.audit
     per_prompt = scores.per_prompt
     n = int(per_prompt.shape[1])
-    audited = torch.zeros(graph.n_edges, dtype=torch.bool)
-    audited[audit.audited] = True
-    verified_sets = []
-    for first in range(0, weights.shape[0], 32):
-        estimates = per_prompt @ weights[first : first + 32].T  # [n_edges, chunk]
-        for column in estimates.T:
-            verified_sets.append(torch.sort(-column.abs(), stable=True).indices[: audit.n_verified])
-    needed = audited.clone()
-    for verified in verified_sets:
-        needed[verified] = True
+    tops = resampled_tops(per_prompt, weights, depth)
+    needed = torch.zeros(graph.n_edges, dtype=torch.bool)
+    needed[audit.audited] = True
+    needed[tops[:, : audit.n_verified].flatten()] = True
     exact = _given_exact(graph, exact_per_prompt, n)
     missing = (needed & exact.isnan().any(-1)).nonzero().flatten()
     if missing.numel():
         if progress is not None:
             progress(f"stability: exact per-prompt path patching of {missing.numel()} edges")
-        exact[missing] = edge_effects(
+        values = edge_effects(
             model,
             task,
             graph,
@@ -479,20 +550,62 @@ def resampled_exact(
             metric=scores.metric,
             batch_size=batch_size,
             per_prompt=True,
-        ).double()
-    return verified_sets, exact.nan_to_num(0.0), int(missing.numel())
+            executor=executor,
+        )
+        exact[missing] = values.double()
+        if isinstance(exact_per_prompt, dict):
+            for index, row in zip(missing.tolist(), values, strict=True):
+                exact_per_prompt[index] = row.double()
+    return tops, exact.nan_to_num(0.0), int(missing.numel())
 
 
-def resample_order(
-    result: Discovery, verified: torch.Tensor, exact: torch.Tensor, weights: torch.Tensor
+def resample_circuits(
+    result: Discovery,
+    tops: torch.Tensor,
+    exact: torch.Tensor,
+    weights: torch.Tensor,
+    size: int,
 ) -> torch.Tensor:
-    """One resample's ranking of every edge (:func:`exact_first`): its verified edges and
-    the full run's audited ones by ``|exact|`` re-averaged with ``weights`` (``[n_prompts]``),
-    then the rest by ``|estimate|`` re-averaged."""
-    checked = torch.zeros(result.graph.n_edges, dtype=torch.bool)
-    checked[result.audit.audited] = True
-    checked[verified] = True
-    return exact_first(checked, exact @ weights, result.scores.per_prompt @ weights)
+    """``[n_resamples, size]`` int64: each resample's top ``size`` of its ranking
+    (:func:`exact_first`): its verified edges (the first ``n_verified`` of ``tops``) and the
+    full run's audited ones by ``|exact|`` re-averaged with its ``weights``, then the rest by
+    ``|estimate|`` re-averaged (the order of ``tops``, which must reach ``size`` plus the
+    checked edges)."""
+    return torch.cat(
+        [
+            _circuits(
+                result, tops[first : first + 1024], exact, weights[first : first + 1024], size
+            )
+            for first in range(0, weights.shape[0], 1024)
+        ]
+    )
+
+
+def _circuits(
+    result: Discovery, tops: torch.Tensor, exact: torch.Tensor, weights: torch.Tensor, size: int
+) -> torch.Tensor:
+    """:func:`resample_circuits` on one chunk of resamples."""
+    graph, audit = result.graph, result.audit
+    n_rows = weights.shape[0]
+    needed = torch.zeros(graph.n_edges, dtype=torch.bool)
+    needed[audit.audited] = True
+    needed[tops[:, : audit.n_verified].flatten()] = True
+    columns = needed.nonzero().flatten()  # ascending: ties by index
+    column_of = torch.full((graph.n_edges,), -1, dtype=torch.long)
+    column_of[columns] = torch.arange(columns.numel())
+    checked = torch.zeros(n_rows, columns.numel(), dtype=torch.bool)
+    checked[:, column_of[audit.audited]] = True
+    checked.scatter_(1, column_of[tops[:, : audit.n_verified]], True)
+    means = (exact[columns] @ weights.T).T.abs()  # [B, needed]
+    key = torch.where(checked, means, -math.inf)
+    by_exact = columns[torch.sort(-key, dim=1, stable=True).indices]
+    first = torch.arange(columns.numel()).expand(n_rows, -1) < checked.sum(-1, keepdim=True)
+    where = column_of[tops]
+    in_checked = (where >= 0) & checked.gather(1, where.clamp(min=0))
+    merged = torch.cat([by_exact, tops], 1)
+    keep = torch.cat([first, ~in_checked], 1)
+    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :size]
+    return merged.gather(1, order)
 
 
 def _given_exact(

@@ -137,13 +137,16 @@ def circuit_settings(
     hvp: bool = False,
     hvp_steps: int = 1,
     hvp_top: int | None = None,
+    selection: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The settings of a circuit discovery beside its provenance (checked): the screen's
     method, its gradient runs (1 for EAP, whatever ``steps`` says), the QK fix, the rule
     that picks the edges computed exactly (every field of the :class:`~interv.Screen`), the
     graph's key/value edges where they are not the default (``kv="ungrouped"``), GIM's
     backward settings and the HVP correction's where used (a resume with another estimator
-    is refused)."""
+    is refused), and the stability selection where one is asked (``selection``: ``select``,
+    ``pi``, ``q`` and ``subsamples``; a top selection adds nothing, so directories written
+    before keep their identity)."""
     if not isinstance(screen, Screen):
         raise IntervError(f"screen must be an interv.Screen; got {screen!r}")
     runs = check_method(method, steps, qk_fix)
@@ -156,12 +159,15 @@ def circuit_settings(
         )
     rule = {name: getattr(screen, name) for name in screen.__dataclass_fields__}
     settings = {"method": method, "steps": runs, "qk_fix": qk_fix, "screen": rule}
-    return (
-        settings
-        | ({"kv": kv} if kv != "grouped" else {})
-        | ({"gim": gim.settings()} if isinstance(gim, GIM) else {})
-        | ({"hvp": segments, "hvp_top": hvp_top} if segments else {})
-    )
+    settings |= {"kv": kv} if kv != "grouped" else {}
+    settings |= {"gim": gim.settings()} if isinstance(gim, GIM) else {}
+    settings |= {"hvp": segments, "hvp_top": hvp_top} if segments else {}
+    if selection is not None and selection.get("select", "top") != "top":
+        keys = ("select", "pi", "q", "subsamples")
+        if set(selection) != set(keys):
+            raise IntervError(f"selection must give exactly {keys}; got {sorted(selection)}")
+        settings["selection"] = {key: selection[key] for key in keys}
+    return settings
 
 
 class CircuitStore(Store):

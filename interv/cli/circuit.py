@@ -2,14 +2,13 @@
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
 [--qk-fix] [--gim] [--hvp [--hvp-steps S] [--hvp-top K]] --top-k K --audit N [--alpha A]
-[--stability RESAMPLES] [--select stability --pi PI
---subsamples SUBSAMPLES] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
+[--stability RESAMPLES] [--select stability --pi PI --subsamples SUBSAMPLES]
+[--ray [N_WORKERS]] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
 interpolation steps), patches the top ``K`` by ``|score|`` and ``N`` random others exactly
 (and more of the top until the miss-rate bound is below ``A``, 0.05 by default) (path
-patching from the corrupted run into the
-clean run), measures the faithfulness curve at MIB's edge fractions, computes the
-concentration of every head (clean run, answer position) beside the circuit, and writes
-into DIR:
+patching from the corrupted run into the clean run), measures the faithfulness curve at
+MIB's edge fractions, computes the concentration of every head (clean run, answer position)
+beside the circuit, and writes into DIR:
 
 - ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability RESAMPLES`` it holds the
   circuit's stability over ``RESAMPLES`` bootstrap resamples of the prompts, see
@@ -24,7 +23,10 @@ into DIR:
   circuits at every size;
 - the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
   effect is stored as soon as it is computed, so the same command rerun after a kill
-  resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`).
+  resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`);
+  ``--ray N`` runs the exact forwards on N Ray workers
+  (:class:`~interv.circuits.RayExecutor`) and is not part of what is discovered: a run
+  resumes with or without it.
 
 Every option is checked before the model loads. Progress goes to stderr (when it is a
 terminal, unless ``--quiet``); stdout gets a short summary with units and statuses.
@@ -33,7 +35,10 @@ terminal, unless ``--quiet``); stdout gets a short summary with units and status
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +79,8 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
     check_hvp(args.hvp, args.hvp_steps, args.hvp_top, args.method, args.qk_fix, args.gim)
     top_k = as_int(args.top_k, "--top-k", minimum=1)
+    if args.ray is not None:
+        as_int(args.ray, "--ray (Ray workers)", minimum=1)
     audit = as_int(args.audit, "--audit", minimum=0)
     for flag in ("n_edges", "batch_size"):
         if getattr(args, flag) is not None:
@@ -133,7 +140,13 @@ def _identity(args: argparse.Namespace, checked: dict[str, Any], provenance: Any
 
     screen = Screen(top_k=checked["top_k"], audit=checked["audit"], alpha=args.alpha)
     settings = circuit_settings(
-        args.method, checked["steps"], bool(args.qk_fix), screen, args.kv, **_estimator(args)
+        args.method,
+        checked["steps"],
+        bool(args.qk_fix),
+        screen,
+        args.kv,
+        selection=_chosen(args, checked),
+        **_estimator(args),
     )
     return run_identity({"metric": args.metric} if provenance is None else provenance, settings)
 
@@ -148,15 +161,32 @@ def _run(args: argparse.Namespace) -> int:
     with (
         CircuitStore.open(args.out, _identity(args, checked)) as store,
         stages(_STAGES, enabled=show) as progress,
+        _executor(args) as executor,
     ):
-        circuit, curve, link, ran, resumed = _discover(args, checked, store, progress)
+        circuit, curve, link, ran, resumed = _discover(args, checked, store, progress, executor)
     if not args.quiet:
         _summary(args.out, circuit, curve, link, ran, resumed)
     return 0
 
 
-def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, progress: Any):
-    """Load, discover (resuming from ``store``), evaluate and write every output."""
+@contextlib.contextmanager
+def _executor(args: argparse.Namespace) -> Iterator[Any]:
+    """``--ray N``: a :class:`~interv.circuits.RayExecutor` of N workers for the block."""
+    if args.ray is None:
+        yield None
+        return
+    from interv.circuits import RayExecutor  # torch: on use (CLI start-up)
+    from interv.models.loading import load_model  # torch: on use (CLI start-up)
+
+    with RayExecutor(functools.partial(load_model, args.model), n_workers=args.ray) as executor:
+        yield executor
+
+
+def _discover(
+    args: argparse.Namespace, checked: dict[str, Any], store: Any, progress: Any, executor: Any
+):
+    """Load, discover (resuming from ``store``), evaluate and write every output (the exact
+    forwards on ``executor``, None: here)."""
     from interv.analysis.concentration import concentration  # torch: on use (CLI start-up)
     from interv.audit import Screen  # torch: on use (CLI start-up)
     from interv.circuits import (  # torch: on use (CLI start-up)
@@ -205,6 +235,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
             metric=args.metric,
             progress=progress.detail,
             batch_size=args.batch_size,
+            executor=executor,
             stability=args.stability,
             **_selection(args, checked),
             **options,
@@ -230,6 +261,7 @@ def _discover(args: argparse.Namespace, checked: dict[str, Any], store: Any, pro
         convention=args.convention,
         metric=args.metric,
         batch_size=args.batch_size,
+        executor=executor,
     )
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
@@ -262,6 +294,20 @@ def _mib_text(result: Any, model: Any, link: Any) -> str:
         path = Path(scratch) / "mib_circuit.json"
         write_mib_circuit(path, result, d_model=int(model.cfg.d_model), n_edges=link.circuit_size)
         return path.read_text()
+
+
+def _chosen(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any] | None:
+    """The stability selection in the run's identity (None for the top selection)."""
+    if args.select != "stability":
+        return None
+    selection = _selection(args, checked)
+    q = checked["top_k"] if selection["q"] is None else selection["q"]
+    return {
+        "select": "stability",
+        "pi": selection["pi"],
+        "q": q,
+        "subsamples": selection["resamples"],
+    }
 
 
 def _selection(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any]:
@@ -435,5 +481,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="edges (or circuits) per stacked exact forward (default: by memory)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="the output directory")
+    parser.add_argument(
+        "--ray",
+        type=int,
+        nargs="?",
+        const=2,
+        default=None,
+        metavar="N_WORKERS",
+        help="patch the exact edges, the stability resamples' edges and the faithfulness "
+        "curve's circuits on N_WORKERS Ray workers (default 2; needs interv[ray]); the same "
+        "numbers and directory as without it, which resumes either way",
+    )
     add_quiet(parser)
     parser.set_defaults(handler=_run)

@@ -23,6 +23,7 @@ from interv.circuits._stored import curve_sizes
 from interv.circuits.curves import FaithfulnessCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.mission import CircuitEdge, MissionLink, RankAgreement
+from interv.circuits.selection import StableCircuit
 from interv.circuits.stability import CircuitStability
 from interv.errors import IntervError
 from interv.provenance import join
@@ -140,6 +141,46 @@ def stability_columns(
         )
     ]
     return header, rows
+
+
+def selection_lines(selection: StableCircuit, dots: str = "...") -> list[str]:
+    """The stable circuit (stability selection) in short lines: its size and rule, its
+    bound, its bootstrap and leave-one-group-out Jaccards (each when computed)."""
+    lines = [
+        f"{len(selection.selected)} edges with inclusion frequency >= {selection.pi:g} in the "
+        f"top {selection.q} of {selection.n_resamples} half subsamples ({selection.subsample} "
+        f"of {selection.n_prompts} prompt pairs each)",
+        f"expected falsely selected edges E[V] <= {number(selection.bound, 3)} "
+        "(Meinshausen & Bühlmann 2010; its assumptions are not checked: see the sentence)",
+    ]
+    if selection.jaccard:
+        interval = interval_cell(
+            (selection.jaccard_low, selection.jaccard_high), selection.n_prompts, dots
+        )
+        meets = "meets" if selection.jaccard_mean >= 0.8 else "below"
+        lines.append(
+            f"bootstrap Jaccard with the selection redone on each of {len(selection.jaccard)} "
+            f"resamples of the prompts: {number(selection.jaccard_mean, 3)} {interval} "
+            f"({meets} the bar of 0.8)"
+        )
+    if selection.groups:
+        each = ", ".join(
+            f"{name} ({pairs} pairs) {number(j, 3)}"
+            for name, pairs, j in zip(
+                selection.groups, selection.group_pairs, selection.group_jaccard, strict=True
+            )
+        )
+        lines.append(f"Jaccard with the selection redone without each group: {each}")
+    return lines
+
+
+def selection_columns(selection: StableCircuit) -> tuple[list[str], list[list[str]]]:
+    """The stable circuit's table: one row per selected edge, most often included first."""
+    rows = [
+        [str(rank), selection.graph.edges[i].label, number(float(selection.inclusion[i]), 3)]
+        for rank, i in enumerate(selection.selected, start=1)
+    ]
+    return ["rank", "edge", f"inclusion (share of the top-{selection.q}s)"], rows
 
 
 def _exact_text(value: float, digits: int = 4) -> str:
@@ -340,6 +381,12 @@ def circuit_markdown(
         header, rows = stability_columns(marks.stability)
         lines += ["", "## Stability", "", md(marks.stability.sentence), ""]
         lines += md_table(header, rows)
+    selection = circuit.selection
+    if selection is not None:
+        lines += ["", "## Stable circuit (stability selection)", "", md(selection.sentence), ""]
+        lines += [f"- {md(line)}" for line in selection_lines(selection)]
+        if selection.selected:
+            lines += ["", *md_table(*selection_columns(selection))]
     if faithfulness is not None:
         lines += ["", *_faithfulness_markdown(faithfulness)]
     if link is not None:

@@ -31,6 +31,7 @@ from interv.circuits.curves import FaithfulnessCurve
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Node
 from interv.circuits.mission import LINK_METRICS, CircuitHead, MissionLink, RankAgreement
+from interv.circuits.selection import StableCircuit
 from interv.report.circuit import (
     StabilityMarks,
     audit_lines,
@@ -39,6 +40,8 @@ from interv.report.circuit import (
     edge_rows,
     interval_text,
     reliability_text,
+    selection_columns,
+    selection_lines,
     stability_columns,
     stability_marks,
 )
@@ -380,6 +383,16 @@ def _stability_section(marks: StabilityMarks) -> str:
     )
 
 
+def _selection_section(selection: StableCircuit) -> str:
+    items = "".join(f"<li>{escape(line)}</li>" for line in selection_lines(selection, dots="…"))
+    table = html_table(*selection_columns(selection)) if selection.selected else ""
+    return (
+        "<section class='ivc-section' data-part='selection'><h2>Stable circuit (stability "
+        f"selection)</h2><p class='ivc-sem'>{escape(selection.sentence)}</p><ul>{items}</ul>"
+        f"{table}</section>"
+    )
+
+
 def circuit_fragment(
     circuit: CircuitResult,
     faithfulness: FaithfulnessCurve | None = None,
@@ -414,6 +427,8 @@ def circuit_fragment(
     marks = stability_marks(circuit, size or max(1, circuit.status.count(EXACT_VERIFIED)))
     if marks is not None:
         parts.append(_stability_section(marks))
+    if circuit.selection is not None:
+        parts.append(_selection_section(circuit.selection))
     if faithfulness is not None:
         parts.append(_curve_section(faithfulness))
     if link is not None:

@@ -15,11 +15,12 @@ dashboard, and shut down at the end.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interv._ray import dispatch, import_ray, running
 from interv.errors import IntervError
 from interv.models.loading import check_model_spec
 from interv.sweeps.collect import load_sweep
@@ -56,17 +57,6 @@ class _UnitActor:
         return self.worker.compute(index)
 
 
-def _import_ray() -> Any:
-    try:
-        import ray  # optional dependency
-    except ImportError as error:
-        raise IntervError(
-            "the Ray executor needs the optional dependency ray; install it with "
-            "pip install 'interv[ray]' (or pip install ray), or use the local executor"
-        ) from error
-    return ray
-
-
 def run_sweep_ray(
     config_or_path: SweepConfig | Mapping[str, Any] | str | Path,
     out_dir: str | Path,
@@ -95,27 +85,23 @@ def run_sweep_ray(
         )
     pairs = task_pairs(config)  # a bad task fails here, before any directory or worker
     check_model_spec(config.model["spec"])
-    ray = _import_ray()
+    ray = import_ray()
     with SweepStore.open(out_dir, config, shard, task_fingerprint(pairs)) as store:
         if store.manifest["status"] == "complete" and store.is_whole():
             store.note_no_work()
         else:
             if store.manifest["status"] == "complete":
                 store.reopen()  # complete on paper, a unit or the baselines gone
-            started_ray = not ray.is_initialized()
-            if started_ray:
-                ray.init(num_cpus=n_workers, include_dashboard=False, log_to_driver=False)
-            # worker processes may start in another working directory: resolve the task path
-            absolute = replace(config, base_dir=str(Path(config.base_dir or ".").resolve()))
-            actor_class = ray.remote(num_cpus=1)(_UnitActor)
-            actors = [actor_class.remote(absolute) for _ in range(n_workers)]
-            try:
-                _run_on_actors(ray, actors, store, shard, progress)
-            finally:
-                for actor in actors:
-                    ray.kill(actor)
-                if started_ray:
-                    ray.shutdown()
+            with running(ray, n_workers):
+                # worker processes may start in another working directory: resolve the path
+                absolute = replace(config, base_dir=str(Path(config.base_dir or ".").resolve()))
+                actor_class = ray.remote(num_cpus=1)(_UnitActor)
+                actors = [actor_class.remote(absolute) for _ in range(n_workers)]
+                try:
+                    _run_on_actors(ray, actors, store, shard, progress)
+                finally:
+                    for actor in actors:
+                        ray.kill(actor)
     return load_sweep(out_dir)
 
 
@@ -127,23 +113,8 @@ def _run_on_actors(
     done = store.completed()
     mine = [k for k in range(n_units) if shard is None or shard.owns(k)]
     todo = [k for k in mine if unit_id(k) not in done]
-    computed = _dispatch(ray, actors, todo)
+    computed = dispatch(ray, actors, todo)
     store_units(store, computed, n_done=len(mine) - len(todo), n_todo=len(todo), progress=progress)
     if store.baselines() is None and mine:  # every unit stored, the baselines lost
         store.write_baselines(ray.get(actors[0].compute.remote(mine[0]))[1])
     store.finish(computed_in_last_run=len(todo))
-
-
-def _dispatch(ray: Any, actors: list[Any], todo: list[int]) -> Iterator[Any]:
-    """Yield unit results as they finish, keeping each actor busy with one unit."""
-    queue = list(reversed(todo))
-    running = {}
-    for actor in actors:
-        if queue:
-            running[actor.compute.remote(queue.pop())] = actor
-    while running:
-        (ready,), _ = ray.wait(list(running), num_returns=1)
-        actor = running.pop(ready)
-        if queue:
-            running[actor.compute.remote(queue.pop())] = actor
-        yield ray.get(ready)
