@@ -36,7 +36,9 @@ of the pattern-free rows against the model's own):
   stops after the last layer too);
 - ``gemma3_rows``: ``interv.concentration(attention="rows")``, all 72 heads at every position,
   with per layer the mean normalized entropy and sink mass (over heads and queries) in bins of
-  ``n`` = the keys the layer's mask admits (``[2^k, 2^(k+1))``), local and global layers;
+  ``n`` = the keys the layer's mask admits (``[2^k, 2^(k+1))``), local and global layers, and
+  over the queries of each prefix of 1,024, 2,048, ... tokens (a causal model's rows there are
+  the shorter run's); it runs first at each length, and the report is written after each job;
 
 and ``--figure PATH`` draws them against ``log n`` (the longest length's run).
 
