@@ -261,13 +261,17 @@ def gemma3_figure(report: dict[str, Any], path: Path) -> None:
             else:
                 ax.plot(x, y, color="0.7", linewidth=1)
         ax.plot([], [], color="0.7", linewidth=1, label="local layers (512-key window)")
+        for prefix in measured[length]["rows"].get("prefixes", {}):
+            # the last query of a prompt of `prefix` tokens: a global layer's n there
+            ax.axvline(math.log2(int(prefix)), color="0.85", linestyle=":", linewidth=1)
         ax.set_xlabel("log2 n  (n = keys the layer's mask admits; bins [2^k, 2^(k+1)))")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(
-        f"Gemma-3-270M (Q4_K_M dequantized), {length:,} tokens of real text, 72 heads, no pattern",
-        fontsize=10,
+        f"Gemma-3-270M (Q4_K_M dequantized), {length:,} tokens of real text, 72 heads, no pattern"
+        "\n(dotted: the prompt lengths 1,024, 2,048, ...; their rows are this run's first rows)",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
