@@ -36,7 +36,9 @@ of the pattern-free rows against the model's own):
   stops after the last layer too);
 - ``gemma3_rows``: ``interv.concentration(attention="rows")``, all 72 heads at every position,
   with per layer the mean normalized entropy and sink mass (over heads and queries) in bins of
-  ``n`` = the keys the layer's mask admits (``[2^k, 2^(k+1))``), local and global layers;
+  ``n`` = the keys the layer's mask admits (``[2^k, 2^(k+1))``), local and global layers, and
+  over the queries of each prefix of 1,024, 2,048, ... tokens (a causal model's rows there are
+  the shorter run's); it runs first at each length, and the report is written after each job;
 
 and ``--figure PATH`` draws them against ``log n`` (the longest length's run).
 
@@ -215,6 +217,27 @@ def per_layer_bins(model: Any, heads: Any) -> list[dict[str, Any]]:
     return out
 
 
+def per_layer_prefixes(heads: Any) -> dict[int, dict[str, list[float]]]:
+    """Per prefix length ``L`` (1,024, 2,048, ... up to the prompt): each layer's mean
+    normalized entropy and sink mass over its heads and the queries ``< L`` (n > 1). A causal
+    model's rows of the first ``L`` queries are those of an ``L``-token prompt of the same
+    tokens, so these are the means of the shorter runs up to rounding."""
+    n_all = heads.n_available_keys[0]  # [layer, query]
+    out = {}
+    length = 1024
+    while length <= n_all.shape[-1]:
+        n = n_all[:, :length]
+        real = (n > 1)[:, None, :]  # [layer, 1, query]
+        means = {}
+        for metric in ("normalized_entropy", "sink_mass"):
+            values = getattr(heads, metric)[0, :, :, :length].double()  # [layer, head, query]
+            total = torch.where(real, values, 0.0).sum(dim=(1, 2))
+            means[metric] = (total / (real.sum(dim=(1, 2)) * values.shape[1])).tolist()
+        out[length] = means
+        length *= 2
+    return out
+
+
 def gemma3_figure(report: dict[str, Any], path: Path) -> None:
     """Mean normalized entropy and sink mass per layer against log2 n (the longest run)."""
     import matplotlib
@@ -238,13 +261,17 @@ def gemma3_figure(report: dict[str, Any], path: Path) -> None:
             else:
                 ax.plot(x, y, color="0.7", linewidth=1)
         ax.plot([], [], color="0.7", linewidth=1, label="local layers (512-key window)")
+        for prefix in measured[length]["rows"].get("prefixes", {}):
+            # the last query of a prompt of `prefix` tokens: a global layer's n there
+            ax.axvline(math.log2(int(prefix)), color="0.85", linestyle=":", linewidth=1)
         ax.set_xlabel("log2 n  (n = keys the layer's mask admits; bins [2^k, 2^(k+1)))")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(
-        f"Gemma-3-270M (Q4_K_M dequantized), {length:,} tokens of real text, 72 heads, no pattern",
-        fontsize=10,
+        f"Gemma-3-270M (Q4_K_M dequantized), {length:,} tokens of real text, 72 heads, no pattern"
+        "\n(dotted: the prompt lengths 1,024, 2,048, ...; their rows are this run's first rows)",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -310,6 +337,7 @@ def worker(job: str, directory: str, length: int, repeats: int, save: str | None
         heads = figures.pop("result")
         figures["scope"] = heads.scope
         figures["layers"] = per_layer_bins(model, heads)
+        figures["prefixes"] = per_layer_prefixes(heads)
     elif job == "smollm2":
         from interv.models.smollm2 import load_smollm2
 
@@ -480,10 +508,13 @@ def gemma3_main(script: str, args: argparse.Namespace) -> None:
         "text": "interv's text sample, repeated, BOS first",
         "lengths": {},
     }
+    wrote = False
     for length in lengths:
-        row = {}
-        for job in ("gemma3_forward", "gemma3_rows"):
-            figures = _measure.run_worker(script, [job, "-", str(length), "1", "-"])
+        row: dict[str, Any] = {}
+        for job in ("gemma3_rows", "gemma3_forward"):  # interv's first: the longer wait
+            load_before = _measure.load()
+            figures = _measure.run_worker(script, [job, "-", str(length), "1", "-"], timeout=9000)
+            figures["load_before"] = load_before
             if "error" in figures:
                 line = figures["error"]
             else:
@@ -493,11 +524,16 @@ def gemma3_main(script: str, args: argparse.Namespace) -> None:
                 )
             print(f"{job:>15} {length:>6}: {line}", flush=True)
             row[job.removeprefix("gemma3_")] = figures
+            if args.out:  # after every job: a run stopped later keeps what it measured
+                report["lengths"][length] = row
+                _write_report(args.out, report, first=not wrote)
+                wrote = True
         if all("seconds" in row[job] for job in ("forward", "rows")):
             row["ratio_rows_to_forward"] = row["rows"]["seconds"] / row["forward"]["seconds"]
         report["lengths"][length] = row
-        if args.out:  # after every length: a run stopped later keeps what it measured
-            _write_report(args.out, report, first=length == lengths[0])
+        if args.out:
+            _write_report(args.out, report, first=not wrote)
+            wrote = True
     report["load_at_end"] = _measure.load()
     print(json.dumps(report, indent=1, default=str))
     if args.out:

@@ -113,6 +113,8 @@ path."""
 _KEY_TILE = 2048
 """Keys per call of the fused kernel that yields the row numbers (see
 :func:`_tiled_attention`)."""
+_WINDOW_CHUNK = 256
+"""Fewest query rows per chunk of a windowed layer (see :func:`_query_step`)."""
 _STATS_DTYPE = torch.float32
 """The dtype of the fused kernel that yields the row numbers."""
 _VERIFY_POSITIONS = 32
@@ -272,6 +274,24 @@ def _key_range(rule: KeyRule, firsts: list[int], start: int, stop: int, n_pos: i
     return low, high
 
 
+def _query_step(rule: KeyRule, rows: int, n_pos: int, elements: int) -> int:
+    """Query rows per chunk, so that one chunk's block ``rows x queries x keys`` holds at
+    most ``elements`` entries (``rows``: batch, or batch x heads).
+
+    Without a window, a chunk of ``s`` queries reads at most ``n_pos`` keys. A window of ``w``
+    keys makes a chunk read ``s + w - 1`` of them (the keys of its first query's window to its
+    last query): its chunks are ``max(w + 1, 256)`` queries (fewer where that block would
+    exceed ``elements``), so the block is ``O(s * (s + w))``, not ``O(s * T)``, and the kernel
+    reads at most about twice the keys the rows admit."""
+    if rule.window is None:
+        return max(1, elements // max(1, rows * n_pos))
+    span = min(n_pos, rule.window + 1)
+    step = min(n_pos, max(span, _WINDOW_CHUNK))
+    while step > 1 and rows * step * (step + span - 1) > elements:
+        step //= 2
+    return step
+
+
 # ----------------------------------------------------------------------------- the numbers
 
 
@@ -391,32 +411,27 @@ def _tiled_attention(
     """The fused kernel over ``tiles``, combined in float64: ``(out [b, h, t, w], lse [b, h,
     t])``. Each tile's log-sum-exp is over at most :data:`_KEY_TILE` keys and the tiles' are
     summed in float64, so the float32 rounding of one ``log`` of a sum over every key
-    (``~ulp(log T)``) does not reach the row numbers. The tiles of one query range are
-    combined together (few, large operations). None where the device has no such kernel."""
+    (``~ulp(log T)``) does not reach the row numbers. The tiles of one query range are folded
+    into its running sum one by one (memory: one query range, not its every key tile). None
+    where the device has no such kernel."""
     batch, n_heads, n_pos, width = value.shape[0], query.shape[1], query.shape[2], value.shape[3]
     f64 = torch.float64
     out = torch.zeros(batch, n_heads, n_pos, width, dtype=f64, device=query.device)
     lse = torch.full((batch, n_heads, n_pos), -math.inf, dtype=f64, device=query.device)
-    pending: list[tuple[torch.Tensor, torch.Tensor]] = []
-    queries: tuple[int, int] | None = None
 
-    def combine() -> None:
-        if queries is None or not pending:
-            return
-        start, stop = queries
-        parts = torch.stack([part for part, _ in pending])  # [tiles, b, h, q, w]
-        logs = torch.stack([log for _, log in pending]).to(f64)  # [tiles, b, h, q]
-        total = torch.logsumexp(logs, dim=0)
-        weights = torch.exp(logs - torch.where(total > -math.inf, total, 0.0))
-        parts = torch.where((logs > -math.inf)[..., None], parts, 0.0)  # empty in a tile
-        out[:, :, start:stop] = torch.einsum("nbhq,nbhqw->bhqw", weights, parts.to(f64))
+    def fold(start: int, stop: int, part: torch.Tensor, log: torch.Tensor) -> None:
+        # out = (exp(lse) out + exp(log) part) / exp(total), total = logaddexp(lse, log)
+        before = lse[:, :, start:stop]
+        log = log.to(f64)
+        total = torch.logaddexp(before, log)
+        finite = torch.where(total > -math.inf, total, 0.0)
+        kept = torch.exp(before - finite)[..., None]
+        new = torch.exp(log - finite)[..., None]
+        part = torch.where((log > -math.inf)[..., None], part.to(f64), 0.0)  # empty in a tile
+        out[:, :, start:stop] = out[:, :, start:stop] * kept + part * new
         lse[:, :, start:stop] = total
-        pending.clear()
 
     for start, stop, low, high, mask, causal in tiles:
-        if queries != (start, stop):
-            combine()
-            queries = (start, stop)
         got = _lse_attention(
             query[:, :, start:stop], key[:, :, low:high], value[:, :, low:high], mask, causal, scale
         )
@@ -426,8 +441,7 @@ def _tiled_attention(
         if mask is not None:  # the kernel reports lse 0 for a row with no admitted key here
             empty = (mask == -math.inf).all(dim=-1)  # [b, 1, q] or [b, 1, 1]
             part_lse = part_lse.masked_fill(empty, -math.inf)
-        pending.append((part, part_lse))
-    combine()
+        fold(start, stop, part, part_lse)
     return out, lse
 
 
@@ -638,8 +652,7 @@ class _Engine:
         keys = self._keys(real)
         key_ok = admits_keys(rule, real, keys)
         sums: dict[str, torch.Tensor] = {}
-        span = n_pos if rule.window is None else min(n_pos, rule.window + 1)
-        step = self.request.chunk or max(1, _ROW_ELEMENTS // max(1, batch * n_heads * span))
+        step = self.request.chunk or _query_step(rule, batch * n_heads, n_pos, _ROW_ELEMENTS)
         for start in range(0, n_pos, step):
             stop = min(start + step, n_pos)
             low, high = _key_range(rule, firsts, start, stop, n_pos)
@@ -699,9 +712,8 @@ class _Engine:
             yield (0, n_pos, 0, n_pos, mask, False), None
             return
         firsts = [int(f) for f in real.to(torch.int64).argmax(dim=1).cpu()]
-        span = n_pos if rule.window is None else min(n_pos, rule.window + 1)
         per_head = n_heads if any(r.heads is not None for _, r in restricted) else 1
-        step = self.request.chunk or max(1, _MASK_ELEMENTS // max(1, batch * per_head * span))
+        step = self.request.chunk or _query_step(rule, batch * per_head, n_pos, _MASK_ELEMENTS)
         for start in range(0, n_pos, step):
             stop = min(start + step, n_pos)
             low, high = _key_range(rule, firsts, start, stop, n_pos)
