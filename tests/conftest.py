@@ -4,6 +4,7 @@ sleep instead of spinning) and shared fixtures."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 # OpenMP threads that wait passively. torch's OpenMP runtime (libgomp) spins while its
 # threads wait for work; with another CPU-heavy job on a 2-core machine the spinning
@@ -42,24 +43,53 @@ def pytest_collection_finish(session):
         _background.start_training("induction-2l")
 
 
+def pytest_configure(config):
+    """xdist's scheduler orders the groups by their number of tests; the suite's long tests
+    are alone in their groups (a notebook, a docs page), so they came last and the run
+    ended on one worker. The order of the collection decides instead (below)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist with ``--dist loadgroup`` (the README's test command), the tests of
     one file run on one worker (their module fixtures are built once), except the notebooks
     and the docs pages: each of those runs in its own kernel or namespace, so each is a group
-    of its own and the two workers share them. Real-model tests used to be one group on one
-    worker; at 700+ s that group was the suite's critical path, so they follow the same rule
-    (each worker loads a real model once, as a session fixture; a first-use conversion into
-    interv's cache is locked, so two workers never convert at once: interv.models._cache)."""
+    of its own and the two workers share them. Real-model tests follow the same rule (each
+    worker loads a real model once, as a session fixture; a first-use conversion into
+    interv's cache is locked, so two workers never convert at once: interv.models._cache).
+
+    The groups are handed out longest first, as a scheduler would by their durations: the
+    executed notebooks, the docs pages' runs and the zoo's training (30-90 s each on 2
+    cores), then the files with slow or real-model tests, then the rest; within each class
+    the groups with more tests first, as xdist itself orders them (a stable sort)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    groups = {}
     for item in items:
         group = item.path.name
         if item.path.name in _ONE_GROUP_EACH and hasattr(item, "callspec"):
             group = f"{group}::{item.name}"
         item.add_marker(pytest.mark.xdist_group(group))
+        groups[item] = group
+    heavy = {
+        g
+        for i, g in groups.items()
+        if i.get_closest_marker("slow") or i.get_closest_marker("real_model")
+    }
+    longest = {g for g in heavy if "::" in g or g in _LONGEST_FILES}
+    sizes = Counter(groups.values())
+
+    def order(item):
+        group = groups[item]
+        return (0 if group in longest else 1 if group in heavy else 2, -sizes[group])
+
+    items.sort(key=order)
 
 
 _ONE_GROUP_EACH = ("test_notebooks.py", "test_docs.py")
+# files whose slow tests alone take a minute or more (test_zoo.py: the training, 79 s idle)
+_LONGEST_FILES = ("test_zoo.py",)
 
 
 def pytest_sessionfinish(session, exitstatus):
