@@ -34,9 +34,12 @@ def test_the_selection_is_in_the_identity_and_another_one_is_refused(tmp_path, c
     identity = _identity([*ARGS, *SELECT, "--out", str(out)])
     assert identity["selection"] == {"select": "stability", "pi": 0.8, "q": 5, "subsamples": 10}
     assert "selection" not in _identity([*ARGS, "--out", str(out)])  # as before: top
-    # where the forwards run is not what is discovered: a run resumes with or without --ray
-    assert _identity([*ARGS, *SELECT, "--ray", "--out", str(out)]) == identity
-    assert _identity([*ARGS, *SELECT, "--ray", "3", "--out", str(out)]) == identity
+    # where the forwards run is not what is discovered: a run resumes with either executor
+    assert _identity([*ARGS, *SELECT, "--executor", "ray", "--out", str(out)]) == identity
+    assert (
+        _identity([*ARGS, *SELECT, "--executor", "ray", "--workers", "3", "--out", str(out)])
+        == identity
+    )
     with CircuitStore.open(out, identity) as store:
         store.write_scores({"format": "stand-in: the directory holds results"})
 

@@ -3,12 +3,12 @@
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
 [--qk-fix] [--gim] [--hvp [--hvp-steps S] [--hvp-top K]] --top-k K --audit N [--alpha A]
 [--stability RESAMPLES] [--select stability --pi PI --subsamples SUBSAMPLES]
-[--ray [N_WORKERS]] --out DIR`` scores every edge with the screen (EAP, or EAP-IG with ``M``
-interpolation steps), patches the top ``K`` by ``|score|`` and ``N`` random others exactly
-(and more of the top until the miss-rate bound is below ``A``, 0.05 by default) (path
-patching from the corrupted run into the clean run), measures the faithfulness curve at
-MIB's edge fractions, computes the concentration of every head (clean run, answer position)
-beside the circuit, and writes into DIR:
+[--executor local|ray [--workers N]] --out DIR`` scores every edge with the screen (EAP,
+or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by ``|score|`` and ``N``
+random others exactly (and more of the top until the miss-rate bound is below ``A``, 0.05
+by default) (path patching from the corrupted run into the clean run), measures the
+faithfulness curve at MIB's edge fractions, computes the concentration of every head (clean
+run, answer position) beside the circuit, and writes into DIR:
 
 - ``circuit.json`` (``CircuitResult.to_dict()``; with ``--stability RESAMPLES`` it holds the
   circuit's stability over ``RESAMPLES`` bootstrap resamples of the prompts, see
@@ -24,7 +24,8 @@ beside the circuit, and writes into DIR:
 - the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
   effect is stored as soon as it is computed, so the same command rerun after a kill
   resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`);
-  ``--ray N`` runs the exact forwards on N Ray workers
+  ``--executor ray --workers N`` runs the exact forwards on N Ray workers (the words of
+  ``interv sweep``)
   (:class:`~interv.circuits.RayExecutor`) and is not part of what is discovered: a run
   resumes with or without it.
 
@@ -79,8 +80,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     check_method(args.method, steps, args.qk_fix)  # what this build's screens can do
     check_hvp(args.hvp, args.hvp_steps, args.hvp_top, args.method, args.qk_fix, args.gim)
     top_k = as_int(args.top_k, "--top-k", minimum=1)
-    if args.ray is not None:
-        as_int(args.ray, "--ray (Ray workers)", minimum=1)
+    as_int(args.workers, "--workers (Ray workers)", minimum=1)
     audit = as_int(args.audit, "--audit", minimum=0)
     for flag in ("n_edges", "batch_size"):
         if getattr(args, flag) is not None:
@@ -171,14 +171,15 @@ def _run(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _executor(args: argparse.Namespace) -> Iterator[Any]:
-    """``--ray N``: a :class:`~interv.circuits.RayExecutor` of N workers for the block."""
-    if args.ray is None:
+    """``--executor ray --workers N``: a :class:`~interv.circuits.RayExecutor` of N workers
+    for the block."""
+    if args.executor != "ray":
         yield None
         return
     from interv.circuits import RayExecutor  # torch: on use (CLI start-up)
     from interv.models.loading import load_model  # torch: on use (CLI start-up)
 
-    with RayExecutor(functools.partial(load_model, args.model), n_workers=args.ray) as executor:
+    with RayExecutor(functools.partial(load_model, args.model), n_workers=args.workers) as executor:
         yield executor
 
 
@@ -482,15 +483,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="the output directory")
     parser.add_argument(
-        "--ray",
-        type=int,
-        nargs="?",
-        const=2,
-        default=None,
-        metavar="N_WORKERS",
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
         help="patch the exact edges, the stability resamples' edges and the faithfulness "
-        "curve's circuits on N_WORKERS Ray workers (default 2; needs interv[ray]); the same "
-        "numbers and directory as without it, which resumes either way",
+        "curve's circuits in this process (default) or on Ray workers (needs interv[ray]); the "
+        "same numbers and directory either way, which resumes with either",
     )
+    parser.add_argument("--workers", type=int, default=2, help="number of Ray workers (default: 2)")
     add_quiet(parser)
     parser.set_defaults(handler=_run)
