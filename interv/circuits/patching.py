@@ -385,7 +385,7 @@ def _edge_job(model: Any, shared: tuple, edges: list[int], cache: dict) -> torch
     if "runs" not in cache:
         base = capture_run(model, task, base_name, record_prefix=True)
         other = capture_run(model, task, other_name)
-        clean_logits = _clean_logits(base, other, base_name)
+        clean_logits = clean_run_logits(base, other, base_name)
         base_values = per_prompt_metric(target, task, base.logits, clean_logits)
         cache["runs"] = (base, other, clean_logits, base_values.double().cpu())
     base, other, clean_logits, base_values = cache["runs"]
@@ -397,7 +397,8 @@ def _edge_job(model: Any, shared: tuple, edges: list[int], cache: dict) -> torch
     return effects - base_values
 
 
-def _clean_logits(base: Run, other: Run, base_name: str) -> torch.Tensor:
+def clean_run_logits(base: Run, other: Run, base_name: str) -> torch.Tensor:
+    """The clean run's logits, whichever of ``base`` and ``other`` it is."""
     return base.logits if base_name == "clean" else other.logits
 
 

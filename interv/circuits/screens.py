@@ -89,6 +89,7 @@ from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
     capture_run,
     check_task,
+    clean_run_logits,
     copies_of,
     reader_weights,
     runs_of,
@@ -857,7 +858,7 @@ def edge_scores(
         part = task.select(rows)
         base = capture_run(model, part, base_name)
         other = capture_run(model, part, other_name)
-        clean_logits = base.logits if base_name == "clean" else other.logits
+        clean_logits = clean_run_logits(base, other, base_name)
         with torch.no_grad():
             delta = sender_deltas(model, graph, other, base)  # [n, pos, senders, d_model]
         qk = qk_base(model, graph, part, base_name) if qk_fix else None
@@ -1006,7 +1007,7 @@ def _correct(
         part = task.select(rows)
         base = capture_run(model, part, base_name)
         other = capture_run(model, part, other_name)
-        clean_logits = base.logits if base_name == "clean" else other.logits
+        clean_logits = clean_run_logits(base, other, base_name)
 
         at = functools.partial(
             edge_derivatives,
