@@ -23,7 +23,13 @@ import torch
 from interv._journal import MANIFEST
 from interv._outputs import MARKER, claim_dir, fault_injection, is_scratch
 from interv.audit import Screen, verify_screen
-from interv.circuits.store import OUTPUTS, CircuitStore, discover_resumable, read_exact
+from interv.circuits.store import (
+    OUTPUTS,
+    CircuitStore,
+    discover_resumable,
+    read_exact,
+    read_exact_per_prompt,
+)
 from interv.errors import IntervError
 from interv.models import _cache
 from interv.sweeps.config import parse_config
@@ -74,10 +80,17 @@ class _Scores:
         return cls(torch.tensor(data["scores"], dtype=torch.float64))
 
 
-def _discovery(*, scores, known, on_exact):
+SPREAD = torch.tensor([-1.0, 0.25, 0.75], dtype=torch.float64)  # mean 0: 3 prompts
+PATCHED: list[int] = []  # the edges the stand-in discovery computed
+
+
+def _discovery(*, scores, known, exact_per_prompt, on_exact):
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
         for start in range(0, len(indices), 2):  # batches of 2: several appends
             chunk = indices[start : start + 2]
+            PATCHED.extend(chunk.tolist())
+            for index in chunk.tolist():  # as discover: the rows first, then on_exact
+                exact_per_prompt[index] = TRUE[index].double() + SPREAD
             on_exact(chunk, TRUE[chunk])
         return TRUE[indices]
 
@@ -108,8 +121,15 @@ def test_a_circuit_run_killed_at_any_write_boundary_is_repaired_by_its_rerun(tmp
     assert {"write_file:published", "append_line:synced", "lock:held"} <= events
     reference = tmp_path / "run"
     for event, copy in states:
+        stored = set(read_exact(copy)) if copy.exists() else set()
+        PATCHED.clear()
         assert _circuit_job(copy) == status, event
+        assert not stored & set(PATCHED), event  # no stored edge computed again
         assert read_exact(copy) == read_exact(reference), event
+        rows = read_exact_per_prompt(copy)
+        assert rows.keys() == read_exact(reference).keys(), event
+        for index, row in rows.items():
+            assert torch.equal(row, TRUE[index].double() + SPREAD), event
         for name in OUTPUTS:
             assert (copy / name).read_bytes() == (reference / name).read_bytes(), event
         assert json.loads((copy / MANIFEST).read_text())["status"] == "complete", event

@@ -376,13 +376,31 @@ def curve_sizes(
 
 @dataclass(frozen=True)
 class ExactRecord:
-    """One line of ``exact.jsonl``: a batch of exact edge effects."""
+    """One line of ``exact.jsonl``: a batch of exact edge effects, their prompt means
+    (``values``) and each edge's per-prompt effects (``per_prompt``, one row per edge; a line
+    written before interv stored them has none, and the stability figures patch its edges
+    again). Each row must average to its edge's value (within float64 rounding)."""
 
     indices: list[Count]
     values: Finites
+    per_prompt: list[Finites] | None = None
 
     def __post_init__(self) -> None:
         _same_length(self, ("values",), len(self.indices), "indices")
+        if self.per_prompt is None:
+            return
+        _same_length(self, ("per_prompt",), len(self.indices), "indices")
+        widths = {len(row) for row in self.per_prompt}
+        if len(widths) > 1 or 0 in widths:
+            raise IntervError(f"'per_prompt' rows hold different numbers of prompts {widths}")
+        for index, value, row in zip(self.indices, self.values, self.per_prompt, strict=True):
+            mean = math.fsum(row) / len(row)
+            scale = max(abs(x) for x in row)
+            if not math.isclose(mean, value, rel_tol=1e-9, abs_tol=1e-9 * scale):
+                raise IntervError(
+                    f"edge {index}: its per-prompt effects average {mean!r}, not its value "
+                    f"{value!r}"
+                )
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,17 @@ lifecycle, the lock and the kill-safe order are those of every resumable directo
   one did (the scores are not recomputed; scores of other prompts or another model there
   are refused, naming the field of their provenance that differs);
 - ``exact.jsonl``: one line per batch of exact edge effects, ``{"indices": [...],
-  "values": [...]}``, appended as one complete line and ``fsync``-ed as soon as the batch is
-  computed (a kill leaves at most a torn last line, dropped on reopening);
+  "values": [...], "per_prompt": [[...], ...]}`` (the prompt means and each edge's
+  per-prompt effects), appended as one complete line and ``fsync``-ed as soon as the batch is
+  computed (a kill leaves at most a torn last line, dropped on reopening). Lines without
+  ``per_prompt`` (written before interv stored it) are read as before: their means are
+  reused, and the stability figures patch their edges again for the per-prompt values;
 - the outputs of ``interv circuit`` (:data:`OUTPUTS`), safe-written and recorded.
 
 Rerunning the same command (or call) reads them back and passes the stored exact values to
-``discover(known=...)``: nothing exact is computed twice. Another discovery (other method,
+``discover(known=..., exact_per_prompt=...)``: no stored edge is patched again, neither for
+the audit nor for the stability figures (whose resamples re-average the per-prompt values),
+with either executor (:mod:`interv.circuits.executor`). Another discovery (other method,
 screen, prompts or model) into the same directory is refused in one line naming the keys
 that differ.
 """
@@ -37,7 +42,7 @@ import torch
 from interv._checks import read_json
 from interv._journal import MANIFEST, Journal, Layout, Store, resumed, started
 from interv._outputs import regular_file
-from interv._schema import in_file, read, read_lines
+from interv._schema import in_file, parse, read, read_lines
 from interv.audit import Screen
 from interv.circuits._stored import CircuitManifest, ExactRecord
 from interv.circuits.discovery import default_screen, discover
@@ -55,6 +60,7 @@ __all__ = [
     "discover_in",
     "discover_resumable",
     "read_exact",
+    "read_exact_per_prompt",
 ]
 
 FORMAT = "interv-circuit-run/1"
@@ -99,25 +105,53 @@ LAYOUT = Layout(
 
 
 def read_exact(directory: str | Path) -> dict[int, float]:
-    """The stored exact edge effects of a circuit directory, edge index -> value.
+    """The stored exact edge effects of a circuit directory, edge index -> prompt-mean value.
 
     A torn last line (a kill while appending) is ignored; a complete line that is not a
     record (:class:`~interv.circuits._stored.ExactRecord`), or two different values for one
     edge, is refused naming the line.
     """
-    path = Path(directory) / EXACT
+    return _read_log(Path(directory))[0]
+
+
+def read_exact_per_prompt(directory: str | Path) -> dict[int, torch.Tensor]:
+    """The stored per-prompt exact effects of a circuit directory, edge index -> ``[n_prompts]``
+    float64 (the edges of lines written before interv stored them are left out), read and
+    checked as :func:`read_exact` reads the means; rows of different widths are refused."""
+    return {
+        index: torch.tensor(row, dtype=torch.float64)
+        for index, row in _read_log(Path(directory))[1].items()
+    }
+
+
+def _read_log(directory: Path) -> tuple[dict[int, float], dict[int, list[float]]]:
+    """``exact.jsonl`` read: edge -> value, and edge -> per-prompt row where stored."""
+    path = directory / EXACT
     if not regular_file(path, "circuit exact log"):
-        return {}
+        return {}, {}
     known: dict[int, float] = {}
+    rows: dict[int, list[float]] = {}
+    width: tuple[int, int] | None = None  # (prompts, the first line that has rows)
     for number, record in read_lines(path, ExactRecord, "exact effects"):
-        for index, value in zip(record.indices, record.values, strict=True):
-            if known.setdefault(index, value) != value:
+        if record.per_prompt:
+            here = len(record.per_prompt[0])
+            width = (here, number) if width is None else width
+            if here != width[0]:
+                raise IntervError(
+                    f"{str(path)!r}: line {number} holds per-prompt effects of {here} prompts, "
+                    f"line {width[1]} of {width[0]}; the directory is corrupt: {_REDO}"
+                )
+        per_prompt = record.per_prompt or [None] * len(record.indices)
+        for index, value, row in zip(record.indices, record.values, per_prompt, strict=True):
+            if known.setdefault(index, value) != value or (
+                row is not None and rows.setdefault(index, row) != row
+            ):
                 raise IntervError(
                     f"{str(path)!r}: edge {index} is stored twice with different exact values "
                     f"(line {number}); the directory is corrupt: delete that line and rerun "
                     "the same command to recompute its edges"
                 )
-    return known
+    return known, rows
 
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
@@ -227,16 +261,31 @@ class CircuitStore(Store):
         self.journal.write_once(SCORES, scores, indent=None)
 
     def known(self) -> dict[int, float]:
-        """The exact edge effects stored so far (edge index -> value)."""
+        """The exact edge effects stored so far (edge index -> prompt-mean value)."""
         return read_exact(self.directory)
 
-    def append_exact(self, indices: Iterable[int], values: Any) -> None:
-        """Append one batch of exact effects as one complete line, ``fsync``-ed."""
+    def known_per_prompt(self) -> dict[int, torch.Tensor]:
+        """The per-prompt exact effects stored so far (edge index -> ``[n_prompts]``)."""
+        return read_exact_per_prompt(self.directory)
+
+    def append_exact(self, indices: Iterable[int], values: Any, per_prompt: Any = None) -> None:
+        """Append one batch of exact effects (``[k]`` prompt means and, where given, their
+        ``[k, n_prompts]`` per-prompt values) as one complete line, ``fsync``-ed."""
         indices = [int(i) for i in indices]
         values = [float(v) for v in torch.as_tensor(values, dtype=torch.float64).flatten()]
         if len(indices) != len(values):
             raise IntervError(f"{len(values)} exact values for {len(indices)} edges")
-        self.journal.append({"indices": indices, "values": values})
+        record: dict[str, Any] = {"indices": indices, "values": values}
+        if per_prompt is not None:
+            rows = torch.stack([torch.as_tensor(r, dtype=torch.float64) for r in per_prompt])
+            if rows.dim() != 2 or rows.shape[0] != len(indices):
+                raise IntervError(
+                    f"per-prompt exact values of shape {tuple(rows.shape)} for {len(indices)} "
+                    "edges; expected [edges, prompts]"
+                )
+            record["per_prompt"] = rows.tolist()
+        parse(ExactRecord, record, "exact effects")  # what is read back: rows average to values
+        self.journal.append(record)
 
     def write_output(self, name: str, text: str) -> Path:
         """Write one of :data:`OUTPUTS` beside the store's files (safe write, recorded)."""
@@ -274,9 +323,11 @@ def discover_resumable(
         store: the open circuit directory.
         scores: computes the screen's scores (an ``EdgeScores``), called only when none
             are stored; they are stored before any exact work.
-        discover: ``discover(scores=..., known=..., on_exact=...)`` -> the result (the
-            caller binds model, task, method, screen, metric; see
-            :func:`interv.circuits.discover`).
+        discover: ``discover(scores=..., known=..., exact_per_prompt=..., on_exact=...)``
+            -> the result (the caller binds model, task, method, screen, metric; see
+            :func:`interv.circuits.discover`): ``known`` the stored prompt means,
+            ``exact_per_prompt`` a dict of the stored per-prompt rows that ``discover`` fills
+            with those it computes before it calls ``on_exact``, which stores both.
         from_dict: reads the stored scores back.
         expected: the provenance of this run (model, prompts, metric): stored scores of
             anything else are refused, naming the field that differs.
@@ -296,15 +347,24 @@ def discover_resumable(
         if expected is not None:
             join(expected, found, what=("this run", f"the stored {store.directory / SCORES}"))
     known = store.known()
+    per_prompt = store.known_per_prompt()
+    n_prompts = None if expected is None else expected.n_prompts
+    width = {int(row.numel()) for row in per_prompt.values()}
+    if n_prompts is not None and width and width != {n_prompts}:
+        raise IntervError(
+            f"{str(store.directory / EXACT)!r} holds per-prompt exact effects of {width.pop()} "
+            f"prompts for this run's {n_prompts}; the directory is corrupt: {_REDO}"
+        )
     ran = 0
 
     def keep(indices: Any, values: Any) -> None:
         nonlocal ran
         indices = [int(i) for i in torch.as_tensor(indices).flatten()]
-        store.append_exact(indices, values)
+        rows = [per_prompt.get(i) for i in indices]  # discover filled them before the call
+        store.append_exact(indices, values, None if any(r is None for r in rows) else rows)
         ran += len(indices)
 
-    result = discover(scores=found, known=known or None, on_exact=keep)
+    result = discover(scores=found, known=known or None, exact_per_prompt=per_prompt, on_exact=keep)
     store.manifest.update(computed_in_last_run=ran, stored_before=len(known))
     if finish:
         store.finish()

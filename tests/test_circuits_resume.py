@@ -1,0 +1,153 @@
+"""A circuit run stopped mid-way and rerun patches no stored edge again and writes the
+uninterrupted run's files, byte for byte, stability figures included: ``exact.jsonl`` keeps
+each edge's per-prompt exact effects, which the resampled figures re-average.
+
+Every run here patches one edge per stacked forward (``--batch-size 1``), so an edge's
+numbers do not depend on which edges a run (or a worker) patched beside it, and the files
+can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import interv.circuits.patching as patching
+from interv.circuits.store import EXACT, OUTPUTS, read_exact, read_exact_per_prompt
+from interv.cli import main
+from interv.errors import IntervError
+
+RUN = [
+    "circuit",
+    "induction-2l",
+    "--n-pairs",
+    "8",
+    "--top-k",
+    "6",
+    "--audit",
+    "10",
+    "--alpha",
+    "none",
+    "--stability",
+    "20",
+    "--select",
+    "stability",
+    "--subsamples",
+    "12",
+    "--batch-size",
+    "1",
+    "--quiet",
+]
+WRITTEN = OUTPUTS[:5]  # no mib_circuit.json without --convention mib
+
+
+@pytest.fixture
+def patched(monkeypatch):
+    """The edges each stacked forward patches (discovery, stability and selection alike),
+    in this process; ``stop_at``: Ctrl-C when that many forwards have run."""
+    real = patching._edge_job
+    calls: dict = {"edges": [], "stop_at": None}
+
+    def job(model, shared, edges, cache):
+        if calls["stop_at"] is not None and len(calls["edges"]) >= calls["stop_at"]:
+            raise KeyboardInterrupt
+        calls["edges"] += edges
+        return real(model, shared, edges, cache)
+
+    monkeypatch.setattr(patching, "_edge_job", job)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run (this process, the local executor)."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert main([*RUN, "--out", str(out)]) == 0
+    return out
+
+
+def _same_outputs(run: Path, reference: Path) -> None:
+    for name in WRITTEN:
+        assert (run / name).read_bytes() == (reference / name).read_bytes(), name
+    assert read_exact(run) == read_exact(reference)
+    rows, expected = read_exact_per_prompt(run), read_exact_per_prompt(reference)
+    assert rows.keys() == expected.keys()
+    assert all(torch.equal(rows[i], expected[i]) for i in expected)
+
+
+def test_a_resumed_run_patches_no_stored_edge_and_equals_the_uninterrupted_run(
+    tmp_path, patched, reference
+):
+    out = tmp_path / "run"
+    patched["stop_at"] = 7
+    assert main([*RUN, "--out", str(out)]) == 130  # Ctrl-C in the 8th exact forward
+    stored = read_exact(out)
+    assert len(stored) == 7 and read_exact_per_prompt(out).keys() == stored.keys()
+    assert all(row.shape == (8,) for row in read_exact_per_prompt(out).values())
+
+    patched.update(stop_at=None, edges=[])
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert not set(patched["edges"]) & set(stored)  # neither the audit nor the resamples
+    _same_outputs(out, reference)
+    circuit = json.loads((out / "circuit.json").read_text())
+    done = json.loads((reference / "circuit.json").read_text())
+    assert circuit["stability"] == done["stability"] and circuit["selection"] == done["selection"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (7, 16 - 7)
+
+
+def test_lines_without_per_prompt_values_still_resume(tmp_path, patched, reference):
+    """A directory begun before interv stored per-prompt values: its means are reused by the
+    audit, its edges patched again for the stability figures only, and the files agree."""
+    out = tmp_path / "run"
+    patched["stop_at"] = 5
+    assert main([*RUN, "--out", str(out)]) == 130
+    log = out / EXACT
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    log.write_text(
+        "".join(json.dumps({k: r[k] for k in ("indices", "values")}) + "\n" for r in lines)
+    )
+    stored = set(read_exact(out))
+
+    patched.update(stop_at=None, edges=[])
+    assert main([*RUN, "--out", str(out)]) == 0
+    again = patched["edges"]
+    assert len(again) == len(set(again))  # each edge patched once in this run
+    assert stored <= set(again)  # the resamples need their per-prompt values
+    for name in ("faithfulness.json", "mission.json"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    circuit = json.loads((out / "circuit.json").read_text())
+    done = json.loads((reference / "circuit.json").read_text())
+    patched_again = circuit["stability"]["n_exact_computed"] - done["stability"]["n_exact_computed"]
+    assert patched_again == len(stored)  # the same figures; the stored edges patched for them
+    for part in ("stability", "selection"):
+        for key in ("n_exact_computed", "sentence"):
+            del circuit[part][key], done[part][key]
+    assert circuit == done
+
+
+def test_per_prompt_values_that_disagree_with_their_mean_are_refused_naming_the_line(
+    tmp_path, patched
+):
+    out = tmp_path / "run"
+    patched["stop_at"] = 3
+    assert main([*RUN, "--out", str(out)]) == 130
+    log = out / EXACT
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["per_prompt"][0][0] += 1.0
+    lines[1] = json.dumps(record)
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IntervError, match=r"exact\.jsonl': line 2 is damaged: .*edge \d+: its "):
+        read_exact(out)
+    assert main([*RUN, "--out", str(out)]) == 2  # refused, one line, before any exact work
+
+    record["per_prompt"][0] = record["per_prompt"][0][:4]  # 4 prompts of 8
+    record["values"][0] = sum(record["per_prompt"][0]) / 4
+    lines[1] = json.dumps(record)
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IntervError, match=r"line 2 holds per-prompt effects of 4 prompts, line 1"):
+        read_exact(out)
