@@ -1,6 +1,7 @@
 """A circuit run stopped mid-way and rerun patches no stored edge again and writes the
 uninterrupted run's files, byte for byte, stability figures included: ``exact.jsonl`` keeps
-each edge's per-prompt exact effects, which the resampled figures re-average.
+each edge's per-prompt exact effects, which the resampled figures re-average. A run killed
+(SIGKILL) under the local executor resumes on Ray workers to the same files.
 
 Every run here patches one edge per stacked forward (``--batch-size 1``), so an edge's
 numbers do not depend on which edges a run (or a worker) patched beside it, and the files
@@ -10,6 +11,10 @@ can be compared byte for byte.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +156,53 @@ def test_per_prompt_values_that_disagree_with_their_mean_are_refused_naming_the_
     log.write_text("\n".join(lines) + "\n")
     with pytest.raises(IntervError, match=r"line 2 holds per-prompt effects of 4 prompts, line 1"):
         read_exact(out)
+
+
+KILLED_AFTER = """
+import os, signal, sys
+import interv.circuits.discovery as discovery
+from interv.cli import main
+
+real = discovery.edge_effects
+after, stored = int(sys.argv[1]), 0
+
+
+def edge_effects(*args, on_batch=None, **kwargs):
+    def kill_after(positions, values):
+        global stored
+        on_batch(positions, values)  # stored: appended and fsync-ed
+        stored += 1
+        if stored == after:
+            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no finally: as a real kill
+
+    return real(*args, on_batch=kill_after, **kwargs)
+
+
+discovery.edge_effects = edge_effects
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter, then a local Ray cluster of 2 workers
+def test_a_run_killed_under_the_local_executor_resumes_on_ray_workers(tmp_path, request):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install interv[ray])")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    killed = subprocess.Popen(
+        [sys.executable, "-c", KILLED_AFTER, "7", *RUN, "--out", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    reference = request.getfixturevalue("reference")  # meanwhile, on the other core
+    _, stderr = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL, stderr.decode()[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    stored = read_exact(out)
+    assert len(stored) == 7 and read_exact_per_prompt(out).keys() == stored.keys()
+
+    assert main([*RUN, "--executor", "ray", "--workers", "2", "--out", str(out)]) == 0
+    _same_outputs(out, reference)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and len(manifest["resumed"]) == 1
+    assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (7, 16 - 7)
