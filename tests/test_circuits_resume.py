@@ -146,7 +146,10 @@ def test_per_prompt_values_that_disagree_with_their_mean_are_refused_naming_the_
     record["per_prompt"][0][0] += 1.0
     lines[1] = json.dumps(record)
     log.write_text("\n".join(lines) + "\n")
-    with pytest.raises(IntervError, match=r"exact\.jsonl': line 2 is damaged: .*edge \d+: its "):
+    with pytest.raises(
+        IntervError,
+        match=r"exact\.jsonl': line 2 is damaged: .*'per_prompt'\[0\] \(edge \d+\) averages ",
+    ):
         read_exact(out)
     assert main([*RUN, "--out", str(out)]) == 2  # refused, one line, before any exact work
 
@@ -206,3 +209,22 @@ def test_a_run_killed_under_the_local_executor_resumes_on_ray_workers(tmp_path, 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and len(manifest["resumed"]) == 1
     assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (7, 16 - 7)
+
+
+def test_a_kill_inside_the_last_append_is_repaired_by_the_rerun(tmp_path, patched, reference):
+    """The whole last record written but its newline: the rerun cuts it off, patches its
+    edge again (and no other stored one) and writes the uninterrupted run's files."""
+    out = tmp_path / "run"
+    patched["stop_at"] = 4
+    assert main([*RUN, "--out", str(out)]) == 130
+    log = out / EXACT
+    data = log.read_bytes()
+    torn = json.loads(data[data[:-1].rfind(b"\n") + 1 :])["indices"]
+    log.write_bytes(data[:-1])
+    stored = set(read_exact(out))
+    assert len(stored) == 3 and not stored & set(torn)
+
+    patched.update(stop_at=None, edges=[])
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert not set(patched["edges"]) & stored and set(torn) <= set(patched["edges"])
+    _same_outputs(out, reference)

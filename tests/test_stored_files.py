@@ -144,6 +144,10 @@ def _stored_files() -> dict[str, tuple[Any, Callable[[Any], object]]]:
         "faithfulness.json": (make_curve(circuit).to_dict(), FaithfulnessCurve.from_dict),
         "mission.json": (link.to_dict(), MissionLink.from_dict),
         "exact.jsonl": ({"indices": [3, 7], "values": [0.5, -0.25]}, _reader(ExactRecord)),
+        "exact.jsonl with per-prompt values": (
+            {"indices": [3, 7], "values": [0.5, -0.25], "per_prompt": [[0.25, 0.75], [-0.5, 0]]},
+            _reader(ExactRecord),
+        ),
         "circuit manifest.json": (
             started(CIRCUIT_RUN, identity={"model": "m"}),
             _reader(CircuitManifest),

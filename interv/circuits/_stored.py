@@ -393,12 +393,13 @@ class ExactRecord:
         widths = {len(row) for row in self.per_prompt}
         if len(widths) > 1 or 0 in widths:
             raise IntervError(f"'per_prompt' rows hold different numbers of prompts {widths}")
-        for index, value, row in zip(self.indices, self.values, self.per_prompt, strict=True):
+        rows = zip(self.indices, self.values, self.per_prompt, strict=True)
+        for i, (index, value, row) in enumerate(rows):
             mean = math.fsum(row) / len(row)
             scale = max(abs(x) for x in row)
             if not math.isclose(mean, value, rel_tol=1e-9, abs_tol=1e-9 * scale):
                 raise IntervError(
-                    f"edge {index}: its per-prompt effects average {mean!r}, not its value "
+                    f"'per_prompt'[{i}] (edge {index}) averages {mean!r}, not 'values'[{i}] "
                     f"{value!r}"
                 )
 
