@@ -75,7 +75,7 @@ def reference(tmp_path_factory):
 
 
 def _same_outputs(run: Path, reference: Path) -> None:
-    for name in WRITTEN:
+    for name in ("scores.json", *WRITTEN):
         assert (run / name).read_bytes() == (reference / name).read_bytes(), name
     assert read_exact(run) == read_exact(reference)
     rows, expected = read_exact_per_prompt(run), read_exact_per_prompt(reference)
