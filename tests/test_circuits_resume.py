@@ -21,9 +21,17 @@ import pytest
 import torch
 
 import interv.circuits.patching as patching
-from interv.circuits.store import EXACT, OUTPUTS, read_exact, read_exact_per_prompt
+from interv.circuits.store import (
+    EXACT,
+    OUTPUTS,
+    CircuitStore,
+    discover_resumable,
+    read_exact,
+    read_exact_per_prompt,
+)
 from interv.cli import main
 from interv.errors import IntervError
+from interv.provenance import Provenance
 
 RUN = [
     "circuit",
@@ -159,6 +167,33 @@ def test_per_prompt_values_that_disagree_with_their_mean_are_refused_naming_the_
     log.write_text("\n".join(lines) + "\n")
     with pytest.raises(IntervError, match=r"line 2 holds per-prompt effects of 4 prompts, line 1"):
         read_exact(out)
+
+
+def test_per_prompt_values_of_another_prompt_count_are_refused_before_any_exact_work(tmp_path):
+    class Scores:
+        def to_dict(self):
+            return {"format": "stand-in"}
+
+    out = tmp_path / "run"
+    with CircuitStore.open(out, {"model": "toy"}) as store:
+        store.append_exact([4, 9], [0.5, 1.0], [[0.0, 1.0], [1.0, 1.0]])
+        with pytest.raises(
+            IntervError, match=r"per-prompt exact values of shape \(1, 2\) for 2 edges"
+        ):
+            store.append_exact([4, 9], [0.5, 1.0], [[0.0, 1.0]])
+    with (
+        pytest.raises(
+            IntervError,
+            match=r"exact\.jsonl' holds per-prompt exact effects of 2 prompts for this run's 3",
+        ),
+        CircuitStore.open(out, {"model": "toy"}) as store,
+    ):
+        discover_resumable(
+            store,
+            scores=Scores,
+            discover=lambda **_: pytest.fail("exact work began"),
+            expected=Provenance("toy", n_prompts=3),
+        )
 
 
 KILLED_AFTER = """
