@@ -264,10 +264,6 @@ class CircuitStore(Store):
         """The exact edge effects stored so far (edge index -> prompt-mean value)."""
         return read_exact(self.directory)
 
-    def known_per_prompt(self) -> dict[int, torch.Tensor]:
-        """The per-prompt exact effects stored so far (edge index -> ``[n_prompts]``)."""
-        return read_exact_per_prompt(self.directory)
-
     def append_exact(self, indices: Iterable[int], values: Any, per_prompt: Any = None) -> None:
         """Append one batch of exact effects (``[k]`` prompt means and, where given, their
         ``[k, n_prompts]`` per-prompt values) as one complete line, ``fsync``-ed."""
@@ -346,8 +342,8 @@ def discover_resumable(
             raise in_file(store.directory / SCORES, error, _REDO) from None
         if expected is not None:
             join(expected, found, what=("this run", f"the stored {store.directory / SCORES}"))
-    known = store.known()
-    per_prompt = store.known_per_prompt()
+    known, rows = _read_log(store.directory)  # one read of the log
+    per_prompt = {index: torch.tensor(row, dtype=torch.float64) for index, row in rows.items()}
     n_prompts = None if expected is None else expected.n_prompts
     width = {int(row.numel()) for row in per_prompt.values()}
     if n_prompts is not None and width and width != {n_prompts}:
@@ -360,8 +356,9 @@ def discover_resumable(
     def keep(indices: Any, values: Any) -> None:
         nonlocal ran
         indices = [int(i) for i in torch.as_tensor(indices).flatten()]
-        rows = [per_prompt.get(i) for i in indices]  # discover filled them before the call
-        store.append_exact(indices, values, None if any(r is None for r in rows) else rows)
+        computed = [per_prompt.get(i) for i in indices]  # discover filled them before the call
+        complete = indices and all(row is not None for row in computed)
+        store.append_exact(indices, values, computed if complete else None)
         ran += len(indices)
 
     result = discover(scores=found, known=known or None, exact_per_prompt=per_prompt, on_exact=keep)
