@@ -25,6 +25,12 @@ is wrong where the metric or an attention pattern saturates or effects cancel: i
 the exact interventions decide. A value that was not intervened on is marked
 :data:`~interv.audit.ESTIMATED` and carries :data:`~interv.audit.ESTIMATE_SENTENCE`.
 
+Other estimators (:data:`~interv.audit.ESTIMATORS`): integrated gradients along the path to
+the interventions, GIM's modified backward, and Zhang & Wang's HVP correction
+(:func:`second_order_estimates`: the second-order term along each intervention's own change
+added, one stacked copy of the prompts per intervention, with a reliability score per
+candidate in :attr:`~interv.audit.Audit.reliability`).
+
 Screenable kinds (:data:`SCREENABLE_KINDS`): the head ablations (zero, mean, resample) and
 activation patches (denoising, noising), at all positions or at chosen ones. The metric's
 gradient must not vanish identically at the base run: ``kl_from_clean`` is minimal (zero
@@ -499,10 +505,9 @@ class Screened:
 
     Attributes:
         values: ``[n_interventions, n_prompts]`` float64 metric values: exact where
-            ``status`` says exact, the base run's value plus the first-order estimate
-            elsewhere.
-        estimates: ``[n_interventions, n_prompts]`` float64 first-order estimates of each
-            prompt's change (every intervention, checked or not).
+            ``status`` says exact, the base run's value plus the estimate elsewhere.
+        estimates: ``[n_interventions, n_prompts]`` float64 estimates (the screen's
+            estimator's) of each prompt's change (every intervention, checked or not).
         status: per intervention, :data:`~interv.audit.EXACT_VERIFIED`,
             :data:`~interv.audit.EXACT_AUDIT` or :data:`~interv.audit.ESTIMATED`.
         audit: the verification and audit (:class:`~interv.audit.Audit`) of the prompt-mean
