@@ -87,6 +87,7 @@ from interv._schema import parse
 from interv.circuits._stored import StoredScores
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
+    Run,
     capture_run,
     check_task,
     clean_run_logits,
@@ -96,12 +97,13 @@ from interv.circuits.patching import (
     sender_deltas,
     tokens_of,
 )
-from interv.circuits.second_order import edge_derivatives, hvp_estimates
-from interv.circuits.second_order import reliability as reliability_score
+from interv.circuits.second_order import edge_derivatives
 from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
 from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
 from interv.engine.forward import AUTO, PATTERN, Prompts, forward
+from interv.engine.second_order import check_second_order, copies_per_forward, hvp_estimates
+from interv.engine.second_order import reliability as reliability_score
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes, plain_module
@@ -851,6 +853,44 @@ class _PatternReading:
         return (change * self.g.unsqueeze(3)).sum((2, 4))
 
 
+@dataclass(frozen=True, eq=False)
+class _Batch:
+    """One batch of prompt pairs with its two runs captured (internal).
+
+    Attributes:
+        rows: the pairs' indices in the whole task (consecutive).
+        task: those pairs.
+        base, other: the base run (where gradients are taken) and the other run.
+        clean_logits: the clean run's answer logits (whichever run it is).
+    """
+
+    rows: list[int]
+    task: TokenizedPairs
+    base: Run
+    other: Run
+    clean_logits: torch.Tensor
+
+    @property
+    def span(self) -> slice:
+        """``rows`` as a slice of the prompt axis."""
+        return slice(self.rows[0], self.rows[-1] + 1)
+
+
+def _batches(
+    model: Any, task: TokenizedPairs, base_name: str, other_name: str, batch_size: int
+) -> Iterator[_Batch]:
+    """The task's pairs in consecutive batches of at most ``batch_size``, each with its base
+    and other runs captured (one no-grad forward each): what EAP's gradient runs and the HVP
+    correction both start from."""
+    n = task.n_pairs
+    for first in range(0, n, batch_size):
+        rows = list(range(first, min(n, first + batch_size)))
+        part = task.select(rows)
+        base = capture_run(model, part, base_name)
+        other = capture_run(model, part, other_name)
+        yield _Batch(rows, part, base, other, clean_run_logits(base, other, base_name))
+
+
 def edge_scores(
     model: Any,
     task: TokenizedPairs,
@@ -905,6 +945,8 @@ def edge_scores(
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
     segments = check_hvp(hvp, hvp_steps, hvp_top, method, qk_fix, gim)
+    if segments:
+        check_second_order(model)
     gim = check_gim(model, gim)
     if gim is not None and qk_fix:
         raise IntervError(
@@ -938,12 +980,8 @@ def edge_scores(
         raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
     per_prompt = torch.zeros(graph.n_edges, n, dtype=torch.float64)
     receivers = graph.receivers
-    for first in range(0, n, batch_size):
-        rows = list(range(first, min(n, first + batch_size)))
-        part = task.select(rows)
-        base = capture_run(model, part, base_name)
-        other = capture_run(model, part, other_name)
-        clean_logits = clean_run_logits(base, other, base_name)
+    for batch in _batches(model, task, base_name, other_name, batch_size):
+        rows, part, base, other = batch.rows, batch.task, batch.base, batch.other
         with torch.no_grad():
             delta = sender_deltas(model, graph, other, base)  # [n, pos, senders, d_model]
         qk = qk_base(model, graph, part, base_name) if qk_fix else None
@@ -956,7 +994,7 @@ def edge_scores(
             position = 0
             pattern_grads: dict[int, torch.Tensor] | None = {} if qk_fix else None
             layers = _reader_gradients(
-                model, graph, part, base_name, target, clean_logits, embed, pattern_grads, gim
+                model, graph, part, base_name, target, batch.clean_logits, embed, pattern_grads, gim
             )
             for layer_grads in layers:
                 width = layer_grads.shape[2]
@@ -1085,35 +1123,28 @@ def _correct(
     n = task.n_pairs
     d1 = torch.zeros(len(chosen), n, dtype=torch.float64)
     d2 = torch.zeros(len(chosen), n, dtype=torch.float64)
-    per_copy = n * task.n_positions * model.cfg.d_model * 4 * (graph.n_layers + 1) * 16
-    copies = max(1, min(64, (512 << 20) // max(per_copy, 1)))
-    for first in range(0, n, batch_size):
-        rows = list(range(first, min(n, first + batch_size)))
-        part = task.select(rows)
-        base = capture_run(model, part, base_name)
-        other = capture_run(model, part, other_name)
-        clean_logits = clean_run_logits(base, other, base_name)
-
+    copies = copies_per_forward(model, n, task.n_positions)
+    for batch in _batches(model, task, base_name, other_name, batch_size):
         at = functools.partial(
             edge_derivatives,
             model,
-            part,
+            batch.task,
             graph,
-            base,
-            other,
+            batch.base,
+            batch.other,
             chosen,
             base_name,
             target,
-            clean_logits,
+            batch.clean_logits,
             batch_size=copies,
             progress=progress,
         )
         estimate, a, b = hvp_estimates(at, segments)
-        d1[:, rows], d2[:, rows] = a, b
+        d1[:, batch.span], d2[:, batch.span] = a, b
         if segments == 1:  # EAP's own first-order term, the second-order term added
-            per_prompt[chosen, first : first + len(rows)] += b / 2
+            per_prompt[chosen, batch.span] += b / 2
         else:
-            per_prompt[chosen, first : first + len(rows)] = estimate
+            per_prompt[chosen, batch.span] = estimate
     out = torch.full((graph.n_edges,), float("nan"), dtype=torch.float64)
     out[chosen] = reliability_score(d1.mean(-1), d2.mean(-1))
     return out
