@@ -34,7 +34,12 @@ norm the change of ``scale * q . k`` is linear in the sender's normalized change
 layer builds its query (key) directions once and a sender's changed logits are one product
 with them (the same numbers, within float32; :func:`qk_fixed_scores`); under a QK norm, or
 when the directions would not fit ``QK_DIRECTIONS_BYTES``, every sender's queries (keys) are
-recomputed as written above.
+recomputed as written above. Where the block's first norm is an RMSNorm or a LayerNorm
+(checked against the module's own output), its change is taken apart so the senders' changes
+are multiplied without normalizing ``x + delta`` per sender (:class:`_NormChange`). The
+score is read from the change ``D`` of the logits without a second softmax,
+``sum_k G_k expm1(D_k) / (1 + sum_k p_k expm1(D_k))`` per row with ``G = p (g - p . g)``
+(:class:`_PatternReading`; the float64 softmax where a change overflows ``expm1``).
 
 ``kv="ungrouped"`` scores MIB's graph (:class:`~interv.circuits.graph.Graph`): each query
 head has its own copy of its key/value head's key and value inputs, and the gradient of an
