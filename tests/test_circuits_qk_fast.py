@@ -11,9 +11,11 @@ verbatim), on tiny random models of several families:
   ``edge_scores(qk_fix=True)`` writes into each edge (one layer's q and k scored together).
 
 Float tolerance only: both start from the same float32 normed change; the reference projects
-it in float64, the fast way dots it with the directions in float32 (the products it moves,
-the softmax and the pattern difference in float64), so scores agree to about 1e-7 of the
-largest (asserted: 1e-6) and the per-sender way, all float64, to 1e-9.
+it in float64, the fast way dots it with the directions in float32 and reads the score from
+the change of the logits without a second softmax in float32 (:class:`_PatternReading`), so
+scores agree to about 1e-7 of the largest (asserted: 1e-6) and the per-sender way, all
+float64, to 1e-9. The reading itself is checked against the softmax it replaces: random rows,
+masks, soft caps, and changes too large for float32's ``expm1`` (the fallback).
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ import torch
 from interv.circuits import Graph, edge_scores
 from interv.circuits import screens as screens_module
 from interv.circuits.patching import capture_run, reader_weights, sender_deltas
-from interv.circuits.screens import QKBase, _groups, _reader_gradients, qk_base, qk_fixed_scores
+from interv.circuits.screens import (
+    QKBase,
+    _groups,
+    _PatternReading,
+    _reader_gradients,
+    qk_base,
+    qk_fixed_scores,
+)
+from interv.engine.architecture import AttentionRecipe, KeyRule, LayerAttention
 from interv.engine.targets import get_metric
 from interv.tasks.tokenized import TokenizedPairs
 from tests._families import family
@@ -181,3 +191,77 @@ def test_edge_scores_write_each_query_and_key_edge_as_the_reference(monkeypatch)
     plain = edge_scores(model, task, qk_fix=True)
     scale = plain.per_prompt.abs().max().item()
     torch.testing.assert_close(fast.per_prompt, plain.per_prompt, rtol=0, atol=1e-6 * scale)
+
+
+def _reading(softcap, seed=0, n=2, heads=3, n_pos=6):
+    """A random layer: causal rows with the first prompt's last two keys padded out."""
+    gen = torch.Generator().manual_seed(seed)
+    allowed = torch.ones(n_pos, n_pos).tril().bool().expand(n, 1, n_pos, n_pos).clone()
+    allowed[0, :, :, -2:] = False
+    products = torch.randn(n, heads, n_pos, n_pos, generator=gen, dtype=torch.float64) * 3
+    recipe = _recipe(softcap)
+    pattern = recipe.rows(recipe.finish(products, allowed))
+    g = torch.randn(n, heads, n_pos, n_pos, generator=gen, dtype=torch.float64)
+    return _PatternReading.of(recipe, products, pattern, g, allowed), allowed, gen
+
+
+def _recipe(softcap):
+    attention = LayerAttention(KeyRule(causal=True), "none", scale=1.0, softcap=softcap)
+    return AttentionRecipe(0, "test", attention, "handoff", True)
+
+
+def _plain_terms(reading, allowed, moved):
+    """The score the way the fix computed it before: softmax of the changed logits, minus the
+    pattern, dotted with the gradient (float64, plain torch)."""
+    products = reading.products.unsqueeze(3) + moved.double()
+    if reading.recipe.softcap is not None:
+        products = torch.tanh(products / reading.recipe.softcap) * reading.recipe.softcap
+    products = products.masked_fill(~allowed.unsqueeze(3), float("-inf"))
+    new = torch.softmax(products, dim=-1).nan_to_num(0.0)
+    change = new - reading.pattern.unsqueeze(3)
+    return (change * reading.g.unsqueeze(3)).sum((2, 4))
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+@pytest.mark.parametrize("size", [1e-4, 0.3, 4.0])
+def test_the_pattern_reading_equals_the_softmax_it_replaces(softcap, size):
+    reading, allowed, gen = _reading(softcap, seed=int(size * 10))
+    n, heads, n_pos, _ = reading.products.shape
+    moved = torch.randn(n, heads, n_pos, 5, n_pos, generator=gen, dtype=torch.float64) * size
+    moved = moved.masked_fill(~allowed.any(0).view(1, 1, n_pos, 1, n_pos), 0.0)
+    want = _plain_terms(reading, allowed, moved)
+    scale = want.abs().max().item()
+    assert scale > 0
+    # the plain difference of two softmaxes carries ~1e-16 of cancellation itself
+    exact = 1e-12 * scale + 1e-15
+    torch.testing.assert_close(reading.terms(moved.clone()), want, rtol=0, atol=exact)
+    torch.testing.assert_close(reading.terms(moved.float()), want, rtol=0, atol=1e-5 * scale)
+    torch.testing.assert_close(reading.softmax_terms(moved), want, rtol=0, atol=exact)
+
+
+def test_a_change_too_large_for_float32_falls_back_to_the_softmax():
+    reading, allowed, _ = _reading(None, seed=3)
+    n, heads, n_pos, _ = reading.products.shape
+    moved = torch.zeros(n, heads, n_pos, 2, n_pos, dtype=torch.float32)
+    moved[0, 1, 3, 0, 1] = 120.0  # expm1 overflows float32 (and the old softmax did not care)
+    assert not bool(torch.isfinite(reading.terms(moved.clone())).all())
+    got = reading.softmax_terms(moved)
+    want = _plain_terms(reading, allowed, moved)
+    assert bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_a_layer_whose_reading_overflows_takes_the_softmax(monkeypatch):
+    """Wherever :meth:`_PatternReading.terms` gives a non-finite score (a change too large for
+    ``expm1``), the layer's scores come from :meth:`~_PatternReading.softmax_terms`: with
+    every reading made to overflow, the scores still equal the reference."""
+    model, task = _family_task("llama")
+    overflowed: list[int] = []
+
+    def overflowing(self, moved):
+        overflowed.append(1)
+        return torch.full(moved.shape[:2] + moved.shape[3:4], float("inf"), dtype=torch.float64)
+
+    monkeypatch.setattr(_PatternReading, "terms", overflowing)
+    _compare(model, task)
+    assert overflowed

@@ -104,7 +104,7 @@ from interv.engine.backward import GIM, check_gim, gradient_scale, modified_back
 from interv.engine.forward import AUTO, PATTERN, Prompts, forward
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
-from interv.engine.writes import Writes
+from interv.engine.writes import Writes, plain_module
 from interv.errors import IntervError
 from interv.provenance import Provenance, run_fingerprint
 
@@ -440,6 +440,13 @@ class QKLayer:
         """Hooked keys ``[..., pos, kv_heads, d_head]`` as the logits read them."""
         return self.recipe.prepare(k, "k", self.rotary)
 
+    def products(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """The scaled products ``scale * q . k`` ``[..., heads, query_pos, key_pos]`` of
+        prepared ``q [..., qpos, heads, d]`` and ``k [..., kpos, heads, d]``."""
+        return torch.matmul(q.transpose(-2, -3), k.transpose(-2, -3).transpose(-1, -2)) * (
+            self.recipe.scale
+        )
+
     def pattern(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Softmax attention ``[..., heads, query_pos, key_pos]`` from prepared ``q [...,
         qpos, heads, d]`` and ``k [..., kpos, heads, d]`` (excluded keys 0, empty rows 0)."""
@@ -553,23 +560,34 @@ QK_DIRECTIONS_BYTES = 256 << 20
 beyond it that layer's queries (keys) are recomputed sender by sender."""
 
 
+QK_POSITION_BLOCKS = 4
+"""Into how many blocks of moving positions :func:`_qk_directions` splits a layer, each with
+the span of partners its positions admit (under a causal mask, 4 blocks multiply 5/8 of the
+full ``pos x pos`` square instead of all of it)."""
+
+
 def _qk_directions(
     profile: QKLayer,
     component: str,
     partner: torch.Tensor,
     weight: torch.Tensor,
     dtype: torch.dtype = torch.float64,
-) -> list[tuple[int, torch.Tensor, torch.Tensor | slice]]:
-    """For each moving position ``p`` (a query for ``component="q"``, a key for ``"k"``):
-    ``(p, U_p, partners)``, with which a change ``c [d_model]`` of the block's normed input at
-    ``p`` changes the scaled products ``scale * q . k`` of each query head with its partner
-    positions (the keys that query ``p`` admits, or the queries that admit key ``p``, in any
-    prompt) by ``U_p @ c`` ``[heads * partners]``. Exact wherever the moving side is prepared
-    linearly (no QK norm: ``R_p``, the rotation at ``p``, or the identity)::
+) -> list[tuple[slice, slice, torch.Tensor]]:
+    """How a change ``c [d_model]`` of the block's normed input at a moving position ``p`` (a
+    query for ``component="q"``, a key for ``"k"``) changes the scaled products ``scale * q
+    . k`` of each query head ``h`` with each partner position ``j`` (a key of query ``p``, or
+    a query of key ``p``), per block of moving positions: ``(moving, partners, U)`` with
+    ``U [n, block, heads * span, d_model]``, the change ``U[:, i, h * span + j] @ c`` for the
+    block's ``i``-th position and the span's ``j``-th partner; zero where no prompt admits
+    the pair. Exact wherever the moving side is prepared linearly (no QK norm: ``R_p``, the
+    rotation at ``p``, or the identity)::
 
         scale * (R_p W_h^T c) . partner_h = c . (scale * W_h R_p^T partner_h)
 
-    ``R_p`` is read from the recipe's own :meth:`~AttentionRecipe.prepare` of a basis.
+    ``R_p`` is read from the recipe's own :meth:`~AttentionRecipe.prepare` of a basis. The
+    blocks (:data:`QK_POSITION_BLOCKS`) are contiguous; each keeps the partners from the
+    first to the last any of its positions admits (a prefix of the keys under a causal mask),
+    so a chunk of senders moves a block with one batched product.
 
     Args:
         profile: the layer.
@@ -578,45 +596,33 @@ def _qk_directions(
             query heads (``"q"``) or the queries (``"k"``).
         weight: ``[heads, d_model, d_head]`` float64: each query head's projection of the
             moving side (its key/value head's for ``"k"``).
-        dtype: the directions' dtype (their last product; what precedes it is float64).
-
-    Returns:
-        per position with a partner: ``p``, ``U_p`` as ``[n, heads * partners, d_model]``
-        (partners within each head) and the partners (a slice where contiguous).
+        dtype: the directions' dtype (the rotation back and the projection).
     """
-    n, n_pos, _, d_head = partner.shape
+    n, n_pos, heads, d_head = partner.shape
     eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
     basis = eye.view(1, d_head, 1, 1, d_head).expand(1, d_head, n_pos, 1, d_head)
-    rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0]
+    rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0].to(dtype)
     allowed = profile.allowed[:, 0]  # [n, query, key]
-    pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)
-    # every partner of every position turned back by R_p: [n, heads, p, partner, a]
-    turned = torch.einsum("bapc,bjhc->bhpja", rotation.expand(n, -1, -1, -1), partner)
-    turned = turned * profile.recipe.scale
-    spans: list[tuple[int, torch.Tensor | slice]] = []
-    for p in range(n_pos):
-        at: torch.Tensor | slice = pairs[p].nonzero().squeeze(-1)
+    pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)  # [p, j]
+    partner = partner.to(dtype) * profile.recipe.scale
+    weight = weight.transpose(1, 2).to(dtype)  # [heads, d_head, d_model]
+    size = -(-n_pos // QK_POSITION_BLOCKS)
+    plan: list[tuple[slice, slice, torch.Tensor]] = []
+    for first in range(0, n_pos, size):
+        moving = slice(first, min(first + size, n_pos))
+        at = pairs[moving].any(0).nonzero().squeeze(-1)
         if at.numel() == 0:
             continue
-        first, last = int(at[0]), int(at[-1]) + 1
-        if last - first == at.numel():  # contiguous (causal, windows): a slice writes faster
-            at = slice(first, last)
-        spans.append((p, at))
-    if not spans:
-        return []
-    # one product for all positions (many small ones ran at a third of the speed)
-    chosen = torch.cat([turned[:, :, p, at] for p, at in spans], dim=2)  # [n, heads, pairs, a]
-    heads = chosen.shape[1]
-    flat = chosen.transpose(0, 1).reshape(heads, -1, d_head).to(dtype)  # [heads, n * pairs, a]
-    directions = torch.matmul(flat, weight.transpose(1, 2).to(dtype))
-    directions = directions.view(heads, n, -1, weight.shape[1])
-    plan: list[tuple[int, torch.Tensor, torch.Tensor | slice]] = []
-    start = 0
-    for p, at in spans:
-        width = at.stop - at.start if isinstance(at, slice) else at.numel()
-        u = directions[:, :, start : start + width].transpose(0, 1)  # [n, heads, partners, m]
-        plan.append((p, u.reshape(n, heads * width, weight.shape[1]), at))
-        start += width
+        span = slice(int(at[0]), int(at[-1]) + 1)
+        block, width = moving.stop - moving.start, span.stop - span.start
+        # the block's partners turned back by R_p: [heads, n, p, partner, a], 0 off the mask
+        turned = torch.einsum(
+            "bapc,bjhc->hbpja", rotation[:, :, moving].expand(n, -1, -1, -1), partner[:, span]
+        )
+        turned = turned * pairs[moving, span].view(1, 1, block, width, 1)
+        u = torch.matmul(turned.reshape(heads, -1, d_head), weight)  # [heads, n*p*j, d_model]
+        u = u.view(heads, n, block, width, -1).permute(1, 2, 0, 3, 4)
+        plan.append((moving, span, u.reshape(n, block, heads * width, weight.shape[2])))
     return plan
 
 
@@ -655,14 +661,14 @@ def _qk_layer_scores(
     """:func:`qk_fixed_scores` of one layer's ``components``, each sender's change of the
     block's normed input computed once for all of them.
 
-    Two exact ways to the changed products ``scale * q . k``, chosen per component: where
-    the moving side has no QK norm, the directions fit :data:`QK_DIRECTIONS_BYTES` and they
-    take fewer multiplications (short prompts: on average fewer admitted partners than
-    ``d_head``), the normed change dotted with precomputed directions in float32
-    (:func:`_qk_directions`: no per-sender projection, rotation or ``q . k``; the softmax
-    and the pattern difference stay float64); otherwise the receiver's queries (keys)
-    projected in float64, prepared and multiplied again for every sender."""
-    block = model.blocks[layer]
+    Two exact ways to the change ``D`` of the scaled products ``scale * q . k``, chosen per
+    component: where the moving side has no QK norm, the directions fit
+    :data:`QK_DIRECTIONS_BYTES` and they take fewer multiplications (short prompts: on
+    average fewer admitted partners than ``d_head``), the normed change dotted with
+    precomputed directions in float32 (:func:`_qk_directions`: no per-sender projection,
+    rotation or ``q . k``); otherwise the receiver's queries (keys) projected in float64,
+    prepared and multiplied again for every sender. The score then follows from ``D`` without
+    a second softmax (:class:`_PatternReading`)."""
     n, n_pos, n_senders, d_model = delta.shape
     heads = graph.n_heads
     q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
@@ -671,67 +677,66 @@ def _qk_layer_scores(
     d_head = q.shape[-1]
     queries = profile.queries(q)  # [n, pos, heads, d], prepared once
     keys = _groups(profile.keys(k), heads)
-    allowed = profile.allowed.unsqueeze(1)  # [n, 1, 1, query, key]
-    products = torch.matmul(queries.transpose(1, 2), keys.permute(0, 2, 3, 1)) * recipe.scale
-    products = products.unsqueeze(2)  # [n, heads, 1, query, key]
-    # without a soft cap the mask commutes with adding a change (-inf stays -inf): mask once
-    start = products if recipe.softcap is not None else recipe.finish(products, allowed)
-    g_flat = g_pattern.reshape(n, heads, n_pos * n_pos, 1)
-    pairs = int(profile.allowed[:, 0].any(0).sum())  # (query, key) pairs admitted anywhere
-    # the change's dot with the directions in the block's float width (at least float32);
-    # the products it moves, the softmax and the difference of patterns stay float64
+    products = profile.products(queries, keys)  # [n, heads, query, key]
+    # the change's dot with the directions, and what follows it, in the block's float width
+    # (at least float32)
     contract = torch.promote_types(x.dtype, torch.float32)
+    reading = _PatternReading.of(recipe, products, pattern, g_pattern, profile.allowed)
     plans: dict[str, tuple[torch.Tensor, Any]] = {}
     for component in components:
         weight = reader_weights(model, graph, layer, component).double().to(q.device)
         readers = weight.shape[0]
         linear = (recipe.q_norm if component == "q" else recipe.k_norm) is None
-        # multiplications per sender and prompt: the change dotted with every direction,
-        # against its projection per position and the products q . k again
-        fast_work = d_model * heads * pairs
-        cheaper = fast_work < n_pos * d_model * readers * d_head + heads * n_pos**2 * d_head
-        # the directions and the turned partners of every (position, partner) pair
-        small = n * heads * (pairs * d_model + n_pos**2 * d_head) * 8 <= QK_DIRECTIONS_BYTES
+        # multiplications per sender and prompt: the change dotted with every direction
+        # (float32), against its projection per position and the products q . k again
+        # (float64, about twice the time per multiplication)
+        fast_work = d_model * heads * n_pos**2
+        slow_work = 2 * (n_pos * d_model * readers * d_head + heads * n_pos**2 * d_head)
+        cheaper = fast_work < slow_work
+        # the directions of every (position, partner) pair and their float64 making
+        small = n * heads * n_pos**2 * (d_model * 8 + d_head * 16) <= QK_DIRECTIONS_BYTES
         directions = None
         if linear and cheaper and small:
             per_head = weight[torch.arange(heads, device=weight.device) // (heads // readers)]
             partner = keys if component == "q" else queries
             directions = _qk_directions(profile, component, partner, per_head, contract)
         plans[component] = (weight, directions)
-    per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 8 * 4
+    per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 4 * 4
     if any(directions is None for _, directions in plans.values()):
-        per_sender += n * n_pos * heads * d_head * 8 * 4
+        per_sender += n * n_pos * heads * d_head * 8 * 4 + n * heads * n_pos * n_pos * 8 * 2
     chunk = max(1, min(n_senders, QK_CHUNK_BYTES // max(per_sender, 1)))
     out = {
         c: torch.zeros(n, plans[c][0].shape[0], n_senders, dtype=torch.float64, device=q.device)
         for c in components
     }
+    norm = plain_module(model.blocks[layer].ln1)  # the model's own norm, without the hooks
     with torch.no_grad():
-        normed = block.ln1(x).unsqueeze(2)
+        normed = norm(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
             part = delta[:, :, first : first + chunk].to(x)
-            change = block.ln1(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
+            change = norm(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
             width = change.shape[2]
             for component in components:
                 weight, directions = plans[component]
                 if directions is None:
-                    new = _qk_recomputed(
+                    moved = _qk_recomputed(
                         profile, graph, q, k, queries, change.double(), weight, component
-                    ).transpose(1, 2)  # [n, heads, senders, query, key]
-                else:
+                    )  # [n, senders, heads, query, key]
+                    moved = (moved - products.unsqueeze(1)).permute(0, 2, 3, 1, 4)
+                    moved = moved.masked_fill_(~reading.admitted, 0.0)  # float64
+                else:  # [n, heads, query, senders, key], zero where no prompt admits
                     narrow = change.to(contract)
-                    moved = start.expand(n, heads, width, n_pos, n_pos).clone()
-                    for p, u, at in directions:
-                        step = torch.bmm(narrow[:, p], u.transpose(1, 2))
-                        step = step.view(n, width, heads, -1).transpose(1, 2)
-                        if component == "q":
-                            moved[:, :, :, p, at] += step
-                        else:
-                            moved[:, :, :, at, p] += step
-                    logits = moved if recipe.softcap is None else recipe.finish(moved, allowed)
-                    new = recipe.rows(logits)
-                change_of_pattern = (new - pattern.unsqueeze(2)).reshape(n, heads, width, -1)
-                terms = torch.matmul(change_of_pattern, g_flat).squeeze(-1)  # [n, heads, c]
+                    moved = narrow.new_zeros(n, heads, n_pos, width, n_pos)
+                    for moving, span, u in directions:
+                        step = torch.matmul(narrow[:, moving], u.transpose(-1, -2))
+                        step = step.view(n, -1, width, heads, span.stop - span.start)
+                        if component == "q":  # the block's queries p, the keys of the span
+                            moved[:, :, moving, :, span] = step.permute(0, 3, 1, 2, 4)
+                        else:  # the block's keys p, the queries of the span
+                            moved[:, :, span, :, moving] = step.permute(0, 3, 4, 2, 1)
+                terms = reading.terms(moved)  # [n, heads, senders]
+                if not bool(torch.isfinite(terms).all()):  # a change too large for expm1
+                    terms = reading.softmax_terms(moved)
                 if component == "k" and not graph.ungrouped:
                     terms = terms.view(n, weight.shape[0], -1, width).sum(2)
                 out[component][:, :, first : first + chunk] = terms
@@ -748,22 +753,102 @@ def _qk_recomputed(
     weight: torch.Tensor,
     component: str,
 ) -> torch.Tensor:
-    """The patterns ``[n, senders, heads, query, key]`` with each sender's normed change
-    ``change [n, pos, senders, d_model]`` projected by ``weight [readers, d_model, d_head]``
-    into the hooked queries (keys) and the pattern recomputed from them."""
+    """The scaled products ``scale * q . k`` ``[n, senders, heads, query, key]`` with each
+    sender's normed change ``change [n, pos, senders, d_model]`` projected by ``weight
+    [readers, d_model, d_head]`` into the hooked queries (keys), prepared again."""
     heads = graph.n_heads
     moved = torch.einsum("bpcd,rdk->bcprk", change, weight)
     if component == "q":
-        return profile.pattern(
+        return profile.products(
             profile.queries(q.unsqueeze(1) + moved), _groups(profile.keys(k), heads).unsqueeze(1)
         )
     if graph.ungrouped:  # each query head's own key copy moves
-        return profile.pattern(
+        return profile.products(
             queries.unsqueeze(1), profile.keys(_groups(k, heads).unsqueeze(1) + moved)
         )
-    return profile.pattern(
+    return profile.products(
         queries.unsqueeze(1), _groups(profile.keys(k.unsqueeze(1) + moved), heads)
     )
+
+
+@dataclass(frozen=True, eq=False)
+class _PatternReading:
+    """How one layer's score follows from a change ``D`` of its scaled products ``scale * q .
+    k`` (internal): ``sum over query and key of (pattern' - pattern) * g``, with ``pattern'``
+    the rows of ``products + D``.
+
+    Without a second softmax: a row's new weights are ``p_k exp(D_k) / sum_j p_j exp(D_j)``,
+    so with ``e = expm1(D)`` (accurate for small ``D``) and ``s = sum_k p_k e_k``::
+
+        sum_k g_k (p'_k - p_k) = (sum_k G_k e_k - s * sum_k G_k) / (1 + s),  G = p * (g - c)
+
+    for any constant ``c`` per row (the change of a row sums to 0); ``c = sum_k p_k g_k``
+    leaves no large term to cancel, so the row's term is computed in float32 without the
+    float64 softmax and difference of patterns. Under a soft cap ``cap * tanh(z / cap)`` the
+    change of the logits is ``cap * t (1 - T^2) / (1 + T t)``, ``t = tanh(D / cap)``,
+    ``T = tanh(products / cap)`` (the same identity, no cancellation)."""
+
+    recipe: AttentionRecipe
+    products: torch.Tensor  # [n, heads, query, key] float64, the base run's
+    pattern: torch.Tensor  # [n, heads, query, key] float64
+    g: torch.Tensor  # [n, heads, query, key] float64
+    admitted: torch.Tensor  # [n, 1, query, 1, key] bool
+    weights: torch.Tensor  # [n, heads, query, key, 2]: G and the pattern
+    total: torch.Tensor  # [n, heads, query, 1]: sum_k G_k
+    cap: tuple[torch.Tensor, torch.Tensor] | None  # T and 1 - T^2, [n, heads, query, 1, key]
+
+    @classmethod
+    def of(
+        cls,
+        recipe: AttentionRecipe,
+        products: torch.Tensor,
+        pattern: torch.Tensor,
+        g_pattern: torch.Tensor,
+        allowed: torch.Tensor,
+    ) -> _PatternReading:
+        g = g_pattern.to(pattern)
+        centered = pattern * (g - (pattern * g).sum(-1, keepdim=True))
+        weights = torch.stack([centered, pattern], dim=-1)
+        cap = None
+        if recipe.softcap is not None:
+            tanh = torch.tanh(products / recipe.softcap)
+            cap = (tanh.unsqueeze(3), (1 - tanh * tanh).unsqueeze(3))
+        return cls(
+            recipe=recipe,
+            products=products,
+            pattern=pattern,
+            g=g,
+            admitted=allowed.unsqueeze(3),
+            weights=weights,
+            total=centered.sum(-1).unsqueeze(-1),
+            cap=cap,
+        )
+
+    def terms(self, moved: torch.Tensor) -> torch.Tensor:
+        """The terms ``[n, heads, senders]`` (float64) of the changes ``moved [n, heads, query,
+        senders, key]`` (0 where a key is not admitted anywhere), computed in ``moved``'s
+        dtype; inf or nan where a change is too large for its ``expm1`` (then
+        :meth:`softmax_terms`)."""
+        dtype = moved.dtype
+        if self.cap is not None:
+            tanh, slope = (part.to(dtype) for part in self.cap)
+            cap = self.recipe.softcap
+            t = torch.tanh(moved / cap)
+            logits = (t * slope).mul_(cap)
+            e = logits.div_(t.mul_(tanh).add_(1)).expm1_()
+        else:
+            e = torch.special.expm1(moved)
+        sums = torch.matmul(e, self.weights.to(dtype))  # [n, heads, query, senders, 2]
+        row = (sums[..., 0] - sums[..., 1] * self.total.to(dtype)) / (1 + sums[..., 1])
+        return row.sum(2).double()
+
+    def softmax_terms(self, moved: torch.Tensor) -> torch.Tensor:
+        """:meth:`terms` the long way (float64 softmax of the changed logits minus the
+        pattern, dotted with ``g``), for changes too large for ``expm1``."""
+        products = self.products.unsqueeze(3) + moved.double()
+        new = self.recipe.rows(self.recipe.finish(products, self.admitted))
+        change = new - self.pattern.unsqueeze(3)
+        return (change * self.g.unsqueeze(3)).sum((2, 4))
 
 
 def edge_scores(

@@ -45,10 +45,10 @@ import torch
 from interv.engine.architecture import Architecture, architecture_of
 from interv.errors import IntervError
 
-__all__ = ["Writes"]
+__all__ = ["Writes", "plain_module"]
 
 
-def _plain(module: Any) -> Any:
+def plain_module(module: Any) -> Any:
     """The Hugging Face module a bridge component wraps (the component itself if none)."""
     original = getattr(module, "original_component", None)
     return module if original is None else original
@@ -136,7 +136,7 @@ class Writes:
 
     def _post_attention(self, layer: int, raw: torch.Tensor) -> torch.Tensor:
         norm = self._part(layer, "ln1_post")
-        out = raw if norm is None else _plain(norm)(raw)
+        out = raw if norm is None else plain_module(norm)(raw)
         return out * self.multiplier if self.multiplier != 1.0 else out
 
     def attention_write(self, layer: int, z: torch.Tensor) -> torch.Tensor:
@@ -183,13 +183,13 @@ class Writes:
     def attention_input(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """What the heads' projections of block ``layer`` read from the residual ``x``."""
         norm = self._part(layer, "ln1")
-        return x if norm is None else _plain(norm)(x)
+        return x if norm is None else plain_module(norm)(x)
 
     def _mlp_input(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         norm = self._part(layer, "ln2")
         if norm is None and self.parallel:
             norm = self._part(layer, "ln1")  # GPT-J, Phi, Cohere: the MLP shares ln1
-        return x if norm is None else _plain(norm)(x)
+        return x if norm is None else plain_module(norm)(x)
 
     def _mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         mlp = self._part(layer, "mlp")
@@ -200,8 +200,8 @@ class Writes:
             parts = [getattr(mlp, name, None) for name in ("in", "out")]
             if act is None or None in parts:
                 self.arch.refuse(f"the MLP of block {layer} is not a module interv can run alone")
-            return _plain(parts[1])(act(_plain(parts[0])(x)))
-        module = _plain(mlp)
+            return plain_module(parts[1])(act(plain_module(parts[0])(x)))
+        module = plain_module(mlp)
         forward = getattr(module, "forward", module)
         try:
             wants_residual = "residual" in inspect.signature(forward).parameters
@@ -217,7 +217,7 @@ class Writes:
         out = self._mlp(layer, self._mlp_input(layer, x))
         norm = self._part(layer, "ln2_post")
         if norm is not None:
-            out = _plain(norm)(out)
+            out = plain_module(norm)(out)
         return out * self.multiplier if self.multiplier != 1.0 else out
 
     # -- the logits
