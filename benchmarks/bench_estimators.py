@@ -225,6 +225,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    for path in (args.exact_cache, args.out):  # their folders made before any model work
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
 
