@@ -157,7 +157,11 @@ def against_reference(rows: list[dict], boots: dict, k: int, n: int) -> list[dic
     print()
     print(
         f"| estimator | recall top-{k} minus {REFERENCE}'s (paired 95%) | "
-        + (f"CPR minus {REFERENCE}'s (paired 95%) | CPR intervals overlap | " if with_cpr else "")
+        + (
+            f"CPR minus {REFERENCE}'s (paired 95%) | CPR intervals of the table overlap | "
+            if with_cpr
+            else ""
+        )
         + f"beats {REFERENCE} on both |"
     )
     print("|---|---|" + "---|---|" * with_cpr + "---|")
