@@ -184,9 +184,10 @@ BOUNDS: tuple[str, ...] = ("rate", "any")
 """What the adaptive verification bounds: the miss *rate* (Clopper-Pearson, below
 ``alpha``), or *any* unchecked miss (finite-population, excluded at ``alpha``)."""
 
-ESTIMATORS: tuple[str, ...] = ("attribution", "integrated", "gim")
-"""How a node screen (``run(screen=...)``) estimates: the gradient at the base run, or
-integrated gradients along the path to the interventions (``steps`` points)."""
+ESTIMATORS: tuple[str, ...] = ("attribution", "integrated", "gim", "hvp")
+"""How a node screen (``run(screen=...)``) estimates: the gradient at the base run,
+integrated gradients along the path to the interventions (``steps`` points), GIM's modified
+backward, or the HVP correction (the second-order term along each intervention added)."""
 
 
 @dataclass(frozen=True)
@@ -212,9 +213,15 @@ class Screen:
             ``"attribution"`` (the gradient at the base run), ``"integrated"``
             (integrated gradients, ``steps`` points) or ``"gim"`` (the gradient at the base
             run by GIM's modified backward with its defaults, ``interv.engine.backward.GIM()``:
-            no Taylor term). Edge screens choose theirs by :func:`interv.circuits.discover`'s
-            ``method``, ``gim`` and ``hvp``.
+            no Taylor term) or ``"hvp"`` (Zhang & Wang's HVP correction: the gradient's estimate
+            plus the second-order term ``1/2 delta^T H delta`` along each intervention's change
+            ``delta``, a Hessian-vector product per intervention, with a reliability score
+            :attr:`Audit.reliability`; :func:`interv.engine.screening.second_order_estimates`).
+            Edge screens choose theirs by :func:`interv.circuits.discover`'s ``method``,
+            ``gim`` and ``hvp``.
         steps: the integrated gradients' points (``"integrated"`` only; 1 is attribution).
+        hvp_steps: the multi-step HVP estimate's segments (``"hvp"`` only; 1: the single HVP
+            correction).
     """
 
     top_k: int = 20
@@ -227,6 +234,7 @@ class Screen:
     bound: str = "rate"
     estimator: str = "attribution"
     steps: int = 5
+    hvp_steps: int = 1
 
     def __post_init__(self) -> None:
         as_int(self.top_k, "Screen top_k", minimum=1)
@@ -255,6 +263,12 @@ class Screen:
                 f"unknown Screen estimator {self.estimator!r}; choose one of {ESTIMATORS}"
             )
         as_int(self.steps, "Screen steps (integrated-gradient points)", minimum=1)
+        as_int(self.hvp_steps, "Screen hvp_steps (the multi-step HVP's segments)", minimum=1)
+        if self.hvp_steps != 1 and self.estimator != "hvp":
+            raise IntervError(
+                f"Screen hvp_steps ({self.hvp_steps}) applies with estimator='hvp' only; got "
+                f"estimator={self.estimator!r}"
+            )
 
     def describe(self) -> str:
         """The checking rule in one sentence."""
@@ -274,6 +288,11 @@ class Screen:
             "attribution": "",
             "integrated": f"integrated-gradient estimates ({self.steps} points); ",
             "gim": "GIM-style estimates (the gradient of GIM's modified backward, its defaults); ",
+            "hvp": "HVP-corrected estimates (the first-order estimate plus 1/2 delta^T H delta "
+            "along each intervention, Zhang & Wang), with their reliability scores; "
+            if self.hvp_steps == 1
+            else f"multi-step HVP estimates ({self.hvp_steps} segments, Zhang & Wang), with "
+            "their reliability scores; ",
         }[self.estimator]
         return (
             f"{estimate}the top {self.top_k} by |estimate| verified by exact intervention, "
@@ -312,6 +331,10 @@ class Audit:
             verified, not audited) have ``|exact| > threshold`` (finite-population bound
             from the audit; 0 when every candidate is checked); None for an audit stored
             before it was computed.
+        reliability: ``[n_candidates]`` float64 Zhang & Wang's reliability score of each
+            prompt-mean estimate, ``|second-order term| / |first-order term|`` at the base
+            run, for ``Screen(estimator="hvp")`` (stored as null where not finite, read back
+            as NaN); None for other estimators and for a screen resumed from stored estimates.
     """
 
     screen: Screen
@@ -330,6 +353,7 @@ class Audit:
     rank_interval: tuple[float, float]
     method: str = field(default="a first-order screen")
     unchecked_bound: int | None = None
+    reliability: torch.Tensor | None = None
 
     @property
     def n_candidates(self) -> int:
@@ -428,6 +452,9 @@ class Audit:
             "rank_interval": [None if math.isnan(v) else v for v in self.rank_interval],
             "method": self.method,
             "unchecked_bound": self.unchecked_bound,
+            "reliability": None
+            if self.reliability is None
+            else [float(r) if math.isfinite(r) else None for r in self.reliability.tolist()],
         }
 
     @classmethod
@@ -452,6 +479,11 @@ class Audit:
             rank_interval=stored.rank_interval,
             method=stored.method,
             unchecked_bound=stored.unchecked_bound,
+            reliability=None
+            if stored.reliability is None
+            else torch.tensor(
+                [math.nan if r is None else r for r in stored.reliability], dtype=torch.float64
+            ),
         )
 
     def describe(self) -> str:
@@ -508,9 +540,14 @@ class StoredAudit:
     rank_interval: tuple[Annotated[float, Within(-1.0, 1.0)], Annotated[float, Within(-1.0, 1.0)]]
     method: str
     unchecked_bound: Count | None = None  # absent from audits stored before it existed
+    reliability: list[Annotated[float, Within(0.0)] | None] | None = None  # HVP screens only
 
     def __post_init__(self) -> None:
         n = len(self.estimates)
+        if self.reliability is not None and len(self.reliability) != n:
+            raise IntervError(
+                f"'reliability' holds {len(self.reliability)} entries for {n} candidates"
+            )
         for name in ("exact", "status", "order"):
             if len(getattr(self, name)) != n:
                 raise IntervError(

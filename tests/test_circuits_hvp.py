@@ -21,7 +21,8 @@ import torch
 import interv
 from interv.circuits import EdgeScores, edge_effects, edge_scores
 from interv.circuits.patching import capture_run, sender_delta
-from interv.circuits.second_order import edge_derivatives, hvp_estimates, reliability
+from interv.circuits.second_order import edge_derivatives
+from interv.engine.second_order import hvp_estimates, reliability
 from interv.engine.targets import TargetMetric, get_metric
 from interv.errors import IntervError
 from interv.tasks.tokenized import TokenizedPairs

@@ -265,3 +265,71 @@ def test_a_layer_whose_reading_overflows_takes_the_softmax(monkeypatch):
     monkeypatch.setattr(_PatternReading, "terms", overflowing)
     _compare(model, task)
     assert overflowed
+
+
+class _Gemma3Norm(torch.nn.Module):
+    """Gemma's RMSNorm as Hugging Face writes it: the gain is ``1 + weight``."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.eps = 1e-6
+        self.weight = torch.nn.Parameter(torch.randn(d) * 0.1)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
+
+
+class _MaxNorm(torch.nn.Module):
+    """A norm of neither form (by the largest entry): the QK fix calls it for every sender."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.eps = 1e-6
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return self.weight * x / x.abs().amax(-1, keepdim=True)
+
+
+def _norms(d: int = 16) -> dict[str, torch.nn.Module]:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    llama = LlamaRMSNorm(d, eps=1e-5)
+    layer = torch.nn.LayerNorm(d)
+    with torch.no_grad():
+        llama.weight.copy_(torch.randn(d))
+        layer.weight.copy_(torch.randn(d))
+        layer.bias.copy_(torch.randn(d))
+    return {"llama": llama, "gemma": _Gemma3Norm(d), "layernorm": layer, "max": _MaxNorm(d)}
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma", "layernorm", "max"])
+def test_the_norm_change_is_the_modules_own(name):
+    """Where the norm is identified (RMSNorm with ``w`` or ``1 + w``, LayerNorm), ``r' * (U *
+    gain) . delta~ + (r' - r) * (U * gain) . x~`` equals ``U . (norm(x + delta) - norm(x))``
+    for small and large changes; a norm of another form is not identified."""
+    from interv.circuits.screens import _NormChange
+
+    torch.manual_seed(5)
+    module = _norms()[name].double()
+    x = torch.randn(2, 3, 16, dtype=torch.float64) * 2
+    change = _NormChange.of(module, x, x + 0.5 * x.flip(-1))
+    if name == "max":
+        assert change is None
+        return
+    assert change is not None and change.centered == (name == "layernorm")
+    u = torch.randn(5, 16, 4, dtype=torch.float64)  # [directions, d_model, d_head]
+    folded = change.fold(u)
+    for size in (1e-4, 1.0):
+        delta = torch.randn(2, 3, 7, 16, dtype=torch.float64) * size
+        normed_change = module(x.unsqueeze(2) + delta) - module(x).unsqueeze(2)
+        want = torch.einsum("bpcd,rdk->bpcrk", normed_change, u)
+        moved, grown = (part.unsqueeze(-1) for part in change.scales(delta))
+        at_delta = torch.einsum("bpcd,rdk->bpcrk", delta, folded)
+        at_x = torch.einsum("bpd,rdk->bprk", change.x.double(), folded).unsqueeze(2)
+        got = moved * at_delta + grown * at_x
+        scale = want.abs().max().item()
+        # Llama's module normalizes in float32 whatever its input: its difference of two
+        # normed inputs carries float32's cancellation (~1e-7 of the normed input's size)
+        floor = 1e-6 * module(x).abs().max().item() * u.abs().sum(1).max().item()
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * scale + floor)

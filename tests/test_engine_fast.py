@@ -15,7 +15,7 @@ from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
 from interv.engine import stacking as engine_stacking
-from interv.engine.forward import Gradient, Prompts, Suffix, forward
+from interv.engine.forward import Gradient, OwnGradient, Prompts, Suffix, forward
 from interv.engine.interventions import (
     PATCH_COMPONENTS,
     ActivationPatch,
@@ -331,3 +331,53 @@ def test_forward_gradients_at_a_site_are_the_metrics_derivative():
         forward(model, prompts, readout=None, gradient=Gradient([site], metric))
     with pytest.raises(IntervError, match="at least one Site"):
         Gradient([], metric)
+
+
+def test_own_gradient_hands_the_live_readout_and_takes_no_gradient_itself():
+    """``OwnGradient``: the caller differentiates with respect to a scale its hook reads (the
+    same derivative a ``Gradient`` at the site gives along that direction); the forward
+    returns no gradient, a detached readout, no parameter ``.grad`` and no hook left."""
+    model = native(n_key_value_heads=2).double()
+    task = make_task()
+    prompts = Prompts.of(task.clean_tokens)
+    site = Site("z", 1)
+    rows = torch.arange(N_PROMPTS)
+
+    def metric(logits):
+        return logits[rows, task.target_ids] - logits[rows, task.foil_ids]
+
+    out = forward(
+        model,
+        prompts,
+        readout="position_logits",
+        positions=task.answer_positions,
+        gradient=Gradient([site], metric),
+    )
+    direction = torch.randn(out.captured[site].shape, generator=torch.Generator().manual_seed(3))
+    direction = direction.double()
+    t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    found = {}
+
+    def shift(activation, hook):
+        return activation + t * direction
+
+    def of(logits):
+        assert logits.requires_grad
+        (found["d"],) = torch.autograd.grad(metric(logits).sum(), [t])
+
+    own = forward(
+        model,
+        prompts,
+        hooks=[(site, shift)],
+        readout="position_logits",
+        positions=task.answer_positions,
+        gradient=OwnGradient(of),
+    )
+    analytic = (out.gradients[site] * direction).sum()
+    assert float(found["d"]) == pytest.approx(float(analytic), rel=1e-10)
+    assert own.gradients == {} and not own.readout.requires_grad
+    torch.testing.assert_close(own.readout, out.readout)
+    assert all(p.grad is None for p in model.parameters())
+    assert not [name for name, point in model.hook_dict.items() if point._forward_hooks]
+    with pytest.raises(IntervError, match="OwnGradient's of must be callable"):
+        OwnGradient(3)

@@ -40,8 +40,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -110,6 +110,7 @@ class Run:
         final: the residual stream entering the final norm.
         logits: ``[n, d_vocab]`` at the answer positions (the model's own logits).
         prefix: the recorded block inputs (for suffix forwards), when recorded.
+        extra: the other sites the caller asked :func:`capture_run` for.
     """
 
     resid_pre: list[torch.Tensor]
@@ -119,6 +120,7 @@ class Run:
     final: torch.Tensor
     logits: torch.Tensor
     prefix: Prefix | None
+    extra: Mapping[Site, torch.Tensor] = field(default_factory=dict)
 
 
 _CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -131,8 +133,10 @@ def capture_run(
     *,
     record_prefix: bool = False,
     hooks: Sequence[tuple[Site, Any]] = (),
+    extra: Sequence[Site] = (),
 ) -> Run:
-    """One no-grad forward of ``run``'s prompts, capturing what :class:`Run` holds.
+    """One no-grad forward of ``run``'s prompts, capturing what :class:`Run` holds (and the
+    ``extra`` sites, in :attr:`Run.extra`).
 
     The first capture of a model also checks interv's write paths against the model's own
     (:func:`check_writes`)."""
@@ -146,6 +150,7 @@ def capture_run(
             sites += [Site(mlp_in, layer) for layer in layers]
         sites += [Site("mlp_out", layer) for layer in layers]
     sites.append(Site("final_resid"))
+    sites += [site for site in extra if site not in sites]
     checking = not hooks and not _CHECKED.get(model, False)
     if checking:
         sites += [Site("attn_out", layer) for layer in layers]
@@ -167,6 +172,7 @@ def capture_run(
         final=got[Site("final_resid")],
         logits=out.readout,
         prefix=out.prefix,
+        extra={site: got[site] for site in extra},
     )
     if checking:
         check_writes(model, captured, [got[Site("attn_out", layer)] for layer in layers])

@@ -34,7 +34,12 @@ norm the change of ``scale * q . k`` is linear in the sender's normalized change
 layer builds its query (key) directions once and a sender's changed logits are one product
 with them (the same numbers, within float32; :func:`qk_fixed_scores`); under a QK norm, or
 when the directions would not fit ``QK_DIRECTIONS_BYTES``, every sender's queries (keys) are
-recomputed as written above.
+recomputed as written above. Where the block's first norm is an RMSNorm or a LayerNorm
+(checked against the module's own output), its change is taken apart so the senders' changes
+are multiplied without normalizing ``x + delta`` per sender (:class:`_NormChange`). The
+score is read from the change ``D`` of the logits without a second softmax,
+``sum_k G_k expm1(D_k) / (1 + sum_k p_k expm1(D_k))`` per row with ``G = p (g - p . g)``
+(:class:`_PatternReading`; the float64 softmax where a change overflows ``expm1``).
 
 ``kv="ungrouped"`` scores MIB's graph (:class:`~interv.circuits.graph.Graph`): each query
 head has its own copy of its key/value head's key and value inputs, and the gradient of an
@@ -87,6 +92,7 @@ from interv._schema import parse
 from interv.circuits._stored import StoredScores
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import (
+    Run,
     capture_run,
     check_task,
     clean_run_logits,
@@ -96,12 +102,13 @@ from interv.circuits.patching import (
     sender_deltas,
     tokens_of,
 )
-from interv.circuits.second_order import edge_derivatives, hvp_estimates
-from interv.circuits.second_order import reliability as reliability_score
+from interv.circuits.second_order import edge_derivatives
 from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
 from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
 from interv.engine.forward import AUTO, PATTERN, Prompts, forward
+from interv.engine.second_order import check_second_order, copies_per_forward, hvp_estimates
+from interv.engine.second_order import reliability as reliability_score
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 from interv.engine.writes import Writes, plain_module
@@ -345,6 +352,7 @@ def _reader_gradients(
     embed: torch.Tensor | None = None,
     pattern_grads: dict[int, torch.Tensor] | None = None,
     gim: GIM | None = None,
+    inputs: str = "qkv",
 ) -> Iterator[torch.Tensor]:
     """One forward and backward of ``run`` (block 0's input replaced by ``embed`` if given),
     then, one at a time (so that only one is held), per receiver layer
@@ -355,9 +363,11 @@ def _reader_gradients(
     With ``pattern_grads`` (a dict) the gradients with respect to each layer's attention
     probabilities ``[n, n_heads, query_pos, key_pos]`` (float64) are stored in it under
     the layer, by the first step of the iteration. With ``gim`` the backward is GIM's
-    (:mod:`interv.engine.backward`), the pull-backs through the norms included."""
+    (:mod:`interv.engine.backward`), the pull-backs through the norms included. ``inputs``:
+    the heads' inputs whose readers are yielded (``"v"``: the value readers only, for the QK
+    fix, which scores the query and key edges from the pattern)."""
     layers = range(graph.n_layers)
-    components = ["q", "k", "v"] + (["mlp_out"] if graph.has_mlp else [])
+    components = list(inputs) + (["mlp_out"] if graph.has_mlp else [])
     writes = Writes.of(model)
 
     def replace(activation: torch.Tensor, hook: Any) -> torch.Tensor:
@@ -394,9 +404,9 @@ def _reader_gradients(
     with torch.enable_grad(), modified_backward(model, gim):
         for layer in layers:
             x = seen[Site("resid_pre", layer)]
-            weights = torch.cat([reader_weights(model, graph, layer, c) for c in "qkv"]).to(x)
+            weights = torch.cat([reader_weights(model, graph, layer, c) for c in inputs]).to(x)
             cotangent = torch.cat(
-                [grads[Site(c, layer)] * gradient_scale(gim, c) for c in "qkv"], dim=2
+                [grads[Site(c, layer)] * gradient_scale(gim, c) for c in inputs], dim=2
             )
             readers = weights.shape[0]
             x_rep = x.unsqueeze(2).expand(-1, -1, readers, -1).clone().requires_grad_(True)
@@ -491,21 +501,33 @@ def check_qk_fix(model: Any) -> None:
             )
 
 
-def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
+def qk_sites(graph: Graph) -> list[Site]:
+    """The sites :func:`qk_base` reads from a run: every layer's queries, keys and pattern."""
+    return [Site(c, layer) for layer in range(graph.n_layers) for c in ("q", "k", "pattern")]
+
+
+def qk_base(
+    model: Any, graph: Graph, task: TokenizedPairs, run: str, captured: Run | None = None
+) -> QKBase:
     """Queries, keys and the recomputed patterns of ``run``, each layer checked against the
-    model's own pattern (refused where they differ)."""
+    model's own pattern (refused where they differ): read from ``captured`` (a
+    :func:`~interv.circuits.patching.capture_run` of ``run`` with :func:`qk_sites` and its
+    prefix recorded), or from a forward of their own."""
     check_qk_fix(model)
     arch = architecture_of(model)
     layers = range(graph.n_layers)
-    sites = [Site(c, layer) for layer in layers for c in ("q", "k", "pattern")]
-    out = forward(
-        model,
-        Prompts.of(tokens_of(task, run), task.attention_mask),
-        capture=sites,
-        readout=None,
-        record_prefix=True,
-    )
-    got = out.captured
+    sites = qk_sites(graph)
+    if captured is not None and captured.prefix is not None and set(sites) <= set(captured.extra):
+        got, prefix = captured.extra, captured.prefix
+    else:
+        out = forward(
+            model,
+            Prompts.of(tokens_of(task, run), task.attention_mask),
+            capture=sites,
+            readout=None,
+            record_prefix=True,
+        )
+        got, prefix = out.captured, out.prefix
     mask = task.attention_mask.to(got[sites[0]].device).bool()
     qs, ks, patterns, profiles = [], [], [], []
     rows = mask[:, None, :, None]
@@ -513,9 +535,7 @@ def qk_base(model: Any, graph: Graph, task: TokenizedPairs, run: str) -> QKBase:
         recipe = recipe_of(model, layer)
         rotary = None
         if recipe.rotation is not None:
-            tables = (
-                None if out.prefix is None else out.prefix.kwargs[layer].get("position_embeddings")
-            )
+            tables = None if prefix is None else prefix.kwargs[layer].get("position_embeddings")
             if not isinstance(tables, tuple | list) or len(tables) != 2:
                 arch.refuse(
                     f"qk_fix=True: block {layer} is rotary but receives no rotary tables "
@@ -560,9 +580,102 @@ QK_DIRECTIONS_BYTES = 256 << 20
 beyond it that layer's queries (keys) are recomputed sender by sender."""
 
 
-QK_POSITION_BLOCKS = 4
+@dataclass(frozen=True, eq=False)
+class _NormChange:
+    """A block's first norm, identified as one of the two forms the QK fix can take apart
+    (internal): ``gain * (x - mean) * r`` (LayerNorm, ``centered``, plus a bias) or ``gain * x
+    * r`` (RMSNorm; Gemma's ``gain = 1 + weight``), ``r = (mean of the squares + eps) ** -0.5``.
+    Then the change of the normed input a sender's ``delta`` makes is::
+
+        norm(x + delta) - norm(x) = r' * gain * delta~ + (r' - r) * gain * x~
+
+    (``~``: centered under LayerNorm), so a direction ``U`` dotted with it is ``r' * (U *
+    gain) . delta~ + (r' - r) * (U * gain) . x~``: the directions take the gain (and the
+    centering) once, the senders' ``delta`` is multiplied without the norm, and ``r' - r``
+    comes from two sums per sender, computed without cancellation. Identified numerically
+    (:meth:`of`): the form must reproduce the module's own output on the run's input and on a
+    moved one, else the module is called for every sender as before.
+
+    Attributes:
+        gain: ``[d_model]`` float64.
+        centered: LayerNorm (True) or RMSNorm (False).
+        x: ``[n, pos, d_model]`` the block's input (centered under LayerNorm), float32.
+        scale: ``[n, pos]`` float64: ``r`` at ``x``.
+        base: ``[n, pos]`` float64: the mean of the squares of ``x`` plus ``eps``.
+    """
+
+    gain: torch.Tensor
+    centered: bool
+    x: torch.Tensor
+    scale: torch.Tensor
+    base: torch.Tensor
+
+    @classmethod
+    def of(cls, module: Any, x: torch.Tensor, moved: torch.Tensor) -> _NormChange | None:
+        """The form of ``module`` (a plain torch module) if one reproduces its output on ``x``
+        ``[n, pos, d_model]`` and ``moved`` (``x`` plus a change) to float32 precision."""
+        weight = getattr(module, "weight", None)
+        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+        if not isinstance(weight, torch.Tensor) or weight.shape != x.shape[-1:]:
+            return None
+        if not isinstance(eps, float | int):
+            return None
+        bias = getattr(module, "bias", None)
+        weight = weight.detach().double()
+        candidates = [(weight, True), (weight, False), (1 + weight, False)]
+        with torch.no_grad():
+            wants = [module(x).double(), module(moved).double()]
+            for gain, centered in candidates:
+                if not centered and isinstance(bias, torch.Tensor):
+                    continue
+                shift = 0.0 if bias is None or not centered else bias.detach().double()
+                fits = True
+                for inputs, want in zip((x, moved), wants, strict=True):
+                    got = cls._apply(inputs.double(), gain, centered, float(eps)) + shift
+                    tolerance = 1e-5 * float(want.abs().max()) + 1e-6
+                    fits = fits and float((got - want).abs().max()) <= tolerance
+                if fits:
+                    x64 = x.double()
+                    if centered:
+                        x64 = x64 - x64.mean(-1, keepdim=True)
+                    base = x64.square().mean(-1) + float(eps)
+                    return cls(gain, centered, x64.float(), base.rsqrt(), base)
+        return None
+
+    @staticmethod
+    def _apply(x: torch.Tensor, gain: torch.Tensor, centered: bool, eps: float) -> torch.Tensor:
+        if centered:
+            x = x - x.mean(-1, keepdim=True)
+        return gain * x * (x.square().mean(-1, keepdim=True) + eps).rsqrt()
+
+    def fold(self, weight: torch.Tensor) -> torch.Tensor:
+        """A projection ``[..., d_model, d_head]`` with the gain folded in (and, under
+        LayerNorm, centered over ``d_model``), so its product with ``delta`` is the product of
+        the original with ``gain * delta~``."""
+        folded = weight * self.gain.to(weight).unsqueeze(-1)
+        if self.centered:
+            folded = folded - folded.mean(-2, keepdim=True)
+        return folded
+
+    def scales(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``r'`` and ``r' - r`` ``[n, pos, senders, 1]`` (``delta [n, pos, senders,
+        d_model]``'s dtype) for each sender's change."""
+        d_model = delta.shape[-1]
+        cross = torch.einsum("bpd,bpcd->bpc", self.x.to(delta), delta).double()
+        square = torch.linalg.vector_norm(delta, dim=-1).double().square()
+        if self.centered:
+            square = square - delta.sum(-1).double().square() / d_model
+        grown = (2 * cross + square) / (d_model * self.base.unsqueeze(-1))
+        ratio = torch.expm1(-0.5 * torch.log1p(grown))  # r' / r - 1
+        scale = self.scale.unsqueeze(-1)
+        return (scale * (1 + ratio)).unsqueeze(-1).to(delta), (scale * ratio).unsqueeze(-1).to(
+            delta
+        )
+
+
+QK_POSITION_BLOCKS = 8
 """Into how many blocks of moving positions :func:`_qk_directions` splits a layer, each with
-the span of partners its positions admit (under a causal mask, 4 blocks multiply 5/8 of the
+the span of partners its positions admit (under a causal mask, 8 blocks multiply 9/16 of the
 full ``pos x pos`` square instead of all of it)."""
 
 
@@ -682,6 +795,8 @@ def _qk_layer_scores(
     # (at least float32)
     contract = torch.promote_types(x.dtype, torch.float32)
     reading = _PatternReading.of(recipe, products, pattern, g_pattern, profile.allowed)
+    module = plain_module(model.blocks[layer].ln1)  # the model's own norm, without the hooks
+    folding = _NormChange.of(module, x, x + 0.5 * x.flip(-1))  # moved: a fixed other input
     plans: dict[str, tuple[torch.Tensor, Any]] = {}
     for component in components:
         weight = reader_weights(model, graph, layer, component).double().to(q.device)
@@ -698,8 +813,15 @@ def _qk_layer_scores(
         directions = None
         if linear and cheaper and small:
             per_head = weight[torch.arange(heads, device=weight.device) // (heads // readers)]
+            if folding is not None:
+                per_head = folding.fold(per_head)
             partner = keys if component == "q" else queries
             directions = _qk_directions(profile, component, partner, per_head, contract)
+            if folding is not None:  # each block's directions dotted with the run's input
+                directions = [
+                    (moving, span, u, torch.matmul(folding.x[:, moving].unsqueeze(2).to(u), u.mT))
+                    for moving, span, u in directions
+                ]
         plans[component] = (weight, directions)
     per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 4 * 4
     if any(directions is None for _, directions in plans.values()):
@@ -709,13 +831,20 @@ def _qk_layer_scores(
         c: torch.zeros(n, plans[c][0].shape[0], n_senders, dtype=torch.float64, device=q.device)
         for c in components
     }
-    norm = plain_module(model.blocks[layer].ln1)  # the model's own norm, without the hooks
+    unfolded = folding is None or any(directions is None for _, directions in plans.values())
     with torch.no_grad():
-        normed = norm(x).unsqueeze(2)
+        normed = module(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
             part = delta[:, :, first : first + chunk].to(x)
-            change = norm(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
-            width = change.shape[2]
+            width = part.shape[2]
+            change = None
+            if unfolded:
+                change = module(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
+            if folding is not None:
+                narrow = part.to(contract)
+                moved_scale, grown_scale = folding.scales(narrow)
+            else:
+                narrow = change.to(contract)
             for component in components:
                 weight, directions = plans[component]
                 if directions is None:
@@ -725,10 +854,13 @@ def _qk_layer_scores(
                     moved = (moved - products.unsqueeze(1)).permute(0, 2, 3, 1, 4)
                     moved = moved.masked_fill_(~reading.admitted, 0.0)  # float64
                 else:  # [n, heads, query, senders, key], zero where no prompt admits
-                    narrow = change.to(contract)
                     moved = narrow.new_zeros(n, heads, n_pos, width, n_pos)
-                    for moving, span, u in directions:
-                        step = torch.matmul(narrow[:, moving], u.transpose(-1, -2))
+                    for moving, span, u, *at_x in directions:
+                        step = torch.matmul(narrow[:, moving], u.mT)
+                        if at_x:  # r' U.delta~ + (r' - r) U.x~ (see _NormChange)
+                            step = step.mul_(moved_scale[:, moving]).add_(
+                                grown_scale[:, moving] * at_x[0]
+                            )
                         step = step.view(n, -1, width, heads, span.stop - span.start)
                         if component == "q":  # the block's queries p, the keys of the span
                             moved[:, :, moving, :, span] = step.permute(0, 3, 1, 2, 4)
@@ -851,6 +983,51 @@ class _PatternReading:
         return (change * self.g.unsqueeze(3)).sum((2, 4))
 
 
+@dataclass(frozen=True, eq=False)
+class _Batch:
+    """One batch of prompt pairs with its two runs captured (internal).
+
+    Attributes:
+        rows: the pairs' indices in the whole task (consecutive).
+        task: those pairs.
+        base, other: the base run (where gradients are taken) and the other run.
+        clean_logits: the clean run's answer logits (whichever run it is).
+    """
+
+    rows: list[int]
+    task: TokenizedPairs
+    base: Run
+    other: Run
+    clean_logits: torch.Tensor
+
+    @property
+    def span(self) -> slice:
+        """``rows`` as a slice of the prompt axis."""
+        return slice(self.rows[0], self.rows[-1] + 1)
+
+
+def _batches(
+    model: Any,
+    task: TokenizedPairs,
+    base_name: str,
+    other_name: str,
+    batch_size: int,
+    qk: Graph | None = None,
+) -> Iterator[_Batch]:
+    """The task's pairs in consecutive batches of at most ``batch_size``, each with its base
+    and other runs captured (one no-grad forward each): what EAP's gradient runs and the HVP
+    correction both start from. With ``qk`` (the graph), the base run also captures what
+    :func:`qk_base` reads (no forward of its own)."""
+    n = task.n_pairs
+    extra = () if qk is None else qk_sites(qk)
+    for first in range(0, n, batch_size):
+        rows = list(range(first, min(n, first + batch_size)))
+        part = task.select(rows)
+        base = capture_run(model, part, base_name, record_prefix=bool(extra), extra=extra)
+        other = capture_run(model, part, other_name)
+        yield _Batch(rows, part, base, other, clean_run_logits(base, other, base_name))
+
+
 def edge_scores(
     model: Any,
     task: TokenizedPairs,
@@ -905,6 +1082,8 @@ def edge_scores(
     target = check_task(model, task, metric)
     runs = check_method(method, steps, qk_fix)
     segments = check_hvp(hvp, hvp_steps, hvp_top, method, qk_fix, gim)
+    if segments:
+        check_second_order(model)
     gim = check_gim(model, gim)
     if gim is not None and qk_fix:
         raise IntervError(
@@ -937,16 +1116,15 @@ def edge_scores(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
     per_prompt = torch.zeros(graph.n_edges, n, dtype=torch.float64)
-    receivers = graph.receivers
-    for first in range(0, n, batch_size):
-        rows = list(range(first, min(n, first + batch_size)))
-        part = task.select(rows)
-        base = capture_run(model, part, base_name)
-        other = capture_run(model, part, other_name)
-        clean_logits = clean_run_logits(base, other, base_name)
+    # under the QK fix the query and key edges are scored from the pattern (below), so the
+    # gradient runs pull back only the value heads' and MLPs' inputs
+    receivers = [r for r in graph.receivers if not (qk_fix and r.input in ("q", "k"))]
+    batches = _batches(model, task, base_name, other_name, batch_size, graph if qk_fix else None)
+    for batch in batches:
+        rows, part, base, other = batch.rows, batch.task, batch.base, batch.other
         with torch.no_grad():
             delta = sender_deltas(model, graph, other, base)  # [n, pos, senders, d_model]
-        qk = qk_base(model, graph, part, base_name) if qk_fix else None
+        qk = qk_base(model, graph, part, base_name, captured=base) if qk_fix else None
         pattern_sum: dict[int, torch.Tensor] = {}
         for step in range(1, runs + 1):
             embed = None
@@ -956,7 +1134,16 @@ def edge_scores(
             position = 0
             pattern_grads: dict[int, torch.Tensor] | None = {} if qk_fix else None
             layers = _reader_gradients(
-                model, graph, part, base_name, target, clean_logits, embed, pattern_grads, gim
+                model,
+                graph,
+                part,
+                base_name,
+                target,
+                batch.clean_logits,
+                embed,
+                pattern_grads,
+                gim,
+                "v" if qk_fix else "qkv",
             )
             for layer_grads in layers:
                 width = layer_grads.shape[2]
@@ -971,8 +1158,6 @@ def edge_scores(
                         / runs
                     )  # [n, readers, senders]
                 for j, receiver in enumerate(group):
-                    if qk_fix and receiver.input in ("q", "k"):
-                        continue  # scored from the attention pattern on, below
                     block = products[:, j, : receiver.n_senders].T.cpu()
                     per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] += block
             for layer, grad in (pattern_grads or {}).items():
@@ -1085,35 +1270,28 @@ def _correct(
     n = task.n_pairs
     d1 = torch.zeros(len(chosen), n, dtype=torch.float64)
     d2 = torch.zeros(len(chosen), n, dtype=torch.float64)
-    per_copy = n * task.n_positions * model.cfg.d_model * 4 * (graph.n_layers + 1) * 16
-    copies = max(1, min(64, (512 << 20) // max(per_copy, 1)))
-    for first in range(0, n, batch_size):
-        rows = list(range(first, min(n, first + batch_size)))
-        part = task.select(rows)
-        base = capture_run(model, part, base_name)
-        other = capture_run(model, part, other_name)
-        clean_logits = clean_run_logits(base, other, base_name)
-
+    copies = copies_per_forward(model, n, task.n_positions)
+    for batch in _batches(model, task, base_name, other_name, batch_size):
         at = functools.partial(
             edge_derivatives,
             model,
-            part,
+            batch.task,
             graph,
-            base,
-            other,
+            batch.base,
+            batch.other,
             chosen,
             base_name,
             target,
-            clean_logits,
+            batch.clean_logits,
             batch_size=copies,
             progress=progress,
         )
         estimate, a, b = hvp_estimates(at, segments)
-        d1[:, rows], d2[:, rows] = a, b
+        d1[:, batch.span], d2[:, batch.span] = a, b
         if segments == 1:  # EAP's own first-order term, the second-order term added
-            per_prompt[chosen, first : first + len(rows)] += b / 2
+            per_prompt[chosen, batch.span] += b / 2
         else:
-            per_prompt[chosen, first : first + len(rows)] = estimate
+            per_prompt[chosen, batch.span] = estimate
     out = torch.full((graph.n_edges,), float("nan"), dtype=torch.float64)
     out[chosen] = reliability_score(d1.mean(-1), d2.mean(-1))
     return out

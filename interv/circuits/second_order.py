@@ -17,11 +17,13 @@ with ``f(t)`` the metric of the run whose reader ``v`` reads ``x_v + t delta_u``
     hvp    = f'(0) + f''(0) / 2
     multi-step (S)      = sum_{s<S} f'(s/S) / S + f''(s/S) / (2 S^2)
 
-Each edge has its own direction, so each edge costs one forward and two backwards of the
-model (one copy of the prompts per edge, stacked): unlike a node's HVP, the correction of
-every edge at once is not one extra backward. ``t`` is one scalar per edge and prompt,
-each copy's rows depend on their own ``t`` only, so one gradient of the summed metric and
-one of the summed first derivatives hold every edge's and prompt's ``f'`` and ``f''``.
+Each edge has its own direction, so each edge is one copy of the prompts in a stacked
+forward with two backwards (:func:`interv.engine.second_order.along_patches`, which node
+screens share): the correction of every edge at once is not one extra backward. ``t`` is
+one scalar per edge and prompt, each copy's rows depend on their own ``t`` only, so one
+gradient of the summed metric and one of the summed first derivatives hold every edge's
+and prompt's ``f'`` and ``f''``. The multi-step sum and the reliability score are
+:mod:`interv.engine.second_order`'s.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from interv.circuits.patching import (
     sender_delta,
     tokens_of,
 )
-from interv.engine.forward import PATTERN, Gradient, Prompts, forward
+from interv.engine.forward import Prompts
+from interv.engine.second_order import along_patches
 from interv.engine.sites import Site
 from interv.engine.targets import TargetMetric
 
@@ -96,11 +99,9 @@ def _chunk_derivatives(
     at: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = task.n_pairs, len(indices)
-    dtype = base.resid_pre[0].dtype
-    t = torch.full((k, n), float(at), dtype=dtype, device=base.resid_pre[0].device)
-    t.requires_grad_(True)
-    edits: dict[Site, list[tuple[int, int, torch.Tensor]]] = {}
-    with torch.enable_grad():
+
+    def build(t: torch.Tensor) -> list[tuple[Site, Any]]:
+        edits: dict[Site, list[tuple[int, int, torch.Tensor]]] = {}
         for copy, index in enumerate(indices):
             receiver = graph.receiver_of(index)
             delta = sender_delta(model, graph, other, base, index - receiver.start)
@@ -114,67 +115,38 @@ def _chunk_derivatives(
             else:
                 site = Site(receiver.input, receiver.node.layer)
                 edits.setdefault(site, []).append((copy, receiver.node.head, change))
+        return [(site, _editor(n, changes)) for site, changes in edits.items()]
 
-    def editor(changes: list[tuple[int, int, torch.Tensor]]) -> Any:
-        def edit(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-            parts = list(activation.split(n))
-            for copy, head, change in changes:
-                if head < 0:
-                    parts[copy] = parts[copy] + change.to(activation)
-                else:
-                    heads = parts[copy].clone()
-                    heads[:, :, head] = heads[:, :, head] + change.to(activation)
-                    parts[copy] = heads
-            return torch.cat(parts)
+    def values(logits: torch.Tensor) -> torch.Tensor:
+        return per_prompt_metric(metric, task, logits, clean_logits)  # [k, n]
 
-        return edit
-
-    found: dict[str, torch.Tensor] = {}
-
-    def of(logits: torch.Tensor) -> torch.Tensor:
-        values = per_prompt_metric(metric, task, logits, clean_logits)  # [k, n]
-        (d1,) = torch.autograd.grad(values.sum(), [t], create_graph=True, retain_graph=True)
-        if d1.requires_grad:
-            (d2,) = torch.autograd.grad(d1.sum(), [t], retain_graph=True, allow_unused=True)
-        else:
-            d2 = None  # f is linear in t along every edge of the chunk
-        found["first"] = d1.detach()
-        found["second"] = torch.zeros_like(d1) if d2 is None else d2.detach()
-        return values.reshape(-1)
-
-    hooks = [(site, editor(changes)) for site, changes in edits.items()]
     prompts = Prompts.of(tokens_of(task, base_name), task.attention_mask)
     with copies_of(model, graph) as kv_hooks:
-        forward(
+        return along_patches(
             model,
-            prompts.repeat(k),
-            hooks=[*kv_hooks, *hooks],
-            readout="position_logits",
-            positions=task.answer_positions.repeat(k),
-            attention=PATTERN,
-            gradient=Gradient(at=(Site("resid_pre", 0),), of=of),
+            prompts,
+            task.answer_positions,
+            k,
+            build,
+            values,
+            at=at,
+            hooks=kv_hooks,
+            dtype=base.resid_pre[0].dtype,
         )
-    return found["first"].double().cpu(), found["second"].double().cpu()
 
 
-def hvp_estimates(
-    first: Callable[[float], tuple[torch.Tensor, torch.Tensor]], steps: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The ``steps``-segment estimate ``[edges, n]`` and, at ``t = 0``, the first and second
-    derivatives, from ``first(t) -> (f'(t), f''(t))``."""
-    d1, d2 = first(0.0)
-    estimate = d1 / steps + d2 / (2 * steps * steps)
-    for s in range(1, steps):
-        a, b = first(s / steps)
-        estimate = estimate + a / steps + b / (2 * steps * steps)
-    return estimate, d1, d2
+def _editor(n: int, changes: list[tuple[int, int, torch.Tensor]]) -> Any:
+    """A hook adding each copy's change (at its head, ``-1``: the whole activation)."""
 
+    def edit(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        parts = list(activation.split(n))
+        for copy, head, change in changes:
+            if head < 0:
+                parts[copy] = parts[copy] + change.to(activation)
+            else:
+                heads = parts[copy].clone()
+                heads[:, :, head] = heads[:, :, head] + change.to(activation)
+                parts[copy] = heads
+        return torch.cat(parts)
 
-def reliability(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-    """Zhang & Wang's reliability score of each prompt-mean estimate: ``|f''(0)| /
-    (2 |f'(0)|)`` from the prompt-mean derivatives ``[edges]`` (0 where both are 0, inf
-    where only the first-order term is)."""
-    num = second.abs() / 2
-    den = first.abs()
-    out = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.inf)
-    return torch.where(num == 0, torch.zeros_like(out), out)
+    return edit

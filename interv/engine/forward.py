@@ -78,6 +78,7 @@ __all__ = [
     "ForwardOutput",
     "Gradient",
     "HookFn",
+    "OwnGradient",
     "Prefix",
     "Prompts",
     "Suffix",
@@ -287,6 +288,29 @@ class Gradient:
 
 
 @dataclass(frozen=True, eq=False)
+class OwnGradient:
+    """A :func:`forward` whose caller differentiates for itself: the forward runs with
+    gradients on and calls ``of`` with the live readout (before anything is detached), and
+    takes no gradient of its own (:attr:`ForwardOutput.gradients` stays empty).
+
+    For derivatives with respect to tensors that the caller's hooks read (the scale ``t`` of
+    a patch, :mod:`interv.circuits.second_order`), where a :class:`Gradient` would add a
+    backward to a site nobody reads. Only what depends on such a tensor is recorded.
+
+    Attributes:
+        of: readout -> anything; it keeps what it computes (its return value is unused).
+    """
+
+    of: Callable[[torch.Tensor], Any]
+
+    def __post_init__(self) -> None:
+        if not callable(self.of):
+            raise IntervError(
+                f"an OwnGradient's of must be callable (readout -> ...); got {self.of!r}"
+            )
+
+
+@dataclass(frozen=True, eq=False)
 class AttentionPath:
     """How one :func:`forward` computes attention.
 
@@ -343,7 +367,7 @@ def forward(
     positions: torch.Tensor | None = None,
     stop_after: Site | None = None,
     record_prefix: bool = False,
-    gradient: Gradient | None = None,
+    gradient: Gradient | OwnGradient | None = None,
     attention: AttentionPath = AUTO,
 ) -> ForwardOutput:
     """Run ``model`` once on ``inputs`` with ``hooks``; capture, read out, maybe stop early.
@@ -361,8 +385,8 @@ def forward(
             ``"position_logits"``.
         stop_after: end the forward right after this site's hook (readout must be None).
         record_prefix: record every block's inputs (full forwards only).
-        gradient: what to differentiate (:class:`Gradient`; None: the forward runs under
-            ``torch.no_grad``).
+        gradient: what to differentiate (:class:`Gradient`; :class:`OwnGradient`: the
+            caller, with the live readout; None: the forward runs under ``torch.no_grad``).
         attention: how attention is computed (:class:`AttentionPath`).
 
     Returns:
@@ -373,7 +397,7 @@ def forward(
     if readout == "position_logits" or (readout == "logits" and isinstance(inputs, Suffix)):
         writes = Writes.of(model)  # logits from the final residual stream: the model's own
         writes.check_logits()
-    grad_at = () if gradient is None else gradient.at
+    grad_at = gradient.at if isinstance(gradient, Gradient) else ()
     sites = [site for site, _ in hooks] + list(capture) + list(grad_at)
     mode = choose_attention(model, inputs, attention.mode, rows=attention.rows, sites=sites)
     real = _attention_mask(inputs)
@@ -437,7 +461,10 @@ def forward(
             out = writes.finish_logits(model.unembed(at).squeeze(1))
         gradients: dict[Site, torch.Tensor] = {}
         if gradient is not None:
-            gradients = _gradients(gradient, out, captured)
+            if isinstance(gradient, Gradient):
+                gradients = _gradients(gradient, out, captured)
+            else:
+                gradient.of(out)
             captured = {site: value.detach() for site, value in captured.items()}
             out = out.detach()
     if out is not None and out.is_floating_point() and out.dtype.itemsize < 4:
@@ -458,7 +485,7 @@ def _check_request(
     positions: torch.Tensor | None,
     stop_after: Site | None,
     record_prefix: bool,
-    gradient: Gradient | None,
+    gradient: Gradient | OwnGradient | None,
 ) -> None:
     """Refuse, in one line, a :func:`forward` whose arguments do not go together."""
     if readout not in READOUTS:
@@ -471,8 +498,10 @@ def _check_request(
         raise IntervError("positions are needed by, and only by, readout='position_logits'")
     if gradient is not None and readout is None:
         raise IntervError("a gradient needs a readout to differentiate; got readout=None")
-    if gradient is not None and not isinstance(gradient, Gradient):
-        raise IntervError(f"gradient must be an interv.engine.forward.Gradient; got {gradient!r}")
+    if gradient is not None and not isinstance(gradient, Gradient | OwnGradient):
+        raise IntervError(
+            f"gradient must be an interv.engine.forward.Gradient or OwnGradient; got {gradient!r}"
+        )
     if record_prefix and isinstance(inputs, Suffix):
         raise IntervError("record_prefix needs a full forward (Prompts), not a Suffix")
     if isinstance(inputs, Prompts):

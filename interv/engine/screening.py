@@ -25,6 +25,12 @@ is wrong where the metric or an attention pattern saturates or effects cancel: i
 the exact interventions decide. A value that was not intervened on is marked
 :data:`~interv.audit.ESTIMATED` and carries :data:`~interv.audit.ESTIMATE_SENTENCE`.
 
+Other estimators (:data:`~interv.audit.ESTIMATORS`): integrated gradients along the path to
+the interventions, GIM's modified backward, and Zhang & Wang's HVP correction
+(:func:`second_order_estimates`: the second-order term along each intervention's own change
+added, one stacked copy of the prompts per intervention, with a reliability score per
+candidate in :attr:`~interv.audit.Audit.reliability`).
+
 Screenable kinds (:data:`SCREENABLE_KINDS`): the head ablations (zero, mean, resample) and
 activation patches (denoising, noising), at all positions or at chosen ones. The metric's
 gradient must not vanish identically at the base run: ``kl_from_clean`` is minimal (zero
@@ -34,6 +40,7 @@ gradient) at the clean run, so it can screen denoising only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,8 +48,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
-from interv.engine.answer_metric import answer_gradients
+from interv.engine.answer_metric import answer_gradients, answer_metric
 from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
+from interv.engine.forward import HookFn, Prompts, forward
 from interv.engine.interventions import (
     ActivationPatch,
     MeanAblation,
@@ -51,6 +59,13 @@ from interv.engine.interventions import (
 )
 from interv.engine.protocol import EditContext, Intervention
 from interv.engine.registry import kind_of
+from interv.engine.second_order import (
+    along_patches,
+    check_second_order,
+    copies_per_forward,
+    hvp_estimates,
+    reliability,
+)
 from interv.engine.sites import Site, select_head
 from interv.engine.stacking import BaseRuns, intervened_readouts
 from interv.engine.targets import TargetMetric
@@ -71,6 +86,7 @@ __all__ = [
     "first_order_estimates",
     "pool_label",
     "screened_values",
+    "second_order_estimates",
 ]
 
 METHOD = "attribution (first-order)"
@@ -128,7 +144,8 @@ def check_screen(
 ) -> None:
     """Raise :class:`IntervError` unless ``screen`` is a :class:`~interv.audit.Screen` that
     can screen ``interventions`` (screenable kinds, ``top_k`` within their number) on
-    ``model`` (``estimator="gim"``: a family GIM's backward supports)."""
+    ``model`` (``estimator="gim"``: a family GIM's backward supports; ``"hvp"``: one whose
+    attention the second derivative passes)."""
     if not isinstance(screen, Screen):
         raise IntervError(
             f"screen must be an interv.Screen (e.g. interv.Screen(top_k=20, audit=60)) or "
@@ -142,6 +159,8 @@ def check_screen(
     check_screenable(interventions, metric)
     if screen.estimator == "gim" and model is not None:
         check_gim(model, True)
+    if screen.estimator == "hvp" and model is not None:
+        check_second_order(model)
 
 
 def pool_label(interventions: Sequence[Intervention]) -> str:
@@ -321,6 +340,128 @@ def first_order_estimates(
     return estimates
 
 
+def second_order_estimates(
+    model: Any,
+    task: TokenizedPairs,
+    interventions: Sequence[Intervention],
+    metric: TargetMetric,
+    base: BaseRuns,
+    *,
+    segments: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every intervention's HVP-corrected estimate (Zhang & Wang) and its reliability score.
+
+    For intervention ``j``, ``delta_j = a'_j - a`` its change at its site (at its positions;
+    0 elsewhere; ``a'_j`` what its ``edit`` writes) in its base run, and ``f_j(t)`` the
+    metric of that run reading ``a + t delta_j`` there, everything downstream live::
+
+        estimate_j = f_j'(0) + f_j''(0) / 2        (segments=1; f_j'(0) is attribution's)
+        estimate_j = sum_{s<S} f_j'(s/S) / S + f_j''(s/S) / (2 S^2)   (segments=S)
+        reliability_j = |mean f_j''(0)| / (2 |mean f_j'(0)|)   (prompt means)
+
+    ``f_j''(0) = delta_j^T H delta_j``, ``H`` the Hessian of the metric with respect to the
+    site's activation (:mod:`interv.engine.second_order`). One no-grad forward of each base
+    run for the activations; then each intervention is one copy of the prompts in a stacked
+    forward with two backwards, per segment.
+
+    Args:
+        model, task, interventions, metric, base: as for :func:`first_order_estimates`.
+        segments: the multi-step estimate's segments (1: the single HVP correction).
+
+    Returns:
+        ``[n_interventions, n_prompts]`` float64 estimated change of each prompt's metric, and
+        ``[n_interventions]`` float64 reliability scores (0 where both terms are 0, inf where
+        only the first-order term is 0).
+    """
+    check_screenable(interventions, metric)
+    check_second_order(model)
+    n = task.n_pairs
+    clean_logits = base.readouts["clean"]
+    estimates = torch.zeros(len(interventions), n, dtype=torch.float64)
+    first = torch.zeros(len(interventions), n, dtype=torch.float64)
+    second = torch.zeros(len(interventions), n, dtype=torch.float64)
+    masks = base.source_masks()
+    copies = copies_per_forward(model, n, task.n_positions)
+    for run in sorted({iv.base_run for iv in interventions}):
+        members = [j for j, iv in enumerate(interventions) if iv.base_run == run]
+        prompts = base.prompts[run]
+        edited = [interventions[j].edits()[0] for j in members]
+        blocks = sorted({Site(s.component, s.layer) for s in edited}, key=lambda s: s.order)
+        activations = forward(model, prompts, capture=blocks, readout=None).captured
+        context = EditContext(
+            model=model, mask=prompts.mask, task=task, captured=base.captured, source_masks=masks
+        )
+        patches = [_change(interventions[j], activations, context) for j in members]
+        for start in range(0, len(members), copies):
+            chunk = patches[start : start + copies]
+            of = answer_metric(metric, task, clean_logits, copies=len(chunk))
+            along = functools.partial(_along, model, task, prompts, chunk, of)
+            rows = members[start : start + copies]
+            estimates[rows], first[rows], second[rows] = hvp_estimates(along, segments)
+    return estimates, reliability(first.mean(-1), second.mean(-1))
+
+
+def _along(
+    model: Any,
+    task: TokenizedPairs,
+    prompts: Prompts,
+    patches: Sequence[tuple[Site, torch.Tensor]],
+    of: Callable[[torch.Tensor], torch.Tensor],
+    at: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``f'(at)``, ``f''(at)`` ``[len(patches), n]`` of one stacked forward of the patches."""
+    k, n = len(patches), task.n_pairs
+    return along_patches(
+        model,
+        prompts,
+        task.answer_positions,
+        k,
+        lambda t: _patch_hooks(model.cfg, n, patches, t),
+        lambda logits: of(logits).reshape(k, n),
+        at=at,
+    )
+
+
+def _change(
+    intervention: Intervention, activations: Mapping[Site, torch.Tensor], context: EditContext
+) -> tuple[Site, torch.Tensor]:
+    """``(site, a' - a)``: the change ``intervention`` writes at its site (head-sliced), all
+    positions, zero outside its ``positions``."""
+    whole = _all_positions(intervention)
+    site = whole.edits()[0]
+    before = select_head(activations[Site(site.component, site.layer)], site, context.cfg)
+    delta = whole.edit(site, before.clone(), context).to(before.dtype) - before
+    positions = getattr(intervention, "positions", None)
+    if positions is not None:
+        keep = torch.zeros(delta.shape[1], dtype=delta.dtype, device=delta.device)
+        keep[list(positions)] = 1
+        delta = delta * keep.view(1, -1, *([1] * (delta.ndim - 2)))
+    return site, delta
+
+
+def _patch_hooks(
+    cfg: Any, n: int, patches: Sequence[tuple[Site, torch.Tensor]], t: torch.Tensor
+) -> list[tuple[Site, HookFn]]:
+    """Hooks adding ``t[copy] * delta`` of each copy's patch at its site (rows ``copy * n ..``)."""
+    by_block: dict[Site, list[tuple[int, Site, torch.Tensor]]] = {}
+    for copy, (site, delta) in enumerate(patches):
+        by_block.setdefault(Site(site.component, site.layer), []).append((copy, site, delta))
+
+    def adder(entries: list[tuple[int, Site, torch.Tensor]]) -> HookFn:
+        def add(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            parts = list(activation.split(n))
+            for copy, site, delta in entries:
+                scale = t[copy].view(n, *([1] * (delta.ndim - 1))).to(activation)
+                part = parts[copy].clone()
+                select_head(part, site, cfg).add_(delta.to(activation) * scale)
+                parts[copy] = part
+            return torch.cat(parts)
+
+        return add
+
+    return [(block, adder(entries)) for block, entries in by_block.items()]
+
+
 def exact_values(
     model: Any,
     task: TokenizedPairs,
@@ -364,10 +505,9 @@ class Screened:
 
     Attributes:
         values: ``[n_interventions, n_prompts]`` float64 metric values: exact where
-            ``status`` says exact, the base run's value plus the first-order estimate
-            elsewhere.
-        estimates: ``[n_interventions, n_prompts]`` float64 first-order estimates of each
-            prompt's change (every intervention, checked or not).
+            ``status`` says exact, the base run's value plus the estimate elsewhere.
+        estimates: ``[n_interventions, n_prompts]`` float64 estimates (the screen's
+            estimator's) of each prompt's change (every intervention, checked or not).
         status: per intervention, :data:`~interv.audit.EXACT_VERIFIED`,
             :data:`~interv.audit.EXACT_AUDIT` or :data:`~interv.audit.ESTIMATED`.
         audit: the verification and audit (:class:`~interv.audit.Audit`) of the prompt-mean
@@ -453,10 +593,17 @@ def screened_values(
     check_screen(screen, interventions, metric, model)
     steps = screen.steps if screen.estimator == "integrated" else 1
     gim = GIM() if screen.estimator == "gim" else None
+    second_order = screen.estimator == "hvp"
+    reliability_scores = None
     if estimates is None:
-        estimates = first_order_estimates(
-            model, task, interventions, metric, base, steps=steps, gim=gim
-        )
+        if second_order:
+            estimates, reliability_scores = second_order_estimates(
+                model, task, interventions, metric, base, segments=screen.hvp_steps
+            )
+        else:
+            estimates = first_order_estimates(
+                model, task, interventions, metric, base, steps=steps, gim=gim
+            )
         if resume.on_estimates is not None:
             resume.on_estimates(estimates)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
@@ -506,7 +653,15 @@ def screened_values(
 
     method = METHOD if steps == 1 else f"integrated gradients ({steps} path points)"
     method = "GIM's modified backward (gradient-based)" if gim is not None else method
+    if second_order:
+        method = (
+            "attribution with Zhang & Wang's HVP correction (second-order)"
+            if screen.hvp_steps == 1
+            else f"Zhang & Wang's multi-step HVP estimate ({screen.hvp_steps} segments)"
+        )
     audit = verify_screen(screen, estimates.mean(-1), evaluate, method=method, known=known_effects)
+    if reliability_scores is not None:
+        audit = dataclasses.replace(audit, reliability=reliability_scores)
     estimated = torch.tensor([s == ESTIMATED for s in audit.status])
     values[estimated] = base_values[estimated] + estimates[estimated]
     return Screened(values, estimates, audit.status, audit, computed)
