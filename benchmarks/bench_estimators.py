@@ -12,8 +12,18 @@ each edge alone (:func:`interv.circuits.edge_effects`, per prompt) on every edge
 - recall of the exact top-k by |effect| among the estimator's top-k by |estimate|;
 - mean |estimate - exact| (in the metric's unit);
 - MIB's CPR and CMD of the circuits the estimator ranks (:func:`interv.circuits.faithfulness`,
-  ``convention="mib"``, corrupted complement, 200 bootstrap draws), unless ``--no-faith``;
+  ``convention="mib"``, corrupted complement), each with its 95% interval (200 bootstrap
+  resamples of the prompts), unless ``--no-faith``;
 - the estimator's time (wall clock; the load average is printed beside it).
+
+Then each estimator against EAP-IG (the reference of the verdict "beats EAP-IG on both":
+a higher recall of the exact top-k, k the largest ``--topk``, *and* a higher CPR), each
+difference with a 95% *paired* percentile interval over the same 1,000 resamples of the
+prompts for every estimator (the resample's own exact top-k; the CPR of the resample's
+prompt means). For the paired CPR the benchmark evaluates each estimator's CPR circuits
+once more (:func:`interv.circuits.curves.circuit_metrics`, the circuits of MIB's signed
+order, pruned as ``faithfulness`` prunes them), keeps their per-prompt metrics, and checks
+that their CPR is the one ``faithfulness`` reported.
 
 The HVP rows are Zhang & Wang's correction (arXiv 2606.09899, ``edge_scores(hvp=True)``) and
 its multi-step variant (``hvp_steps``), on every edge or, with ``--hvp-top K``, on the
@@ -43,11 +53,157 @@ import torch
 import interv
 from interv._outputs import write_file
 from interv.circuits import GIM, Graph, edge_effects, edge_scores, faithfulness
+from interv.circuits.curves import MIB_FRACTIONS, circuit_metrics, cpr
+from interv.circuits.mib import mib_order, mib_scores, mib_sizes, prune
+from interv.circuits.patching import capture_run, check_task, per_prompt_metric
+from interv.engine.forward import Prompts, forward
 from interv.stats import percentile_interval, spearman
+
+REFERENCE = "EAP-IG"
+"""The row every other estimator is compared with (the verdict's "beats EAP-IG on both")."""
 
 
 def load_average() -> str:
     return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+
+
+class SignedCurves:
+    """Per-prompt metrics of the circuits CPR is computed from (MIB's signed order, pruned),
+    for a paired bootstrap of CPR across estimators; the clean run, the corrupted run and
+    the empty circuit computed once."""
+
+    def __init__(self, model, task, graph: Graph) -> None:
+        self.model, self.task, self.graph = model, task, graph
+        self.target = check_task(model, task, "logit_diff")
+        self.clean_logits = forward(
+            model,
+            Prompts.of(task.clean_tokens, task.attention_mask),
+            readout="position_logits",
+            positions=task.answer_positions,
+        ).readout
+        self.replacement = capture_run(model, task, "corrupted")
+        self.full = per_prompt_metric(self.target, task, self.clean_logits, self.clean_logits)
+        self.full = self.full[0].double().cpu()
+        self.empty = self.metrics(torch.zeros(1, graph.n_edges, dtype=torch.bool))[0]
+        self.sizes = mib_sizes(MIB_FRACTIONS, graph.n_edges)
+
+    def metrics(self, kept: torch.Tensor) -> torch.Tensor:
+        return circuit_metrics(
+            self.model,
+            self.task,
+            self.graph,
+            kept,
+            self.replacement,
+            self.target,
+            self.clean_logits,
+        )
+
+    def of(self, scores) -> torch.Tensor:
+        """``[n_fractions, n]`` metric of the CPR circuits of ``scores``."""
+        order = mib_order(mib_scores(scores), absolute=False)
+        masks = []
+        for size in self.sizes:
+            mask = torch.zeros(self.graph.n_edges, dtype=torch.bool)
+            mask[order[:size]] = True
+            masks.append(prune(self.graph, mask))
+        return self.metrics(torch.stack(masks))
+
+    def cpr(self, values: torch.Tensor, draws: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """CPR of the prompt means, and of each resample's (``draws``: ``[B, n]``)."""
+        point = (values.mean(-1) - self.empty.mean()) / (self.full.mean() - self.empty.mean())
+        e = self.empty[draws].mean(-1)  # [B]
+        boot = (values[:, draws].mean(-1) - e) / (self.full[draws].mean(-1) - e)  # [n_frac, B]
+        areas = torch.tensor([cpr(MIB_FRACTIONS, column.tolist()) for column in boot.T])
+        return cpr(MIB_FRACTIONS, point.tolist()), areas
+
+
+def top_recall(estimates: torch.Tensor, exact: torch.Tensor, k: int) -> torch.Tensor:
+    """``[B]`` recall of the exact top-``k`` by |effect| among the top-``k`` by |estimate|,
+    per column of ``[n_edges, B]`` estimates and exact effects (stable order, as the table)."""
+
+    def top(values: torch.Tensor) -> torch.Tensor:
+        chosen = torch.zeros_like(values, dtype=torch.bool)
+        index = torch.sort(-values.abs(), dim=0, stable=True).indices[:k]
+        return chosen.scatter(0, index, True)
+
+    return (top(estimates) & top(exact)).sum(0).double() / k
+
+
+def paired(point: float, boot: torch.Tensor, n: int) -> dict:
+    low, high = percentile_interval(boot, 0.95, n_items=n)
+    return {"difference": point, "interval": [float(low), float(high)]}
+
+
+def interval(bounds, digits: int = 3) -> str:
+    low, high = bounds
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def against_reference(rows: list[dict], boots: dict, k: int, n: int) -> list[dict]:
+    """Every estimator against :data:`REFERENCE`: the differences of top-``k`` recall and of
+    CPR with paired intervals, and the verdict; printed as a table and returned."""
+    reference = next((row for row in rows if row["estimator"].startswith(REFERENCE)), None)
+    if reference is None:
+        return []
+    ref = boots[reference["estimator"]]
+    with_cpr = "cpr" in reference
+    print()
+    print(
+        f'Verdict rule: "beats {REFERENCE} on both" = a higher recall of the exact top-{k} '
+        f"and a higher MIB CPR than {reference['estimator']}; established only where both "
+        f"paired 95% intervals (the same {draws_of(ref)} resamples of the {n} prompts for "
+        "every estimator) lie above 0."
+    )
+    print()
+    print(
+        f"| estimator | recall top-{k} minus {REFERENCE}'s (paired 95%) | "
+        + (
+            f"CPR minus {REFERENCE}'s (paired 95%) | CPR intervals of the table overlap | "
+            if with_cpr
+            else ""
+        )
+        + f"beats {REFERENCE} on both |"
+    )
+    print("|---|---|" + "---|---|" * with_cpr + "---|")
+    out = []
+    for row in rows:
+        if row is reference:
+            continue
+        mine = boots[row["estimator"]]
+        recall = paired(
+            row["recall"][k] - reference["recall"][k], mine["recall"] - ref["recall"], n
+        )
+        entry = {"estimator": row["estimator"], f"recall_top_{k}": recall}
+        better = [recall["difference"] > 0]
+        sure = [recall["interval"][0] > 0]
+        cells = [f"{recall['difference']:+.2f} {interval(recall['interval'], 2)}"]
+        if with_cpr:
+            cpr_diff = paired(row["cpr"] - reference["cpr"], mine["cpr"] - ref["cpr"], n)
+            overlap = (
+                row["cpr_interval"][0] <= reference["cpr_interval"][1]
+                and reference["cpr_interval"][0] <= row["cpr_interval"][1]
+            )
+            entry |= {"cpr": cpr_diff, "cpr_intervals_overlap": overlap}
+            better.append(cpr_diff["difference"] > 0)
+            sure.append(cpr_diff["interval"][0] > 0)
+            cells += [
+                f"{cpr_diff['difference']:+.3f} {interval(cpr_diff['interval'])}",
+                "yes" if overlap else "no",
+            ]
+        entry["beats"] = all(better)
+        entry["established"] = all(better) and all(sure)
+        cells.append(
+            ("yes (both intervals above 0)" if entry["established"] else "yes, not established")
+            if entry["beats"]
+            else "no"
+        )
+        out.append(entry)
+        print(f"| {row['estimator']} | " + " | ".join(cells) + " |")
+    return out
+
+
+def draws_of(boot: dict) -> int:
+    return int(boot["recall"].numel())
 
 
 def main() -> None:
@@ -73,6 +229,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    for path in (args.exact_cache, args.out):  # their folders made before any model work
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -94,6 +253,11 @@ def main() -> None:
     cached = args.exact_cache and os.path.exists(args.exact_cache)
     if cached:
         exact = torch.load(args.exact_cache)
+        if tuple(exact.shape) != (truth.numel(), n):
+            raise SystemExit(
+                f"{args.exact_cache} holds exact effects of shape {tuple(exact.shape)}; this run "
+                f"needs ({truth.numel()} edges, {n} prompts): remove it or pass another file"
+            )
     else:
         exact = edge_effects(model, task, graph, truth.tolist(), per_prompt=True)  # [k, n]
         if args.exact_cache:
@@ -140,6 +304,9 @@ def main() -> None:
     boot_exact = exact[:, draws].mean(-1)  # [k, 1000]
     order_exact = torch.sort(-mean_exact.abs(), stable=True).indices
     edge_scores(model, task, batch_size=n)  # warm-up, untimed
+    k_max = max(args.topk)
+    signed = None if args.no_faith else SignedCurves(model, task, graph)
+    boots = {}  # estimator -> resampled recall of the exact top-k_max, resampled CPR
     rows = []
     for name, options in screens.items():
         t0 = time.perf_counter()
@@ -155,6 +322,8 @@ def main() -> None:
             k: len(set(order_exact[:k].tolist()) & set(order[:k].tolist())) / k for k in args.topk
         }
         error = float((mean - mean_exact).abs().mean())
+        boot_recall = top_recall(per_prompt[:, draws].mean(-1), boot_exact, k_max)
+        boots[name] = {"recall": boot_recall}
         faith = {}
         if not args.no_faith:
             t1 = time.perf_counter()
@@ -166,6 +335,16 @@ def main() -> None:
                 "cmd_interval": list(curve.cmd_interval),
                 "faith_seconds": time.perf_counter() - t1,
             }
+            t1 = time.perf_counter()
+            again, boots[name]["cpr"] = signed.cpr(signed.of(scores), draws)
+            faith["paired_seconds"] = time.perf_counter() - t1
+            faith["cpr_again"] = again
+            if abs(again - curve.cpr) > 1e-3 * max(1.0, abs(curve.cpr)):
+                raise SystemExit(
+                    f"{name}: the CPR circuits evaluated again give CPR {again:.6f}, "
+                    f"faithfulness gave {curve.cpr:.6f}: the paired bootstrap would not be "
+                    "of the reported CPR"
+                )
         flagged = None
         if scores.reliability is not None:
             kept = scores.reliability[truth]
@@ -189,27 +368,42 @@ def main() -> None:
             f"{name}: Spearman {rho:.3f} [{low:.3f}, {high:.3f}]; "
             + ", ".join(f"recall top-{k} {r:.2f}" for k, r in recall.items())
             + f"; mean |score - exact| {error:.4f}; {seconds:.2f} s"
-            + ("" if not faith else f"; CPR {faith['cpr']:.3f}, CMD {faith['cmd']:.3f}")
+            + (
+                ""
+                if not faith
+                else f"; CPR {faith['cpr']:.3f} {interval(faith['cpr_interval'])}, "
+                f"CMD {faith['cmd']:.3f} {interval(faith['cmd_interval'])}"
+                f" (again {faith['cpr_again']:.6f})"
+            )
             + ("" if flagged is None else f"; reliability > 0.5 on {flagged:.2f} of them")
             + f"; {load_average()}",
             flush=True,
         )
     unit = scores.unit
+    faith_columns = "" if args.no_faith else " MIB CPR (95%) | MIB CMD (95%) |"
     print()
     print(
         "| estimator | Spearman (95% bootstrap over prompts) | "
         + " | ".join(f"recall exact top-{k}" for k in args.topk)
-        + f" | mean abs(score - exact) ({unit}) | MIB CPR | MIB CMD | time (s) |"
+        + f" | mean abs(score - exact) ({unit}) |{faith_columns} time (s) |"
     )
-    print("|---|---|" + "---|" * len(args.topk) + "---|---|---|---|")
+    print(
+        "|---|---|" + "---|" * len(args.topk) + "---|" + "---|---|" * (not args.no_faith) + "---|"
+    )
     for row in rows:
-        low, high = row["interval"]
         print(
-            f"| {row['estimator']} | {row['spearman']:.3f} [{low:.3f}, {high:.3f}] | "
+            f"| {row['estimator']} | {row['spearman']:.3f} {interval(row['interval'])} | "
             + " | ".join(f"{row['recall'][k]:.2f}" for k in args.topk)
-            + f" | {row['mean_abs_error']:.4f} | {row.get('cpr', float('nan')):.3f}"
-            + f" | {row.get('cmd', float('nan')):.3f} | {row['seconds']:.2f} |"
+            + f" | {row['mean_abs_error']:.4f} |"
+            + (
+                ""
+                if args.no_faith
+                else f" {row['cpr']:.3f} {interval(row['cpr_interval'])} |"
+                f" {row['cmd']:.3f} {interval(row['cmd_interval'])} |"
+            )
+            + f" {row['seconds']:.2f} |"
         )
+    verdict = against_reference(rows, boots, k_max, n)
     if args.out:
         write_file(
             args.out,
@@ -221,6 +415,7 @@ def main() -> None:
                     "truth_edges": truth.numel(),
                     "exact_seconds": exact_seconds,
                     "rows": rows,
+                    "against_reference": verdict,
                 },
                 indent=1,
             ).encode(),
