@@ -715,8 +715,8 @@ def _qk_directions(
     """How a change ``c [d_model]`` of the block's normed input at a moving position ``p`` (a
     query for ``component="q"``, a key for ``"k"``) changes the scaled products ``scale * q
     . k`` of each query head ``h`` with each partner position ``j`` (a key of query ``p``, or
-    a query of key ``p``), per block of moving positions: ``(moving, partners, U)`` with
-    ``U [n, block, heads * span, d_model]``, the change ``U[:, i, h * span + j] @ c`` for the
+    a query of key ``p``), per block of moving positions: ``(moving, partners, U, at_U)``
+    with ``U [n, block, heads, span, d_model]``, the change ``U[:, i, h, j] @ c`` for the
     block's ``i``-th position and the span's ``j``-th partner; zero where no prompt admits
     the pair. Exact wherever the moving side is prepared linearly (no QK norm: ``R_p``, the
     rotation at ``p``, or the identity)::
@@ -764,8 +764,7 @@ def _qk_directions(
         )
         turned = turned * pairs[moving, span].view(1, 1, block, width, 1)
         u = torch.matmul(turned.reshape(heads, -1, d_head), weight)  # [heads, n*p*j, d_model]
-        u = u.view(heads, n, block, width, -1).permute(1, 2, 0, 3, 4)
-        u = u.reshape(n, block, heads * width, weight.shape[2])
+        u = u.view(heads, n, block, width, -1).permute(1, 2, 0, 3, 4)  # a view, laid out later
         at_u = None
         if at_weight is not None:
             at_u = (turned * at_weight[:, :, moving].unsqueeze(3)).sum(-1)  # [h, n, p, j]
@@ -863,6 +862,7 @@ def _qk_layer_scores(
         for c in components
     }
     unfolded = folding is None or any(directions is None for _, directions in plans.values())
+    joint = _joint_blocks({c: plan[1] for c, plan in plans.items() if plan[1] is not None})
     with torch.no_grad():
         normed = module(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
@@ -876,6 +876,19 @@ def _qk_layer_scores(
                 moved_scale, grown_scale = folding.scales(narrow)
             else:
                 narrow = change.to(contract)
+            # each block of moving positions: one product for q and k, parted into each
+            # component's [n, heads, query, senders, key] changes (0 where none is admitted)
+            moves = {c: narrow.new_zeros(n, heads, n_pos, width, n_pos) for c in joint.parts}
+            for moving, u, at_x, parts in joint.blocks:
+                step = torch.matmul(narrow[:, moving], u.mT)
+                if at_x is not None:  # r' U.delta~ + (r' - r) U.x~ (see _NormChange)
+                    step = step.mul_(moved_scale[:, moving]).add_(grown_scale[:, moving] * at_x)
+                for component, span, columns in parts:
+                    piece = step[..., columns].unflatten(-1, (heads, span.stop - span.start))
+                    if component == "q":  # the block's queries p, the keys of the span
+                        moves["q"][:, :, moving, :, span] = piece.permute(0, 3, 1, 2, 4)
+                    else:  # the block's keys p, the queries of the span
+                        moves["k"][:, :, span, :, moving] = piece.permute(0, 3, 4, 2, 1)
             for component in components:
                 weight, directions = plans[component]
                 if directions is None:
@@ -884,19 +897,8 @@ def _qk_layer_scores(
                     )  # [n, senders, heads, query, key]
                     moved = (moved - products.unsqueeze(1)).permute(0, 2, 3, 1, 4)
                     moved = moved.masked_fill_(~reading.admitted, 0.0)  # float64
-                else:  # [n, heads, query, senders, key], zero where no prompt admits
-                    moved = narrow.new_zeros(n, heads, n_pos, width, n_pos)
-                    for moving, span, u, at_x in directions:
-                        step = torch.matmul(narrow[:, moving], u.mT)
-                        if at_x is not None:  # r' U.delta~ + (r' - r) U.x~ (see _NormChange)
-                            step = step.mul_(moved_scale[:, moving]).add_(
-                                grown_scale[:, moving] * at_x
-                            )
-                        step = step.view(n, -1, width, heads, span.stop - span.start)
-                        if component == "q":  # the block's queries p, the keys of the span
-                            moved[:, :, moving, :, span] = step.permute(0, 3, 1, 2, 4)
-                        else:  # the block's keys p, the queries of the span
-                            moved[:, :, span, :, moving] = step.permute(0, 3, 4, 2, 1)
+                else:
+                    moved = moves[component]
                 terms = reading.terms(moved)  # [n, heads, senders]
                 if not bool(torch.isfinite(terms).all()):  # a change too large for expm1
                     terms = reading.softmax_terms(moved)
@@ -904,6 +906,41 @@ def _qk_layer_scores(
                     terms = terms.view(n, weight.shape[0], -1, width).sum(2)
                 out[component][:, :, first : first + chunk] = terms
     return out
+
+
+@dataclass(frozen=True)
+class _JointBlocks:
+    """The query and key directions of one layer joined per block of moving positions
+    (internal): ``blocks`` holds ``(moving, U, at_x, parts)``, ``U`` the blocks' directions
+    of every component side by side (one product per block and chunk of senders), ``at_x``
+    their product with the norm's input or None, ``parts`` each component's ``(component,
+    span, columns)``: which of the product's columns are its changes."""
+
+    blocks: list[tuple[slice, torch.Tensor, torch.Tensor | None, list[tuple[str, slice, slice]]]]
+    parts: tuple[str, ...]
+
+
+def _joint_blocks(directions: Mapping[str, list[Any]]) -> _JointBlocks:
+    """:class:`_JointBlocks` of each component's :func:`_qk_directions` (the same blocks of
+    moving positions, a block absent where the component admits no partner)."""
+    by_block: dict[tuple[int, int], list[tuple[str, slice, torch.Tensor, Any]]] = {}
+    for component, plan in directions.items():
+        for moving, span, u, at_x in plan:
+            by_block.setdefault((moving.start, moving.stop), []).append((component, span, u, at_x))
+    blocks = []
+    for (start, stop), members in by_block.items():
+        parts, column = [], 0
+        for component, span, u, _ in members:
+            parts.append((component, span, slice(column, column + u.shape[2] * u.shape[3])))
+            column += u.shape[2] * u.shape[3]
+        first = members[0][2]
+        u = first.new_empty(first.shape[0], first.shape[1], column, first.shape[-1])
+        for (_, _, columns), member in zip(parts, members, strict=True):
+            u[:, :, columns].unflatten(2, member[2].shape[2:4]).copy_(member[2])
+        at = [member[3] for member in members]
+        at_x = None if at[0] is None else torch.cat(at, dim=3)
+        blocks.append((slice(start, stop), u, at_x, parts))
+    return _JointBlocks(blocks, tuple(directions))
 
 
 def _qk_recomputed(
