@@ -177,8 +177,13 @@ def test_value_mlp_and_logits_edges_are_unchanged_by_the_fix(case, request):
     for method, steps in (("eap", 1), ("eap-ig", 3)):
         plain = edge_scores(model, task, method=method, steps=steps)
         fixed = edge_scores(model, task, method=method, steps=steps, qk_fix=True)
-        assert torch.equal(plain.scores[rest], fixed.scores[rest])
-        assert not torch.equal(plain.scores[qk], fixed.scores[qk])
+        # the same numbers, not the same bits: under the fix the gradient runs pull back the
+        # value readers alone (float32 sums in another grouping)
+        scale = plain.scores[rest].abs().max().item()
+        torch.testing.assert_close(
+            fixed.scores[rest], plain.scores[rest], rtol=0, atol=1e-6 * scale
+        )
+        assert not torch.allclose(plain.scores[qk], fixed.scores[qk])
         assert fixed.qk_fix and not plain.qk_fix
         assert "QK fix" in fixed.sentence and fixed.fingerprint != plain.fingerprint
         again = EdgeScores.from_dict(fixed.to_dict())

@@ -313,7 +313,7 @@ def test_the_norm_change_is_the_modules_own(name):
     torch.manual_seed(5)
     module = _norms()[name].double()
     x = torch.randn(2, 3, 16, dtype=torch.float64) * 2
-    change = _NormChange.of(module, x, x + 0.5 * x.flip(-1))
+    change = _NormChange.of(module, x)
     if name == "max":
         assert change is None
         return
@@ -333,3 +333,21 @@ def test_the_norm_change_is_the_modules_own(name):
         # normed inputs carries float32's cancellation (~1e-7 of the normed input's size)
         floor = 1e-6 * module(x).abs().max().item() * u.abs().sum(1).max().item()
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * scale + floor)
+
+
+def test_a_norm_is_identified_again_after_a_hook_or_an_edit():
+    """The form is remembered per module, and looked at again when a hook is added (a hook
+    that changes the output makes the norm unidentified: the module is then called)."""
+    from interv.circuits.screens import _NormChange
+
+    module = _norms()["llama"]
+    x = torch.randn(2, 3, 16)
+    assert _NormChange.of(module, x) is not None
+    handle = module.register_forward_hook(lambda mod, args, out: out * 2)
+    assert _NormChange.of(module, x) is None
+    handle.remove()
+    assert _NormChange.of(module, x) is not None
+    with torch.no_grad():
+        module.weight.mul_(3)  # an edit in place: identified again, the gain read live
+    change = _NormChange.of(module, x)
+    torch.testing.assert_close(change.gain, module.weight.detach().double())

@@ -80,7 +80,9 @@ included: it is exact only up to the attention pattern): they rank,
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -611,35 +613,55 @@ class _NormChange:
     base: torch.Tensor
 
     @classmethod
-    def of(cls, module: Any, x: torch.Tensor, moved: torch.Tensor) -> _NormChange | None:
-        """The form of ``module`` (a plain torch module) if one reproduces its output on ``x``
-        ``[n, pos, d_model]`` and ``moved`` (``x`` plus a change) to float32 precision."""
+    def of(cls, module: Any, x: torch.Tensor) -> _NormChange | None:
+        """The form of ``module`` (a plain torch module) at the block input ``x`` ``[n, pos,
+        d_model]``, or None where neither form reproduces the module's output (on ``x`` and
+        on ``x`` moved, to float32 precision; identified once per module, again after its
+        weight is edited in place or a hook is added to it)."""
         weight = getattr(module, "weight", None)
         eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
         if not isinstance(weight, torch.Tensor) or weight.shape != x.shape[-1:]:
             return None
         if not isinstance(eps, float | int):
             return None
+        state = (weight._version, len(module._forward_hooks), len(module._forward_pre_hooks))
+        known = _NORM_FORMS.get(module)
+        if known is None or known[0] != state:
+            known = (state, cls._identify(module, x, float(eps)))
+            with contextlib.suppress(TypeError):
+                _NORM_FORMS[module] = known
+        form = known[1]
+        if form is None:
+            return None
+        centered, plus_one = form
+        gain = weight.detach().double() + (1.0 if plus_one else 0.0)
+        x64 = x.double()
+        if centered:
+            x64 = x64 - x64.mean(-1, keepdim=True)
+        base = x64.square().mean(-1) + float(eps)
+        return cls(gain, centered, x64.float(), base.rsqrt(), base)
+
+    @classmethod
+    def _identify(cls, module: Any, x: torch.Tensor, eps: float) -> tuple[bool, bool] | None:
+        """``(centered, plus_one)`` of the form that reproduces ``module`` on ``x`` and on
+        ``x`` moved by a fixed other input, or None."""
+        weight = module.weight.detach().double()
         bias = getattr(module, "bias", None)
-        weight = weight.detach().double()
-        candidates = [(weight, True), (weight, False), (1 + weight, False)]
+        moved = x + 0.5 * x.flip(-1)
         with torch.no_grad():
             wants = [module(x).double(), module(moved).double()]
-            for gain, centered in candidates:
+            for centered, plus_one in ((True, False), (False, False), (False, True)):
                 if not centered and isinstance(bias, torch.Tensor):
                     continue
                 shift = 0.0 if bias is None or not centered else bias.detach().double()
+                gain = weight + (1.0 if plus_one else 0.0)
                 fits = True
                 for inputs, want in zip((x, moved), wants, strict=True):
-                    got = cls._apply(inputs.double(), gain, centered, float(eps)) + shift
+                    got = cls._apply(inputs.double(), gain, centered, eps) + shift
                     tolerance = 1e-5 * float(want.abs().max()) + 1e-6
                     fits = fits and float((got - want).abs().max()) <= tolerance
                 if fits:
-                    x64 = x.double()
-                    if centered:
-                        x64 = x64 - x64.mean(-1, keepdim=True)
-                    base = x64.square().mean(-1) + float(eps)
-                    return cls(gain, centered, x64.float(), base.rsqrt(), base)
+                    return centered, plus_one
         return None
 
     @staticmethod
@@ -673,6 +695,9 @@ class _NormChange:
         )
 
 
+_NORM_FORMS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Per norm module, the form :meth:`_NormChange.of` identified and the module's state then."""
+
 QK_POSITION_BLOCKS = 8
 """Into how many blocks of moving positions :func:`_qk_directions` splits a layer, each with
 the span of partners its positions admit (under a causal mask, 8 blocks multiply 9/16 of the
@@ -685,12 +710,13 @@ def _qk_directions(
     partner: torch.Tensor,
     weight: torch.Tensor,
     dtype: torch.dtype = torch.float64,
-) -> list[tuple[slice, slice, torch.Tensor]]:
+    at: torch.Tensor | None = None,
+) -> list[tuple[slice, slice, torch.Tensor, torch.Tensor | None]]:
     """How a change ``c [d_model]`` of the block's normed input at a moving position ``p`` (a
     query for ``component="q"``, a key for ``"k"``) changes the scaled products ``scale * q
     . k`` of each query head ``h`` with each partner position ``j`` (a key of query ``p``, or
-    a query of key ``p``), per block of moving positions: ``(moving, partners, U)`` with
-    ``U [n, block, heads * span, d_model]``, the change ``U[:, i, h * span + j] @ c`` for the
+    a query of key ``p``), per block of moving positions: ``(moving, partners, U, at_U)``
+    with ``U [n, block, heads, span, d_model]``, the change ``U[:, i, h, j] @ c`` for the
     block's ``i``-th position and the span's ``j``-th partner; zero where no prompt admits
     the pair. Exact wherever the moving side is prepared linearly (no QK norm: ``R_p``, the
     rotation at ``p``, or the identity)::
@@ -710,6 +736,8 @@ def _qk_directions(
         weight: ``[heads, d_model, d_head]`` float64: each query head's projection of the
             moving side (its key/value head's for ``"k"``).
         dtype: the directions' dtype (the rotation back and the projection).
+        at: ``[n, pos, d_model]`` or None: an input whose product with the directions each
+            block also returns (``[n, block, 1, heads * span]``; None without ``at``).
     """
     n, n_pos, heads, d_head = partner.shape
     eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
@@ -720,7 +748,9 @@ def _qk_directions(
     partner = partner.to(dtype) * profile.recipe.scale
     weight = weight.transpose(1, 2).to(dtype)  # [heads, d_head, d_model]
     size = -(-n_pos // QK_POSITION_BLOCKS)
-    plan: list[tuple[slice, slice, torch.Tensor]] = []
+    plan: list[tuple[slice, slice, torch.Tensor, torch.Tensor | None]] = []
+    # at . U = turned . (W at): [heads, n, pos, d_head]
+    at_weight = None if at is None else torch.einsum("had,bpd->hbpa", weight, at.to(dtype))
     for first in range(0, n_pos, size):
         moving = slice(first, min(first + size, n_pos))
         at = pairs[moving].any(0).nonzero().squeeze(-1)
@@ -734,8 +764,12 @@ def _qk_directions(
         )
         turned = turned * pairs[moving, span].view(1, 1, block, width, 1)
         u = torch.matmul(turned.reshape(heads, -1, d_head), weight)  # [heads, n*p*j, d_model]
-        u = u.view(heads, n, block, width, -1).permute(1, 2, 0, 3, 4)
-        plan.append((moving, span, u.reshape(n, block, heads * width, weight.shape[2])))
+        u = u.view(heads, n, block, width, -1).permute(1, 2, 0, 3, 4)  # a view, laid out later
+        at_u = None
+        if at_weight is not None:
+            at_u = (turned * at_weight[:, :, moving].unsqueeze(3)).sum(-1)  # [h, n, p, j]
+            at_u = at_u.permute(1, 2, 0, 3).reshape(n, block, 1, heads * width)
+        plan.append((moving, span, u, at_u))
     return plan
 
 
@@ -796,7 +830,7 @@ def _qk_layer_scores(
     contract = torch.promote_types(x.dtype, torch.float32)
     reading = _PatternReading.of(recipe, products, pattern, g_pattern, profile.allowed)
     module = plain_module(model.blocks[layer].ln1)  # the model's own norm, without the hooks
-    folding = _NormChange.of(module, x, x + 0.5 * x.flip(-1))  # moved: a fixed other input
+    folding = _NormChange.of(module, x)
     plans: dict[str, tuple[torch.Tensor, Any]] = {}
     for component in components:
         weight = reader_weights(model, graph, layer, component).double().to(q.device)
@@ -816,12 +850,8 @@ def _qk_layer_scores(
             if folding is not None:
                 per_head = folding.fold(per_head)
             partner = keys if component == "q" else queries
-            directions = _qk_directions(profile, component, partner, per_head, contract)
-            if folding is not None:  # each block's directions dotted with the run's input
-                directions = [
-                    (moving, span, u, torch.matmul(folding.x[:, moving].unsqueeze(2).to(u), u.mT))
-                    for moving, span, u in directions
-                ]
+            at = None if folding is None else folding.x  # dotted with each block's directions
+            directions = _qk_directions(profile, component, partner, per_head, contract, at)
         plans[component] = (weight, directions)
     per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 4 * 4
     if any(directions is None for _, directions in plans.values()):
@@ -832,6 +862,7 @@ def _qk_layer_scores(
         for c in components
     }
     unfolded = folding is None or any(directions is None for _, directions in plans.values())
+    joint = _joint_blocks({c: plan[1] for c, plan in plans.items() if plan[1] is not None})
     with torch.no_grad():
         normed = module(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
@@ -845,6 +876,19 @@ def _qk_layer_scores(
                 moved_scale, grown_scale = folding.scales(narrow)
             else:
                 narrow = change.to(contract)
+            # each block of moving positions: one product for q and k, parted into each
+            # component's [n, heads, query, senders, key] changes (0 where none is admitted)
+            moves = {c: narrow.new_zeros(n, heads, n_pos, width, n_pos) for c in joint.parts}
+            for moving, u, at_x, parts in joint.blocks:
+                step = torch.matmul(narrow[:, moving], u.mT)
+                if at_x is not None:  # r' U.delta~ + (r' - r) U.x~ (see _NormChange)
+                    step = step.mul_(moved_scale[:, moving]).add_(grown_scale[:, moving] * at_x)
+                for component, span, columns in parts:
+                    piece = step[..., columns].unflatten(-1, (heads, span.stop - span.start))
+                    if component == "q":  # the block's queries p, the keys of the span
+                        moves["q"][:, :, moving, :, span] = piece.permute(0, 3, 1, 2, 4)
+                    else:  # the block's keys p, the queries of the span
+                        moves["k"][:, :, span, :, moving] = piece.permute(0, 3, 4, 2, 1)
             for component in components:
                 weight, directions = plans[component]
                 if directions is None:
@@ -853,19 +897,8 @@ def _qk_layer_scores(
                     )  # [n, senders, heads, query, key]
                     moved = (moved - products.unsqueeze(1)).permute(0, 2, 3, 1, 4)
                     moved = moved.masked_fill_(~reading.admitted, 0.0)  # float64
-                else:  # [n, heads, query, senders, key], zero where no prompt admits
-                    moved = narrow.new_zeros(n, heads, n_pos, width, n_pos)
-                    for moving, span, u, *at_x in directions:
-                        step = torch.matmul(narrow[:, moving], u.mT)
-                        if at_x:  # r' U.delta~ + (r' - r) U.x~ (see _NormChange)
-                            step = step.mul_(moved_scale[:, moving]).add_(
-                                grown_scale[:, moving] * at_x[0]
-                            )
-                        step = step.view(n, -1, width, heads, span.stop - span.start)
-                        if component == "q":  # the block's queries p, the keys of the span
-                            moved[:, :, moving, :, span] = step.permute(0, 3, 1, 2, 4)
-                        else:  # the block's keys p, the queries of the span
-                            moved[:, :, span, :, moving] = step.permute(0, 3, 4, 2, 1)
+                else:
+                    moved = moves[component]
                 terms = reading.terms(moved)  # [n, heads, senders]
                 if not bool(torch.isfinite(terms).all()):  # a change too large for expm1
                     terms = reading.softmax_terms(moved)
@@ -873,6 +906,41 @@ def _qk_layer_scores(
                     terms = terms.view(n, weight.shape[0], -1, width).sum(2)
                 out[component][:, :, first : first + chunk] = terms
     return out
+
+
+@dataclass(frozen=True)
+class _JointBlocks:
+    """The query and key directions of one layer joined per block of moving positions
+    (internal): ``blocks`` holds ``(moving, U, at_x, parts)``, ``U`` the blocks' directions
+    of every component side by side (one product per block and chunk of senders), ``at_x``
+    their product with the norm's input or None, ``parts`` each component's ``(component,
+    span, columns)``: which of the product's columns are its changes."""
+
+    blocks: list[tuple[slice, torch.Tensor, torch.Tensor | None, list[tuple[str, slice, slice]]]]
+    parts: tuple[str, ...]
+
+
+def _joint_blocks(directions: Mapping[str, list[Any]]) -> _JointBlocks:
+    """:class:`_JointBlocks` of each component's :func:`_qk_directions` (the same blocks of
+    moving positions, a block absent where the component admits no partner)."""
+    by_block: dict[tuple[int, int], list[tuple[str, slice, torch.Tensor, Any]]] = {}
+    for component, plan in directions.items():
+        for moving, span, u, at_x in plan:
+            by_block.setdefault((moving.start, moving.stop), []).append((component, span, u, at_x))
+    blocks = []
+    for (start, stop), members in by_block.items():
+        parts, column = [], 0
+        for component, span, u, _ in members:
+            parts.append((component, span, slice(column, column + u.shape[2] * u.shape[3])))
+            column += u.shape[2] * u.shape[3]
+        first = members[0][2]
+        u = first.new_empty(first.shape[0], first.shape[1], column, first.shape[-1])
+        for (_, _, columns), member in zip(parts, members, strict=True):
+            u[:, :, columns].unflatten(2, member[2].shape[2:4]).copy_(member[2])
+        at = [member[3] for member in members]
+        at_x = None if at[0] is None else torch.cat(at, dim=3)
+        blocks.append((slice(start, stop), u, at_x, parts))
+    return _JointBlocks(blocks, tuple(directions))
 
 
 def _qk_recomputed(
@@ -1124,6 +1192,8 @@ def edge_scores(
         rows, part, base, other = batch.rows, batch.task, batch.base, batch.other
         with torch.no_grad():
             delta = sender_deltas(model, graph, other, base)  # [n, pos, senders, d_model]
+            # laid out once for every layer's products: [n, senders, pos * d_model]
+            flat_delta = delta.transpose(1, 2).flatten(2)
         qk = qk_base(model, graph, part, base_name, captured=base) if qk_fix else None
         pattern_sum: dict[int, torch.Tensor] = {}
         for step in range(1, runs + 1):
@@ -1151,12 +1221,9 @@ def edge_scores(
                 position += width
                 n_senders = max(r.n_senders for r in group)
                 with torch.no_grad():
-                    products = (
-                        torch.einsum(
-                            "bpud,bprd->bru", delta[:, :, :n_senders], layer_grads.to(delta)
-                        ).double()
-                        / runs
-                    )  # [n, readers, senders]
+                    # sum over positions and d_model: [n, readers, pos * d] @ [n, pos * d, senders]
+                    readers = layer_grads.to(delta).transpose(1, 2).flatten(2)
+                    products = torch.bmm(readers, flat_delta[:, :n_senders].mT).double() / runs
                 for j, receiver in enumerate(group):
                     block = products[:, j, : receiver.n_senders].T.cpu()
                     per_prompt[receiver.start : receiver.start + receiver.n_senders, rows] += block
