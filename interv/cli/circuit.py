@@ -308,6 +308,18 @@ def _selection_faithfulness(
     )
 
 
+def _connected(graph: Any, selected: tuple[int, ...]) -> int:
+    """How many of the edges ``selected`` lie on a path of selected edges from the input to
+    the logits (:func:`interv.circuits.mib.prune`): only they change the circuit's value."""
+    import torch  # torch: on use (CLI start-up)
+
+    from interv.circuits.mib import prune  # torch: on use (CLI start-up)
+
+    kept = torch.zeros(graph.n_edges, dtype=torch.bool)
+    kept[list(selected)] = True
+    return int(prune(graph, kept).sum())
+
+
 def _estimator(args: argparse.Namespace) -> dict[str, Any]:
     """The screen's GIM and HVP options, as ``edge_scores`` and ``circuit_settings`` take them."""
     return {"gim": args.gim, "hvp": args.hvp, "hvp_steps": args.hvp_steps, "hvp_top": args.hvp_top}
@@ -389,7 +401,11 @@ def _summary(
         k = own.n_edges_kept[0]
         print(
             f"faithfulness of the stable circuit's {k} edges: {_fmt(own.mean[0])} "
-            f"({interval_cell((own.low[0], own.high[0]), selection.n_prompts)}; {own.sentence})"
+            f"({interval_cell((own.low[0], own.high[0]), selection.n_prompts)}); "
+            f"{_connected(circuit.graph, selection.selected)} of them connect the input to the "
+            "logits through selected edges (the others change no circuit's value: their "
+            f"sender reads only patched inputs or their receiver reaches the logits only "
+            f"through patched edges) ({own.sentence})"
         )
     print(f"faithfulness: CPR {_fmt(curve.cpr)}, CMD {_fmt(curve.cmd)} ({curve.sentence})")
     top = link.circuit_heads[:5]
