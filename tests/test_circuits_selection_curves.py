@@ -122,3 +122,21 @@ def test_the_cli_reports_the_stable_circuits_own_faithfulness(tmp_path, capsys):
     assert k > 0
     assert f"faithfulness of the stable circuit's {k} edges: " in printed
     assert "connect the input to the logits through selected edges" in printed
+
+
+@pytest.mark.parametrize(
+    ("mean", "low", "says"),
+    [
+        (0.86, 0.67, "the mean meets the bar of 0.8, the 95% interval's lower end does not"),
+        (0.9, 0.82, "its 95% interval above the bar of 0.8"),
+        (0.7, 0.5, "below the bar of 0.8"),
+    ],
+)
+def test_the_report_claims_the_bar_only_as_far_as_the_interval_does(setting, mean, low, says):
+    from interv.report.circuit import selection_lines
+
+    selection = replace(
+        setting[2].selection, jaccard=(mean,), jaccard_mean=mean, jaccard_low=low, jaccard_high=1.0
+    )
+    line = next(line for line in selection_lines(selection) if "bootstrap Jaccard" in line)
+    assert line.endswith(f"({says})")
