@@ -82,6 +82,11 @@ def test_mib_convention_ranks_the_values_and_says_so(setting):
     absolute, _, what = _rankings(result, result.graph, "mib")
     assert absolute.tolist() == mib_order(mib_scores(result), absolute=True).tolist()
     assert "not the stability selection's order" in what
+    n = result.graph.n_edges
+    curve = faithfulness(
+        model, task, result, fractions=[3 / n, 1.0], n_bootstrap=10, convention="mib"
+    )
+    assert "not the stability selection's order" in curve.sentence
     with pytest.raises(IntervError, match="selection must be True or False; got 'yes'"):
         faithfulness(model, task, result, selection="yes")
 

@@ -514,6 +514,8 @@ def faithfulness(
         )
     if not isinstance(greedy, bool):
         raise IntervError(f"greedy must be True or False; got {greedy!r}")
+    if not isinstance(selection, bool):
+        raise IntervError(f"selection must be True or False; got {selection!r}")
     if convention not in CONVENTIONS:
         raise IntervError(f"unknown convention {convention!r}; choose one of {CONVENTIONS}")
     fractions = tuple(fractions)
@@ -538,8 +540,6 @@ def faithfulness(
             what=("the model", "the ranking"),
             across=_RANKING_MAY_DIFFER,
         )
-    if not isinstance(selection, bool):
-        raise IntervError(f"selection must be True or False; got {selection!r}")
     selected = (
         selection
         and convention == "interv"
@@ -547,7 +547,7 @@ def faithfulness(
         and ranking.selection is not None
     )
     masks, sizes, what, ties, given = _curve_masks(
-        ranking, graph, fractions, sizes, convention, greedy, selected
+        ranking, graph, fractions, sizes, convention, greedy, selection
     )
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
