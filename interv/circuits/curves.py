@@ -260,7 +260,7 @@ class FaithfulnessCurve:
 
 
 def _rankings(
-    ranking: Any, graph: Graph, convention: str = "interv"
+    ranking: Any, graph: Graph, convention: str = "interv", selection: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(edge order by |value|, edge order by signed value, what the values are).
 
@@ -268,16 +268,31 @@ def _rankings(
     effect's most negative, a denoising effect's most positive). Under ``convention="mib"``
     a ranking with values is ordered exactly as MIB orders the file interv writes for it
     (:func:`mib_order` of :func:`mib_scores`): a CircuitResult by its values alone, not
-    checked edges first."""
+    checked edges first. Otherwise a CircuitResult carrying a stability selection
+    (``selection``) puts its selected edges first in both orders (by inclusion frequency,
+    :attr:`~interv.circuits.StableCircuit.selected`), then the rest in the result's."""
     if isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
         scores = mib_scores(ranking)
         signed = mib_order(scores, absolute=False)
         absolute = mib_order(scores, absolute=True)
         if isinstance(ranking, CircuitResult):
+            chosen = ranking.selection if selection else None
             if convention == "mib":
                 what = "the circuit result's values (exact where checked), by value alone as MIB"
-                return absolute, signed, what + " ranks the file interv writes"
-            return ranking.ranking(), signed, "the circuit result's values (exact where checked)"
+                what += " ranks the file interv writes"
+                if chosen is not None:
+                    what += " (not the stability selection's order: MIB ranks the values)"
+                return absolute, signed, what
+            what = "the circuit result's values (exact where checked)"
+            if chosen is None:
+                return ranking.ranking(), signed, what
+            first = torch.tensor(chosen.selected, dtype=torch.long)
+            return (
+                _first(first, ranking.ranking()),
+                _first(first, signed),
+                f"the stability selection's {first.numel()} edges first (by inclusion "
+                f"frequency, pi {chosen.pi:g}), then {what}",
+            )
         if isinstance(ranking, EdgeScores):
             return absolute, signed, f"{ranking.method} estimates"
         return absolute, signed, f"the MIB importance scores of {ranking.source}"
@@ -293,6 +308,14 @@ def _rankings(
         raise IntervError("ranking must not repeat an edge")
     full = torch.cat([order, (~listed).nonzero().flatten()])  # the rest in canonical order
     return full, full, "the given edge order"
+
+
+def _first(first: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """``order`` (every edge index) with the edges ``first`` moved to its front, in their
+    given order; the rest keep theirs."""
+    rest = torch.ones(order.numel(), dtype=torch.bool)
+    rest[first] = False
+    return torch.cat([first, order[rest[order]]])
 
 
 def _check_mib_width(ranking: Any, d_model: int) -> None:
@@ -313,6 +336,7 @@ def _curve_masks(
     sizes: list[int],
     convention: str,
     greedy: bool,
+    selection: bool = True,
 ) -> tuple[list[torch.Tensor], list[int], str, str, bool]:
     """The circuits a curve evaluates: ``2 x len(fractions)`` ``[n_edges]`` masks (by
     absolute value, then by signed value), pruned under ``convention="mib"``; the sizes;
@@ -329,7 +353,7 @@ def _curve_masks(
             f"{ranking.source} is read against a graph of {ranking.graph.n_edges} edges; the "
             f"model's has {graph.n_edges}"
         )
-    absolute, signed, what = _rankings(ranking, graph, convention)
+    absolute, signed, what = _rankings(ranking, graph, convention, selection)
     ties = ""
     if convention == "mib" and isinstance(ranking, CircuitResult | EdgeScores | MIBCircuit):
         ties = tie_note(mib_scores(ranking), fractions, sizes)
@@ -436,6 +460,7 @@ def faithfulness(
     batch_size: int | None = None,
     kv: str | None = None,
     executor: RayExecutor | None = None,
+    selection: bool = True,
 ) -> FaithfulnessCurve:
     """The faithfulness curve of the top edges of ``ranking`` (see the module docstring).
 
@@ -467,6 +492,12 @@ def faithfulness(
         kv: the graph's key/value edges, ``"grouped"`` or ``"ungrouped"`` (MIB's graph:
             ``N`` is then MIB's); None (default): the ranking's own graph's, grouped for a
             list of edges.
+        selection: with a :class:`CircuitResult` of a stability selection
+            (``discover(select="stability")``, :attr:`CircuitResult.selection`): True
+            (default) ranks its selected edges first (by inclusion frequency; in the signed
+            order for CPR too), then the result's ranking, so the curve is the reported
+            circuit's; False: the result's ranking alone. Under ``convention="mib"`` the
+            result's values alone either way (MIB ranks the file interv writes by its values).
 
     Returns:
         :class:`FaithfulnessCurve`.
@@ -483,6 +514,8 @@ def faithfulness(
         )
     if not isinstance(greedy, bool):
         raise IntervError(f"greedy must be True or False; got {greedy!r}")
+    if not isinstance(selection, bool):
+        raise IntervError(f"selection must be True or False; got {selection!r}")
     if convention not in CONVENTIONS:
         raise IntervError(f"unknown convention {convention!r}; choose one of {CONVENTIONS}")
     fractions = tuple(fractions)
@@ -507,8 +540,14 @@ def faithfulness(
             what=("the model", "the ranking"),
             across=_RANKING_MAY_DIFFER,
         )
+    selected = (
+        selection
+        and convention == "interv"
+        and isinstance(ranking, CircuitResult)
+        and ranking.selection is not None
+    )
     masks, sizes, what, ties, given = _curve_masks(
-        ranking, graph, fractions, sizes, convention, greedy
+        ranking, graph, fractions, sizes, convention, greedy, selection
     )
     masks.append(torch.zeros(graph.n_edges, dtype=torch.bool))  # the empty circuit
     kept = torch.stack(masks)
@@ -614,6 +653,7 @@ def faithfulness(
                 "fractions": [float(f) for f in fractions],
                 "greedy": greedy,
                 "convention": convention,
+                **({"selection": "stability"} if selected else {}),
             },
         ),
         provenance=provenance,

@@ -14,7 +14,10 @@ run, answer position) beside the circuit, and writes into DIR:
   circuit's stability over ``RESAMPLES`` bootstrap resamples of the prompts, see
   :func:`interv.circuits.circuit_stability`; with ``--select stability`` the circuit chosen
   by stability selection, :func:`interv.circuits.stability_selection`, leaving out each IOI
-  template in turn on ``--task ioi``), ``faithfulness.json``, ``mission.json``;
+  template in turn on ``--task ioi``), ``faithfulness.json``, ``mission.json``; with
+  ``--select stability`` the curve is the stable circuit's (its selected edges first, then
+  the ranking, under ``--convention interv``: ``faithfulness(..., selection=True)``), and
+  the summary gives the faithfulness of its selected edges alone, at their own count;
 - ``circuit.md`` (Markdown) and ``circuit.html`` (the self-contained page: the layered
   drawing, the curve, the mission link);
 - with ``--convention mib`` on a graph of MIB's shape (``--kv ungrouped`` for a
@@ -163,9 +166,11 @@ def _run(args: argparse.Namespace) -> int:
         stages(_STAGES, enabled=show) as progress,
         _executor(args) as executor,
     ):
-        circuit, curve, link, ran, resumed = _discover(args, checked, store, progress, executor)
+        circuit, curve, link, ran, resumed, own = _discover(
+            args, checked, store, progress, executor
+        )
     if not args.quiet:
-        _summary(args.out, circuit, curve, link, ran, resumed)
+        _summary(args.out, circuit, curve, link, ran, resumed, own)
     return 0
 
 
@@ -264,6 +269,7 @@ def _discover(
         batch_size=args.batch_size,
         executor=executor,
     )
+    own = _selection_faithfulness(args, model, task, result, executor)
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
     progress.start("report")
@@ -276,7 +282,42 @@ def _discover(
     if args.convention == "mib" and graph.has_mlp and not graph.grouped:  # MIB's shape
         store.write_output("mib_circuit.json", _mib_text(result, model, link))
     store.finish()
-    return result, curve, link, ran, resumed
+    return result, curve, link, ran, resumed, own
+
+
+def _selection_faithfulness(
+    args: argparse.Namespace, model: Any, task: Any, result: Any, executor: Any
+) -> Any:
+    """With ``--select stability``: faithfulness of the selected circuit at its own size (its
+    ``k`` edges alone, not pruned, beside the full graph), else None."""
+    selection = result.selection
+    if selection is None or not selection.selected:
+        return None
+    from interv.circuits import faithfulness  # torch: on use (CLI start-up)
+
+    k, n = len(selection.selected), result.graph.n_edges
+    return faithfulness(
+        model,
+        task,
+        result,
+        fractions=[k / n, 1.0],
+        complement=args.complement,
+        metric=args.metric,
+        batch_size=args.batch_size,
+        executor=executor,
+    )
+
+
+def _connected(graph: Any, selected: tuple[int, ...]) -> int:
+    """How many of the edges ``selected`` lie on a path of selected edges from the input to
+    the logits (:func:`interv.circuits.mib.prune`): only they change the circuit's value."""
+    import torch  # torch: on use (CLI start-up)
+
+    from interv.circuits.mib import prune  # torch: on use (CLI start-up)
+
+    kept = torch.zeros(graph.n_edges, dtype=torch.bool)
+    kept[list(selected)] = True
+    return int(prune(graph, kept).sum())
 
 
 def _estimator(args: argparse.Namespace) -> dict[str, Any]:
@@ -325,7 +366,9 @@ def _selection(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, A
     }
 
 
-def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int) -> None:
+def _summary(
+    out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: int, own: Any = None
+) -> None:
     from interv.report.circuit import interval_cell  # torch: on use (CLI start-up)
 
     status = circuit.status
@@ -354,6 +397,16 @@ def _summary(out: str, circuit: Any, curve: Any, link: Any, ran: int, resumed: i
         labels = ", ".join(e.label for e in selection.edges()[:10])
         more = f", ... ({len(selection.selected)} in all)" if len(selection.selected) > 10 else ""
         print(f"stable circuit: {selection!r}: {labels or 'no edge'}{more} ({selection.sentence})")
+    if own is not None and selection is not None:
+        k = own.n_edges_kept[0]
+        print(
+            f"faithfulness of the stable circuit's {k} edges: {_fmt(own.mean[0])} "
+            f"({interval_cell((own.low[0], own.high[0]), selection.n_prompts)}); "
+            f"{_connected(circuit.graph, selection.selected)} of them connect the input to the "
+            "logits through selected edges (the others change no circuit's value: their "
+            f"sender reads only patched inputs or their receiver reaches the logits only "
+            f"through patched edges) ({own.sentence})"
+        )
     print(f"faithfulness: CPR {_fmt(curve.cpr)}, CMD {_fmt(curve.cmd)} ({curve.sentence})")
     top = link.circuit_heads[:5]
     if top:

@@ -157,11 +157,17 @@ def selection_lines(selection: StableCircuit, dots: str = "...") -> list[str]:
         interval = interval_cell(
             (selection.jaccard_low, selection.jaccard_high), selection.n_prompts, dots
         )
-        meets = "meets" if selection.jaccard_mean >= 0.8 else "below"
+        meets = (
+            "below the bar of 0.8"
+            if not selection.jaccard_mean >= 0.8
+            else "its 95% interval above the bar of 0.8"
+            if selection.jaccard_low >= 0.8
+            else "the mean meets the bar of 0.8, the 95% interval's lower end does not"
+        )
         lines.append(
             f"bootstrap Jaccard with the selection redone on each of {len(selection.jaccard)} "
             f"resamples of the prompts: {number(selection.jaccard_mean, 3)} {interval} "
-            f"({meets} the bar of 0.8)"
+            f"({meets})"
         )
     if selection.groups:
         each = ", ".join(
