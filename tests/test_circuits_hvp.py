@@ -23,59 +23,16 @@ from interv.circuits import EdgeScores, edge_effects, edge_scores
 from interv.circuits.patching import capture_run, sender_delta
 from interv.circuits.second_order import edge_derivatives
 from interv.engine.second_order import hvp_estimates, reliability
-from interv.engine.targets import TargetMetric, get_metric
+from interv.engine.targets import get_metric
 from interv.errors import IntervError
-from interv.tasks.tokenized import TokenizedPairs
-
-
-def _squared_logit_diff(logits, target_ids, foil_ids):
-    diff = logits.gather(-1, target_ids.unsqueeze(-1)) - logits.gather(-1, foil_ids.unsqueeze(-1))
-    return diff.squeeze(-1) ** 2
-
-
-SQUARED = TargetMetric(
-    "squared_logit_diff",
-    "logits^2",
-    "squared logit difference target minus foil (a test metric)",
-    _squared_logit_diff,
-    needs_foil=True,
-)
+from tests._quadratic import SQUARED, linear_model
 
 
 @pytest.fixture(scope="module")
 def linear():
     """A native 2-layer attention-only bridge whose norms are linear (a huge epsilon),
     3 random prompt pairs."""
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
-    config = TransformerBridgeConfig(
-        d_model=16,
-        d_head=4,
-        n_layers=2,
-        n_ctx=8,
-        n_heads=4,
-        d_vocab=20,
-        attn_only=True,
-        normalization_type="LN",
-        eps=1e6,  # std = sqrt(var + eps): constant to a relative 1e-7, so every norm is linear
-        seed=2,
-    )
-    model = TransformerBridge.boot_native(config).eval()
-    with torch.no_grad():  # the norms divide by 1e3: logits back to a usual size
-        dict(model.named_parameters())["head._original_component.weight"].mul_(1e3)
-    g = torch.Generator().manual_seed(0)
-    task = TokenizedPairs(
-        clean_tokens=torch.randint(1, 20, (3, 6), generator=g),
-        corrupted_tokens=torch.randint(1, 20, (3, 6), generator=g),
-        attention_mask=torch.ones(3, 6, dtype=torch.bool),
-        answer_positions=torch.full((3,), 5),
-        target_ids=torch.randint(0, 20, (3,), generator=g),
-        foil_ids=torch.randint(0, 20, (3,), generator=g),
-        padding_side="right",
-        name="random pairs",
-    )
-    return model, task
+    return linear_model()
 
 
 @pytest.fixture(scope="module")
