@@ -107,5 +107,5 @@ def test_bad_stability_input_gets_clear_errors(zoo):
         circuit_stability(model, task, result, n_resamples=1)
     with pytest.raises(IntervError, match="stability"):
         discover(model, task, screen=SCREEN, stability=0)
-    with pytest.raises(IntervError, match="is for node screens"):
+    with pytest.raises(IntervError, match=r"is for node screens.*qk_fix=True, gim=True, hvp=True"):
         discover(model, task, screen=Screen(estimator="integrated"))

@@ -387,7 +387,8 @@ def discover(
     if screen.estimator != "attribution":
         raise IntervError(
             f"Screen(estimator={screen.estimator!r}) is for node screens (interv.run); an edge "
-            "screen is chosen by discover's method= and steps= (e.g. method='eap-ig', steps=5)"
+            "screen's estimator is chosen by discover's own options: method= and steps= "
+            "(method='eap-ig', steps=5), qk_fix=True, gim=True, hvp=True (hvp_steps=, hvp_top=)"
         )
     if screen.top_k > graph.n_edges:
         raise IntervError(
