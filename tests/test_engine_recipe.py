@@ -61,3 +61,21 @@ def test_logits_and_rows_equal_the_softmax_with_the_sink_and_bias_written_out():
             for j, s in zip(keys, capped, strict=True):
                 expected[j] = math.exp(s) / total
             torch.testing.assert_close(rows[0, h, t], expected)
+
+
+@pytest.mark.parametrize("softcap", [None, 4.0])
+def test_the_change_of_logits_is_the_difference_of_finished_logits(softcap):
+    """``change_of_logits(p, c)`` equals ``finish(p + c) - finish(p)`` (float64), and for tiny
+    changes keeps its precision in float32 where the difference itself cancels: ``c (1 - T^2)``
+    to first order under a soft cap."""
+    attention = LayerAttention(keys=KeyRule(), positional="none", scale=1.0, softcap=softcap)
+    recipe = AttentionRecipe(0, "test", attention, "handoff", True)
+    torch.manual_seed(1)
+    products = torch.randn(2, 3, 5, 5, dtype=torch.float64) * 6
+    change = torch.randn(2, 3, 5, 5, dtype=torch.float64)
+    want = recipe.finish(products + change) - recipe.finish(products)
+    torch.testing.assert_close(recipe.change_of_logits(products, change), want)
+    tiny = change * 1e-6
+    slope = 1.0 if softcap is None else 1 - torch.tanh(products / softcap) ** 2
+    got = recipe.change_of_logits(products, tiny.float()).double()
+    torch.testing.assert_close(got, tiny * slope, rtol=1e-5, atol=0)

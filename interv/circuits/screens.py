@@ -984,9 +984,8 @@ class _PatternReading:
 
     for any constant ``c`` per row (the change of a row sums to 0); ``c = sum_k p_k g_k``
     leaves no large term to cancel, so the row's term is computed in float32 without the
-    float64 softmax and difference of patterns. Under a soft cap ``cap * tanh(z / cap)`` the
-    change of the logits is ``cap * t (1 - T^2) / (1 + T t)``, ``t = tanh(D / cap)``,
-    ``T = tanh(products / cap)`` (the same identity, no cancellation)."""
+    float64 softmax and difference of patterns. Under a soft cap, ``D`` is the capped logits'
+    change (:meth:`~interv.engine.architecture.AttentionRecipe.change_of_logits`)."""
 
     recipe: AttentionRecipe
     products: torch.Tensor  # [n, heads, query, key] float64, the base run's
@@ -995,7 +994,6 @@ class _PatternReading:
     admitted: torch.Tensor  # [n, 1, query, 1, key] bool
     weights: torch.Tensor  # [n, heads, query, key, 2]: G and the pattern
     total: torch.Tensor  # [n, heads, query, 1]: sum_k G_k
-    cap: tuple[torch.Tensor, torch.Tensor] | None  # T and 1 - T^2, [n, heads, query, 1, key]
 
     @classmethod
     def of(
@@ -1009,10 +1007,6 @@ class _PatternReading:
         g = g_pattern.to(pattern)
         centered = pattern * (g - (pattern * g).sum(-1, keepdim=True))
         weights = torch.stack([centered, pattern], dim=-1)
-        cap = None
-        if recipe.softcap is not None:
-            tanh = torch.tanh(products / recipe.softcap)
-            cap = (tanh.unsqueeze(3), (1 - tanh * tanh).unsqueeze(3))
         return cls(
             recipe=recipe,
             products=products,
@@ -1021,7 +1015,6 @@ class _PatternReading:
             admitted=allowed.unsqueeze(3),
             weights=weights,
             total=centered.sum(-1).unsqueeze(-1),
-            cap=cap,
         )
 
     def terms(self, moved: torch.Tensor) -> torch.Tensor:
@@ -1030,14 +1023,8 @@ class _PatternReading:
         dtype; inf or nan where a change is too large for its ``expm1`` (then
         :meth:`softmax_terms`)."""
         dtype = moved.dtype
-        if self.cap is not None:
-            tanh, slope = (part.to(dtype) for part in self.cap)
-            cap = self.recipe.softcap
-            t = torch.tanh(moved / cap)
-            logits = (t * slope).mul_(cap)
-            e = logits.div_(t.mul_(tanh).add_(1)).expm1_()
-        else:
-            e = torch.special.expm1(moved)
+        logits = self.recipe.change_of_logits(self.products.unsqueeze(3), moved)
+        e = torch.special.expm1(logits)
         sums = torch.matmul(e, self.weights.to(dtype))  # [n, heads, query, senders, 2]
         row = (sums[..., 0] - sums[..., 1] * self.total.to(dtype)) / (1 + sums[..., 1])
         return row.sum(2).double()

@@ -474,6 +474,20 @@ class AttentionRecipe:
             logits = logits.masked_fill(~admitted, -math.inf)
         return logits
 
+    def change_of_logits(self, products: torch.Tensor, change: torch.Tensor) -> torch.Tensor:
+        """``finish(products + change) - finish(products)`` at the admitted keys (the bias
+        cancels; no mask), without the cancellation of that difference: ``change`` itself
+        without a soft cap, else ``cap t (1 - T^2) / (1 + T t)`` with ``t = tanh(change /
+        cap)``, ``T = tanh(products / cap)`` (the tanh of a sum). In ``change``'s dtype;
+        ``products`` broadcasts against it."""
+        if self.softcap is None:
+            return change
+        cap = self.softcap
+        scaled = products.to(change.dtype) / cap
+        base, slope = torch.tanh(scaled), torch.cosh(scaled).pow(-2)  # 1 - T^2, not cancelled
+        t = torch.tanh(change / cap)
+        return (t * slope).mul_(cap).div_(t.mul(base).add_(1))
+
     def rows(self, logits: torch.Tensor) -> torch.Tensor:
         """The attention rows ``[..., head, query, key]`` of ``logits`` (:meth:`logits`): the
         softmax over the keys and, where the layer has one, its off-row sink logit (which then
