@@ -455,9 +455,7 @@ class QKLayer:
     def products(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """The scaled products ``scale * q . k`` ``[..., heads, query_pos, key_pos]`` of
         prepared ``q [..., qpos, heads, d]`` and ``k [..., kpos, heads, d]``."""
-        return torch.matmul(q.transpose(-2, -3), k.transpose(-2, -3).transpose(-1, -2)) * (
-            self.recipe.scale
-        )
+        return self.recipe.products(q.transpose(-2, -3), k.transpose(-2, -3))
 
     def pattern(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Softmax attention ``[..., heads, query_pos, key_pos]`` from prepared ``q [...,
@@ -864,7 +862,7 @@ def _qk_layer_scores(
     unfolded = folding is None or any(directions is None for _, directions in plans.values())
     joint = _joint_blocks({c: plan[1] for c, plan in plans.items() if plan[1] is not None})
     with torch.no_grad():
-        normed = module(x).unsqueeze(2)
+        normed = module(x).unsqueeze(2) if unfolded else None
         for first in range(0, n_senders, chunk):
             part = delta[:, :, first : first + chunk].to(x)
             width = part.shape[2]

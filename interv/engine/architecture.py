@@ -449,12 +449,18 @@ class AttentionRecipe:
             admitted: the keys that stay (:meth:`admitted`, a head axis inserted), or None.
             bias: an additive logit broadcastable to the result (Bloom's ALiBi), or None.
         """
+        return self.finish(self.products(q, k), admitted, bias)
+
+    def products(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """The scaled products ``scale * q . k`` ``[..., head, query, key]`` of prepared
+        ``q [..., head, query, d_head]`` and ``k [..., head, key, d_head]`` (before
+        :meth:`finish`)."""
         if self.scale is None:
             raise IntervError(
                 f"{self.family}: layer {self.layer} scales q . k by a position-dependent or "
                 "unknown factor"
             )
-        return self.finish(torch.matmul(q, k.transpose(-1, -2)) * self.scale, admitted, bias)
+        return torch.matmul(q, k.transpose(-1, -2)) * self.scale
 
     def finish(
         self,
