@@ -12,7 +12,8 @@
   the frozen-deviation one for GIM (the two differ by more than the scores' size).
 - q/k/v scales: in a 2-layer model nothing downstream of the last layer's queries is
   scaled, so its query edges score exactly ``q_scale`` times EAP's, its logits edges equal.
-- Refusals: QK-norm families, qk_fix with gim, bad settings.
+- Per-head QK norms (Qwen3, Gemma-3) frozen as the autograd reference.
+- Refusals: a QK norm of another form, qk_fix with gim, bad settings.
 """
 
 from __future__ import annotations
@@ -163,11 +164,68 @@ def test_gim_defaults_run_and_say_what_they_modify(zoo):
     assert gim.provenance.settings != eap.provenance.settings
 
 
+class _NotANorm(torch.nn.Module):
+    """Has a norm's weight and eps, computes no LayerNorm or RMSNorm."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return self.weight * x / x.abs().amax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+def test_query_and_key_norms_are_frozen_as_the_autograd_reference(name):
+    """Per-head QK norms (Qwen3's RMSNorm ``w``, Gemma-3's ``1 + w``): within GIM's block the
+    module's input gradient is autograd's through the norm written with its root mean square
+    detached; the forward is the module's own; after the block, the module's own gradient."""
+    from interv.engine.architecture import recipe_of
+
+    model = family(name).bridge
+    assert check_gim(model, True) is not None
+    recipe = recipe_of(model, 0)
+    gen = torch.Generator().manual_seed(2)
+    for module in (recipe.q_norm, recipe.k_norm):
+        d = module.weight.shape[0]
+        x = torch.randn(2, 5, 3, d, generator=gen) * 3 + 0.5
+        g = torch.randn(2, 5, 3, d, generator=gen)
+        weight = module.weight.detach().double() + (1.0 if name == "gemma3" else 0.0)
+        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+        xr = x.double().requires_grad_(True)
+        (want,) = torch.autograd.grad(_reference_norm(xr, weight, None, True, eps), xr, g.double())
+        with torch.no_grad():
+            plain = module(x)
+        with GIM().applied(model):
+            xg = x.clone().requires_grad_(True)
+            out = module(xg)
+            (got,) = torch.autograd.grad(out, xg, g)
+        assert torch.equal(out.detach(), plain)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        assert "forward" not in vars(module)  # the patch is gone
+        xa = x.clone().requires_grad_(True)
+        (after,) = torch.autograd.grad(module(xa), xa, g)
+        assert not torch.allclose(after, got, atol=1e-4)
+
+
 def test_gim_is_refused_where_it_cannot_modify_the_backward(zoo):
+    from interv.engine.architecture import recipe_of
+
     qwen3 = family("qwen3").bridge
-    with pytest.raises(IntervError, match=r"^qwen3: .*GIM-style backward supports"):
-        check_gim(qwen3, True)
-    assert check_gim(qwen3, GIM(freeze_norms=False)) is not None
+    inner = recipe_of(qwen3, 1).k_norm
+    attention = qwen3.blocks[1].attn.original_component
+    assert attention.k_norm is inner
+    attention.k_norm = _NotANorm(inner.weight.shape[0])
+    try:
+        with pytest.raises(
+            IntervError, match=r"^qwen3: layer 1's key norm \(_NotANorm\) is neither a LayerNorm"
+        ):
+            check_gim(qwen3, True)
+        assert check_gim(qwen3, GIM(freeze_norms=False)) is not None
+    finally:
+        attention.k_norm = inner
+    assert check_gim(qwen3, True) is not None
     model, task = zoo
     with pytest.raises(IntervError, match="gim and qk_fix=True cannot be combined"):
         edge_scores(model, task, gim=True, qk_fix=True)

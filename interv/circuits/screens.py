@@ -80,9 +80,7 @@ included: it is exact only up to the attention pattern): they rank,
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -109,6 +107,7 @@ from interv.engine.answer_metric import answer_gradients
 from interv.engine.architecture import AttentionRecipe, architecture_of, recipe_of
 from interv.engine.backward import GIM, check_gim, gradient_scale, modified_backward
 from interv.engine.forward import AUTO, PATTERN, Prompts, forward
+from interv.engine.norms import norm_form
 from interv.engine.second_order import check_second_order, copies_per_forward, hvp_estimates
 from interv.engine.second_order import reliability as reliability_score
 from interv.engine.sites import Site
@@ -593,8 +592,8 @@ class _NormChange:
     gain) . delta~ + (r' - r) * (U * gain) . x~``: the directions take the gain (and the
     centering) once, the senders' ``delta`` is multiplied without the norm, and ``r' - r``
     comes from two sums per sender, computed without cancellation. Identified numerically
-    (:meth:`of`): the form must reproduce the module's own output on the run's input and on a
-    moved one, else the module is called for every sender as before.
+    (:func:`interv.engine.norms.norm_form`, on the run's input): where neither form
+    reproduces the module's own output, the module is called for every sender as before.
 
     Attributes:
         gain: ``[d_model]`` float64.
@@ -613,60 +612,16 @@ class _NormChange:
     @classmethod
     def of(cls, module: Any, x: torch.Tensor) -> _NormChange | None:
         """The form of ``module`` (a plain torch module) at the block input ``x`` ``[n, pos,
-        d_model]``, or None where neither form reproduces the module's output (on ``x`` and
-        on ``x`` moved, to float32 precision; identified once per module, again after its
-        weight is edited in place or a hook is added to it)."""
-        weight = getattr(module, "weight", None)
-        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
-        if not isinstance(weight, torch.Tensor) or weight.shape != x.shape[-1:]:
-            return None
-        if not isinstance(eps, float | int):
-            return None
-        state = (weight._version, len(module._forward_hooks), len(module._forward_pre_hooks))
-        known = _NORM_FORMS.get(module)
-        if known is None or known[0] != state:
-            known = (state, cls._identify(module, x, float(eps)))
-            with contextlib.suppress(TypeError):
-                _NORM_FORMS[module] = known
-        form = known[1]
+        d_model]`` (:func:`interv.engine.norms.norm_form`, identified on ``x``), or None
+        where neither form reproduces the module's output."""
+        form = norm_form(module, x)
         if form is None:
             return None
-        centered, plus_one = form
-        gain = weight.detach().double() + (1.0 if plus_one else 0.0)
         x64 = x.double()
-        if centered:
+        if form.centered:
             x64 = x64 - x64.mean(-1, keepdim=True)
-        base = x64.square().mean(-1) + float(eps)
-        return cls(gain, centered, x64.float(), base.rsqrt(), base)
-
-    @classmethod
-    def _identify(cls, module: Any, x: torch.Tensor, eps: float) -> tuple[bool, bool] | None:
-        """``(centered, plus_one)`` of the form that reproduces ``module`` on ``x`` and on
-        ``x`` moved by a fixed other input, or None."""
-        weight = module.weight.detach().double()
-        bias = getattr(module, "bias", None)
-        moved = x + 0.5 * x.flip(-1)
-        with torch.no_grad():
-            wants = [module(x).double(), module(moved).double()]
-            for centered, plus_one in ((True, False), (False, False), (False, True)):
-                if not centered and isinstance(bias, torch.Tensor):
-                    continue
-                shift = 0.0 if bias is None or not centered else bias.detach().double()
-                gain = weight + (1.0 if plus_one else 0.0)
-                fits = True
-                for inputs, want in zip((x, moved), wants, strict=True):
-                    got = cls._apply(inputs.double(), gain, centered, eps) + shift
-                    tolerance = 1e-5 * float(want.abs().max()) + 1e-6
-                    fits = fits and float((got - want).abs().max()) <= tolerance
-                if fits:
-                    return centered, plus_one
-        return None
-
-    @staticmethod
-    def _apply(x: torch.Tensor, gain: torch.Tensor, centered: bool, eps: float) -> torch.Tensor:
-        if centered:
-            x = x - x.mean(-1, keepdim=True)
-        return gain * x * (x.square().mean(-1, keepdim=True) + eps).rsqrt()
+        base = x64.square().mean(-1) + form.eps
+        return cls(form.gain(module), form.centered, x64.float(), base.rsqrt(), base)
 
     def fold(self, weight: torch.Tensor) -> torch.Tensor:
         """A projection ``[..., d_model, d_head]`` with the gain folded in (and, under
@@ -692,9 +647,6 @@ class _NormChange:
             delta
         )
 
-
-_NORM_FORMS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-"""Per norm module, the form :meth:`_NormChange.of` identified and the module's state then."""
 
 QK_POSITION_BLOCKS = 8
 """Into how many blocks of moving positions :func:`_qk_directions` splits a layer, each with

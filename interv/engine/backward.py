@@ -12,7 +12,9 @@ are the defaults here):
   subtracted), so the backward of ``y = w (x - mean(x)) / s + b`` is
   ``dx = h - mean(h)``, ``h = w dy / s`` (``dx = w dy / s`` for an RMSNorm). Every norm the
   bridge runs as a transformer-lens normalization component is frozen: each block's
-  ``ln1``, ``ln2`` (and the post-norms of Gemma-2/3), and the final norm.
+  ``ln1``, ``ln2`` (and the post-norms of Gemma-2/3), and the final norm; and the per-head
+  query and key norms of Gemma-3, Qwen3 or OLMo-2 (Hugging Face modules, their form
+  identified from their outputs by :func:`interv.engine.norms.norm_form`).
 - **the softmax's gradient at temperature T**: the attention softmax's backward is
   ``dscores = s_T * (dpattern - sum_keys(s_T * dpattern))`` with ``s_T = softmax(scores /
   T)``, no ``1 / T`` factor (the package's rule), where the forward keeps ``T = 1``. It is
@@ -24,9 +26,11 @@ are the defaults here):
   (default 1/4, 1/4, 1/2: the package's split of a product's gradient among its factors),
   both where it flows on into the residual stream and where a screen reads it.
 
-Not implemented from the package: freezing norms it finds as plain ``nn.LayerNorm`` or
-``nn.RMSNorm`` modules outside the bridge's normalization components (per-head QK norms:
-models with them are refused), and a softmax outside attention (the metric's is exact).
+The package freezes the modules that are instances of ``nn.LayerNorm`` or ``nn.RMSNorm``,
+which no Hugging Face decoder's norms are (``LlamaRMSNorm``, ``Gemma3RMSNorm`` are classes of
+their own): here every norm the paper names is frozen, by what it computes. A query/key norm
+of another form is refused by :func:`check_gim`. Not implemented: a softmax outside
+attention (the metric's gradient is exact).
 
 ``GIM(temperature=1, q_scale=1, k_scale=1, v_scale=1, freeze_norms=False)`` is the
 model's own backward (no hook is attached at all).
@@ -42,7 +46,8 @@ from typing import Any
 
 import torch
 
-from interv.engine.architecture import architecture_of
+from interv.engine.architecture import architecture_of, recipe_of
+from interv.engine.norms import NormForm, norm_form
 from interv.engine.sites import Site
 from interv.errors import IntervError
 
@@ -150,6 +155,9 @@ class GIM:
                     _patch(original, "forward", original.forward, spec, patched)
                 if hasattr(norm, "_python_norm_forward"):
                     _patch(norm, "_python_norm_forward", norm._python_norm_forward, spec, patched)
+            for module, form in _qk_norms(model):
+                spec = _NormSpec(rms=not form.centered, weight=form.gain(module), eps=form.eps)
+                _patch(module, "forward", module.forward, spec, patched)
             yield
         finally:
             for module, name in reversed(patched):
@@ -178,18 +186,24 @@ def check_gim(model: Any, gim: Any) -> GIM | None:
     arch = architecture_of(model)
     supported = (
         "GIM-style backward supports decoders whose every layer is softmax attention with rows "
-        "summing to 1 and, to freeze norms, no per-head QK norm (tested: the zoo models, "
-        "Llama, SmolLM2)"
+        "summing to 1 and, to freeze norms, whose query/key norms (if any) are LayerNorms or "
+        "RMSNorms (tested: the zoo models, Llama, SmolLM2, Gemma-3, Qwen3)"
     )
     arch.require("attention_rows", hint=supported)
     arch.require("normalized_rows", hint=supported)
-    qk = [i for i in arch.attention_layers if arch.layer(i).qk_norm]
-    if qk and gim.freeze_norms:
-        arch.refuse(
-            f"layers {qk} normalize queries and keys per head, norms GIM's frozen-statistics "
-            "backward does not reach",
-            hint=supported + "; or use GIM(freeze_norms=False)",
-        )
+    if gim.freeze_norms:
+        for layer in arch.attention_layers:
+            if not arch.layer(layer).qk_norm:
+                continue
+            recipe = recipe_of(model, layer)
+            for name, module in (("query", recipe.q_norm), ("key", recipe.k_norm)):
+                if module is not None and norm_form(module) is None:
+                    arch.refuse(
+                        f"layer {layer}'s {name} norm ({type(module).__name__}) is neither a "
+                        "LayerNorm nor an RMSNorm by its outputs, so GIM cannot freeze its "
+                        "statistic",
+                        hint=supported + "; or use GIM(freeze_norms=False)",
+                    )
     if gim.freeze_norms and not _norm_components(model) and arch.pre_attention_norm:
         arch.refuse("no transformer-lens normalization component found", hint=supported)
     return gim
@@ -271,6 +285,28 @@ def _patch(module: Any, name: str, original: Any, spec: _NormSpec, patched: list
 
     object.__setattr__(module, name, frozen)  # an instance attribute, removed on exit
     patched.append((module, name))
+
+
+def _qk_norms(model: Any) -> list[tuple[Any, NormForm]]:
+    """Every layer's query and key norm modules (Hugging Face's, per head) with their forms
+    (:func:`~interv.engine.norms.norm_form`; :func:`check_gim` refused any it cannot name)."""
+    arch = architecture_of(model)
+    found = []
+    for layer in arch.attention_layers:
+        if not arch.layer(layer).qk_norm:
+            continue
+        recipe = recipe_of(model, layer)
+        for module in (recipe.q_norm, recipe.k_norm):
+            if module is None:
+                continue
+            form = norm_form(module)
+            if form is None:
+                raise IntervError(
+                    f"layer {layer}'s query/key norm ({type(module).__name__}) is neither a "
+                    "LayerNorm nor an RMSNorm by its outputs; check_gim refuses this model"
+                )
+            found.append((module, form))
+    return found
 
 
 def _norm_components(model: Any) -> list[Any]:
