@@ -68,6 +68,7 @@ def test_verdict_needs_both_and_says_when_established(bench, capsys):
         _row("EAP-IG (5 steps)", 0.80, 4.0, [3.5, 4.5]),
         _row("better", 0.90, 5.0, [4.8, 5.2]),
         _row("noisy", 0.90, 4.1, [0.0, 9.0]),
+        _row("shifted", 0.82, 5.0, [4.8, 5.2]),
     ]
     ones = torch.ones(1000, dtype=torch.float64)
     boots = {
@@ -75,9 +76,10 @@ def test_verdict_needs_both_and_says_when_established(bench, capsys):
         "EAP-IG (5 steps)": {"recall": 0.80 * ones, "cpr": 4.0 * ones},
         "better": {"recall": 0.90 * ones, "cpr": 5.0 * ones},
         "noisy": {"recall": 0.90 * ones, "cpr": torch.linspace(-1.0, 9.0, 1000)},
+        "shifted": {"recall": 0.90 * ones, "cpr": 5.0 * ones},  # resampled recall off the point
     }
     verdict = {entry["estimator"]: entry for entry in bench.against_reference(rows, boots, 100, 8)}
-    assert set(verdict) == {"EAP", "better", "noisy"}
+    assert set(verdict) == {"EAP", "better", "noisy", "shifted"}
     assert verdict["EAP"]["beats"] is False  # higher recall, lower CPR
     assert verdict["EAP"]["cpr"]["difference"] == pytest.approx(-2.0)
     assert verdict["EAP"]["cpr_intervals_overlap"] is False
@@ -85,6 +87,10 @@ def test_verdict_needs_both_and_says_when_established(bench, capsys):
     assert verdict["better"]["recall_top_100"]["interval"] == pytest.approx([0.1, 0.1])
     assert verdict["noisy"]["beats"] and not verdict["noisy"]["established"]
     assert verdict["noisy"]["cpr"]["interval"][0] < 0 < verdict["noisy"]["cpr"]["interval"][1]
+    shifted = verdict["shifted"]["recall_top_100"]
+    assert shifted["biased"] and not verdict["better"]["recall_top_100"]["biased"]
+    assert verdict["shifted"]["beats"] and not verdict["shifted"]["established"]
     printed = capsys.readouterr().out
+    assert "| shifted | +0.02 [0.10, 0.10] (outside) | +1.000 [1.000, 1.000] |" in printed
     assert '"beats EAP-IG on both" = a higher recall of the exact top-100' in printed
     assert "| noisy | +0.10 [0.10, 0.10] | +0.100 " in printed
