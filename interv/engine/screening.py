@@ -547,15 +547,21 @@ class Resume:
     Attributes:
         known: ``[n, n_prompts]`` exact values computed before (NaN rows where not), never
             recomputed; None: none.
-        estimates: ``[n, n_prompts]`` the earlier first-order estimates, so that the
-            ranking and the audit sample are the interrupted run's; None: estimate anew.
-        on_estimates: called once with the estimates, before any exact work.
+        estimates: ``[n, n_prompts]`` the earlier estimates, so that the ranking and the
+            audit sample are the interrupted run's; None: estimate anew.
+        reliability: ``[n]`` the earlier estimates' reliability scores (``estimator="hvp"``;
+            :attr:`~interv.audit.Audit.reliability`), handed back with ``estimates``; None:
+            the estimator gives none.
+        on_estimates: called once with the estimates and their reliability scores (None
+            unless ``estimator="hvp"``), ``on_estimates(estimates, reliability)``, before any
+            exact work.
         on_exact: called with ``(indices, values)`` after each exact forward.
     """
 
     known: torch.Tensor | None = None
     estimates: torch.Tensor | None = None
-    on_estimates: Callable[[torch.Tensor], None] | None = None
+    reliability: torch.Tensor | None = None
+    on_estimates: Callable[[torch.Tensor, torch.Tensor | None], None] | None = None
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None
 
 
@@ -595,6 +601,19 @@ def screened_values(
     gim = GIM() if screen.estimator == "gim" else None
     second_order = screen.estimator == "hvp"
     reliability_scores = None
+    if resume.reliability is not None:
+        if estimates is None or not second_order:
+            raise IntervError(
+                "Resume.reliability comes with the stored estimates of an HVP screen "
+                f"(estimator='hvp'); got it with estimator={screen.estimator!r} and "
+                f"{'no' if estimates is None else 'stored'} estimates"
+            )
+        reliability_scores = torch.as_tensor(resume.reliability, dtype=torch.float64).flatten()
+        if reliability_scores.numel() != n:
+            raise IntervError(
+                f"Resume.reliability must hold one score per intervention ({n}); got "
+                f"{reliability_scores.numel()}"
+            )
     if estimates is None:
         if second_order:
             estimates, reliability_scores = second_order_estimates(
@@ -605,7 +624,7 @@ def screened_values(
                 model, task, interventions, metric, base, steps=steps, gim=gim
             )
         if resume.on_estimates is not None:
-            resume.on_estimates(estimates)
+            resume.on_estimates(estimates, reliability_scores)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
     if estimates.shape != (n, task.n_pairs):
         raise IntervError(
