@@ -62,7 +62,7 @@ checks (``top_k``, ``audit``, ``alpha`` (``false``: one look), ``budget``, ``ste
 ``"integrated"``, ``"gim"``, ``"hvp"``), ``steps`` (integrated gradients' points),
 ``hvp_steps`` (the multi-step HVP's segments); see :mod:`interv.engine.screening` and
 :mod:`interv.sweeps.screened`). The estimator is part of the sweep's identity: a directory
-screened with one is refused to a config that names another. Only screenable kinds are
+screened with one estimator refuses a config that names another. Only screenable kinds are
 accepted then (:data:`~interv.engine.screening.SCREENABLE_KINDS`)::
 
     [sweep.screen]
@@ -120,7 +120,6 @@ _SWEEP_DEFAULTS: dict[str, Any] = {
 _SWEEP_KEYS = (*_SWEEP_DEFAULTS, "interventions")
 _HEAD_SITE_KEYS = ("layers", "heads")
 _SCREEN_KEYS = tuple(f.name for f in dataclasses.fields(Screen))  # Screen's fields, no copy
-_SCREEN_ALWAYS = ("top_k", "audit", "alpha", "level", "seed")  # normalized with defaults
 
 
 @dataclass(frozen=True)
