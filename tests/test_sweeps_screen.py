@@ -210,7 +210,7 @@ def test_the_cli_screens_a_sweep_and_a_rerun_with_the_same_flags_resumes(tmp_pat
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "screened sweep complete: 8 interventions" in printed
-    assert "estimated by attribution (first-order), not intervened" in printed
+    assert "8 intervened on exactly, none estimated" in printed  # the budget checked all 8
     assert "8 mean_ablation interventions: attribution (first-order)" in printed
     assert main(argv) == 0
     assert "0 exact evaluations by this run" in capsys.readouterr().out

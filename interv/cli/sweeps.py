@@ -46,14 +46,18 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
         fresh = "" if computed is None else f"; {computed} exact evaluations by this run"
         n_exact = int(result.exact.sum())
         audits = "\n".join(f"  {outcome.describe()}" for outcome in result.screens)
-        methods = " and ".join(dict.fromkeys(o.audit.method for o in result.screens))
+        n_estimated = result.n_interventions - n_exact
+        estimated = (
+            f"{n_estimated} " + "; ".join(result.estimate_sentences())
+            if n_estimated
+            else "none estimated"
+        )
         return (
             f"screened sweep complete: {result.n_interventions} interventions x "
             f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
             f"{result.scope.model_name!r}, metric {result.metric.name} in "
-            f"{result.metric.unit}; {n_exact} intervened on exactly, "
-            f"{result.n_interventions - n_exact} estimated by {methods}, not intervened"
-            f"{fresh}; results in {directory}\n{audits}"
+            f"{result.metric.unit}; {n_exact} intervened on exactly, {estimated}{fresh}; "
+            f"results in {directory}\n{audits}"
         )
     return (
         f"sweep complete ({share}): {result.n_interventions} interventions x "
