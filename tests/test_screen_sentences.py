@@ -182,3 +182,13 @@ def test_the_sweep_summary_names_the_estimator_of_its_estimates(screened):
     expected = "3 intervened on exactly, 5 estimated by integrated gradients (3 path points), "
     assert expected + "not intervened; results in out" in printed
     assert "first-order" not in printed
+
+
+def test_the_attention_viewer_shows_an_estimate_as_one_naming_its_estimator(zoo, screened):
+    model, task, _ = zoo
+    result = screened["gim"]
+    site = result.sites[result.status.index(ESTIMATED)]
+    viewer = interv.view_attention(model, task, heads=[(site.layer, site.head)], result=result)
+    page = viewer.fragment()
+    assert "<b>estimate ≈ " in page and "CI nan" not in page
+    assert html.escape(f" logits; {SENTENCES['gim'][1]}") + "</b>" in page
