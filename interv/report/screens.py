@@ -5,8 +5,8 @@ verified top and its audit sample; every other row is an estimate by the screen'
 (:meth:`interv.audit.Screen.estimate_sentence`). The report keeps each screen's audit as a
 :class:`ScreenSummary` (sites checked, misses, the one-sided bound, the rank agreement of
 estimate and exact with its interval, what stopped the verification) and prints it beside
-the rows. No model; internal to
-:mod:`interv.report` except :class:`ScreenSummary`, which a saved report holds.
+the rows. No model; internal to :mod:`interv.report` except :class:`ScreenSummary`, which a
+saved report holds.
 """
 
 from __future__ import annotations
