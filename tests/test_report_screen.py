@@ -43,8 +43,8 @@ def test_estimated_rows_carry_the_flag_the_sentence_and_their_status(report):
     assert {row.status for row in report.rows if row.kind == "MeanAblation"} == {"exact"}
     assert ESTIMATED_FLAG in report.rules_text
     assert any(
-        "4 of 16 rows are estimates (estimated by attribution (first-order), not intervened)"
-        in note
+        "4 of 16 rows are estimates, not intervention results: estimated by attribution "
+        "(first-order), not intervened (flag" in note
         for note in report.notes
     )
 

@@ -120,7 +120,8 @@ def test_a_reports_effect_cell_and_notes_name_the_estimator(zoo, screened, name)
             assert row.estimate == expected
             assert effect_text(row, unit).startswith("estimate ≈ ")
             assert effect_text(row, unit).endswith(f" {unit}; {expected}")
-    assert any(f"5 of 8 rows are estimates ({expected})" in note for note in report.notes)
+    note = f"5 of 8 rows are estimates, not intervention results: {expected} (flag"
+    assert any(note in text for text in report.notes)
     assert markdown_text(expected) in to_markdown(report)
     assert html.escape(expected) in page_fragment(report)
     assert expected in to_csv(report)

@@ -99,8 +99,8 @@ def estimate_note(n_estimated: int, n_rows: int, sentences: Sequence[str]) -> st
     """The report's note on its estimated rows; ``sentences``: how they were estimated (the
     distinct :attr:`~interv.report.data.ReportRow.estimate` of the rows)."""
     return (
-        f"{n_estimated} of {n_rows} rows are estimates ({'; '.join(sentences)}), not "
-        "intervention results (flag 'estimated, not intervened'); they are listed in the full "
+        f"{n_estimated} of {n_rows} rows are estimates, not intervention results: "
+        f"{'; '.join(sentences)} (flag 'estimated, not intervened'); they are listed in the full "
         "table only and never ranked: the agreement, the most instructive rows, the heatmaps, "
         "the scatters and the wide table use the exact rows, and sorting the table by effect "
         "puts estimates last. The screens' audits say what the estimates could have missed."
