@@ -1,4 +1,4 @@
-"""Screen, verify, audit: a first-order screen checked by exact interventions.
+"""Screen, verify, audit: a screen's estimates checked by exact interventions.
 
 >>> import torch
 >>> from interv.audit import Screen, verify_screen
@@ -45,7 +45,8 @@ candidates: keeping the exact top-k with that confidence costs nearly a full che
 the estimates put the top-k first).
 
 Every candidate keeps one status: ``"exact (verified)"``, ``"exact (audit)"`` or
-``"estimated"`` (a first-order estimate, not intervened). Ranking uses exact values only.
+``"estimated"`` (the screen's estimate, not intervened: :meth:`Audit.estimate_sentence` says
+by which estimator). Ranking uses exact values only.
 Pure tensors; no model. The caller's ``evaluate`` does the interventions.
 """
 
@@ -67,11 +68,11 @@ from interv.stats import bootstrap_indices, percentile_interval, spearman
 __all__ = [
     "BOUNDS",
     "ESTIMATED",
-    "ESTIMATE_SENTENCE",
     "ESTIMATORS",
     "EXACT_AUDIT",
     "EXACT_VERIFIED",
     "STOPPED_BY",
+    "UNRECORDED_ESTIMATE",
     "Audit",
     "Screen",
     "clopper_pearson_upper",
@@ -83,7 +84,15 @@ EXACT_VERIFIED = "exact (verified)"
 EXACT_AUDIT = "exact (audit)"
 ESTIMATED = "estimated"
 STOPPED_BY = ("bound", "budget", "all checked", "one look")
-ESTIMATE_SENTENCE = "estimated by attribution (first-order), not intervened"
+UNRECORDED_ESTIMATE = "estimated by a screen whose estimator is not recorded, not intervened"
+"""The sentence of an estimated value whose screen is not at hand (a saved report written
+before rows named their estimator, a result built without its screens)."""
+
+
+def _estimated_by(method: str) -> str:
+    """The sentence of a value a screen estimated with ``method`` (its estimator in words)."""
+    return f"estimated by {method}, not intervened"
+
 
 # Fewer checked candidates than this: no rank correlation (n/a), as for prompts.
 
@@ -270,6 +279,31 @@ class Screen:
                 f"estimator={self.estimator!r}"
             )
 
+    def estimate_method(self) -> str:
+        """This screen's estimator in words (:attr:`estimator`, with ``steps`` or ``hvp_steps``
+        where they apply), e.g. ``"attribution (first-order)"``: the name an
+        :class:`Audit` records as its :attr:`~Audit.method`."""
+        if self.estimator == "integrated":
+            if self.steps == 1:  # one path point: the gradient at the base run
+                return "integrated gradients with 1 path point (attribution, first-order)"
+            return f"integrated gradients ({self.steps} path points)"
+        if self.estimator == "gim":
+            return "GIM's modified backward (gradient-based; no Taylor term)"
+        if self.estimator == "hvp":
+            if self.hvp_steps == 1:
+                return "attribution with Zhang & Wang's HVP correction (second-order)"
+            return (
+                f"Zhang & Wang's multi-step HVP estimate ({self.hvp_steps} segments, "
+                "second-order in each)"
+            )
+        return "attribution (first-order)"
+
+    def estimate_sentence(self) -> str:
+        """The sentence of a value this screen estimated and did not intervene on, e.g.
+        ``"estimated by integrated gradients (5 path points), not intervened"``: its
+        estimator (:meth:`estimate_method`) named."""
+        return _estimated_by(self.estimate_method())
+
     def describe(self) -> str:
         """The checking rule in one sentence."""
         if self.alpha is None:
@@ -326,7 +360,9 @@ class Audit:
         rank_agreement: Spearman's rho of estimate and exact over every checked
             candidate (NaN below :data:`interv.stats.MIN_ITEMS`).
         rank_interval: its percentile bootstrap interval over checked candidates.
-        method: the screen's name, in words (e.g. "attribution patching").
+        method: the screen's estimator, in words: a node screen's
+            :meth:`Screen.estimate_method` (e.g. ``"attribution (first-order)"``), recorded
+            with the audit so that a stored one reads back what it was made with.
         unchecked_bound: at ``screen.level``, at most this many unchecked candidates (not
             verified, not audited) have ``|exact| > threshold`` (finite-population bound
             from the audit; 0 when every candidate is checked); None for an audit stored
@@ -354,6 +390,13 @@ class Audit:
     method: str = field(default="a first-order screen")
     unchecked_bound: int | None = None
     reliability: torch.Tensor | None = None
+
+    def estimate_sentence(self) -> str:
+        """The sentence of the values this audit left estimated, its estimator named: for a
+        node screen its :attr:`screen`'s :meth:`Screen.estimate_sentence`; for a stored audit
+        the estimator it records (:attr:`method`), as written (audits stored before screens
+        had estimators record ``"attribution (first-order)"``, which they were)."""
+        return _estimated_by(self.method)
 
     @property
     def n_candidates(self) -> int:

@@ -14,8 +14,9 @@ the size of the behaviour the prompt pairs separate.
 - **baseline-sensitive**: the head has rows of two or more ablation baselines (kinds of
   family ``"ablation"``: zero, mean, resample, or a registered one) and their mean effects
   span more than ``baseline_margin_fraction * scale`` (max - min).
-- **estimated, not intervened**: a screened run left the row as a first-order estimate
-  (attribution), not an intervention result; such rows are never ranked with exact ones.
+- **estimated, not intervened**: a screened run left the row as its screen's estimate
+  (the row's semantics names the estimator), not an intervention result; such rows are
+  never ranked with exact ones.
 
 Concentration flags use the head's mean over prompts at the report's query positions.
 """
@@ -119,9 +120,10 @@ class FlagRules:
                 f"{margin:.4g} {unit} (max - min)"
             ),
             ESTIMATED_FLAG: (
-                "a screen left the value as a first-order estimate by attribution, not an "
-                "intervention result; estimated rows are listed but never ranked: the "
-                "agreement, the most instructive rows, the heatmaps, scatters and the wide "
-                "table use exact rows only, and the table sorts them after the exact ones"
+                "a screen left the value as its estimate (the row's semantics names the "
+                "estimator), not an intervention result; estimated rows are listed but never "
+                "ranked: the agreement, the most instructive rows, the heatmaps, scatters and "
+                "the wide table use exact rows only, and the table sorts them after the exact "
+                "ones"
             ),
         }

@@ -52,7 +52,7 @@ def test_resume_continues_only_a_screened_plan_and_its_callbacks_see_the_work(zo
     screened = RunPlan.build(model, task, heads, "logit_diff", screen=screen, progress=False)
     seen: dict[str, list] = {"estimates": [], "exact": []}
     resume = Resume(
-        on_estimates=seen["estimates"].append,
+        on_estimates=lambda estimates, reliability: seen["estimates"].append(estimates),
         on_exact=lambda indices, values: seen["exact"].extend(indices),
     )
     result = execute(model, screened, resume=resume)

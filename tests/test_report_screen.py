@@ -10,7 +10,7 @@ import torch
 
 import interv
 from interv._inert import markdown_text
-from interv.audit import ESTIMATE_SENTENCE, ESTIMATED, Screen
+from interv.audit import ESTIMATED, Screen
 from interv.engine.interventions import MeanAblation, ZeroAblation
 from interv.flags import ESTIMATED_FLAG
 from interv.report.page import page_fragment
@@ -38,10 +38,15 @@ def test_estimated_rows_carry_the_flag_the_sentence_and_their_status(report):
     assert len(estimated) == 4  # 8 zero ablations: 2 verified, 2 audited, 4 estimated
     for row in report.rows:
         assert (row.status == ESTIMATED) == (ESTIMATED_FLAG in row.flags)
-        assert row.semantics.endswith(ESTIMATE_SENTENCE) == (row.status == ESTIMATED)
+        estimated = row.semantics.endswith("estimated by attribution (first-order), not intervened")
+        assert estimated == (row.status == ESTIMATED)
     assert {row.status for row in report.rows if row.kind == "MeanAblation"} == {"exact"}
     assert ESTIMATED_FLAG in report.rules_text
-    assert any("4 of 16 rows are first-order estimates" in note for note in report.notes)
+    assert any(
+        "4 of 16 rows are estimates, not intervention results: estimated by attribution "
+        "(first-order), not intervened (flag" in note
+        for note in report.notes
+    )
 
 
 def test_estimates_are_never_ranked_with_exact_values(report):
@@ -89,6 +94,7 @@ def test_an_old_saved_report_without_statuses_reads_as_exact(report):
     data = json.loads(to_json(report))
     for row in data["rows"]:
         row.pop("status")
+        row.pop("estimate")  # added after statuses
     data.pop("screens")
     loaded = Report.from_dict(data)
     assert all(row.exact for row in loaded.rows) and loaded.screens == ()

@@ -148,6 +148,30 @@ def test_screen_true_takes_the_defaults_and_the_sweep_seed():
         ({"screen": "yes"}, "sweep.screen must be a table with keys"),
         ({"screen": {"alpha": 2.0}}, r"sweep.screen: Screen alpha must lie in \(0, 1\)"),
         (
+            {"screen": {"estimator": "hessian"}},
+            r"sweep.screen: unknown Screen estimator 'hessian'; choose one of \('attribution', "
+            "'integrated', 'gim', 'hvp'\\)",
+        ),
+        (
+            {"screen": {"hvp_steps": 2}},
+            r"sweep.screen: Screen hvp_steps \(2\) applies with estimator='hvp' only; got "
+            "estimator='attribution'",
+        ),
+        (
+            {"screen": {"estimator": "hvp", "hvp_steps": 0}},
+            r"sweep.screen: Screen hvp_steps .* must be >= 1; got 0",
+        ),
+        (
+            {"screen": {"estimator": "hvp", "hvp_steps": 1.5}},
+            r"sweep.screen: Screen hvp_steps .* must be an integer; got 1.5",
+        ),
+        (
+            {"screen": {"estimators": "hvp"}},
+            r"unknown key sweep.screen.estimators; allowed keys of sweep.screen: \('top_k', "
+            "'audit', 'alpha', 'budget', 'step', 'level', 'seed', 'bound', 'estimator', 'steps', "
+            "'hvp_steps'\\)",
+        ),
+        (
             {"interventions": [{"kind": "value_scale"}]},
             "sweep.interventions\\[0\\] with sweep.screen: screen= cannot estimate.*"
             "'zero_ablation', 'mean_ablation'",
@@ -186,9 +210,108 @@ def test_the_cli_screens_a_sweep_and_a_rerun_with_the_same_flags_resumes(tmp_pat
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "screened sweep complete: 8 interventions" in printed
-    assert "estimated (first-order, not intervened)" in printed
+    assert "8 intervened on exactly, none estimated" in printed  # the budget checked all 8
     assert "8 mean_ablation interventions: attribution (first-order)" in printed
     assert main(argv) == 0
     assert "0 exact evaluations by this run" in capsys.readouterr().out
     stored = load_sweep(tmp_path / "out").screens[0].audit.screen
     assert (stored.top_k, stored.audit, stored.alpha) == (2, 5, 0.05)
+
+
+def test_the_estimator_is_a_key_of_the_screen_and_of_the_sweeps_identity(whole_dir, tmp_path):
+    plain = parse_config(config())
+    named = parse_config(config(**SCREEN, estimator="attribution"))
+    assert named.config_hash == plain.config_hash  # the default: the same sweep, same hash
+    assert "estimator" not in plain.sweep["screen"]
+    hvp = parse_config(config(**SCREEN, estimator="hvp", hvp_steps=2))
+    assert hvp.screen == Screen(**SCREEN, estimator="hvp", hvp_steps=2)
+    assert hvp.config_hash != plain.config_hash
+    integrated = parse_config(config(**SCREEN, estimator="integrated", steps=3))
+    assert (integrated.screen.estimator, integrated.screen.steps) == ("integrated", 3)
+    # a directory screened by attribution is another sweep's: refused, before any model loads
+    with pytest.raises(IntervError, match=r'sweep.screen.estimator: \(absent\) -> "hvp"'):
+        run_sweep(config(**SCREEN, estimator="hvp"), whole_dir)
+
+
+def _hvp_config() -> dict:
+    return {
+        "model": {"spec": "induction-2l"},
+        "task": {"name": "induction", "n_pairs": 8},
+        "sweep": {
+            "batch_size": 8,  # one intervention per exact forward: several exact records
+            "screen": {"top_k": 2, "audit": 3, "alpha": False, "estimator": "hvp"},
+            "interventions": [{"kind": "zero_ablation"}],
+        },
+    }
+
+
+def _records(directory, prefix: str) -> list[dict]:
+    lines = (directory / "units.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["unit"].startswith(prefix)]
+
+
+def test_a_resumed_hvp_screened_sweep_equals_an_uninterrupted_one(model, tmp_path, monkeypatch):
+    whole = run_sweep(_hvp_config(), tmp_path / "whole", model=model)
+    reliability = whole.screens[0].audit.reliability
+    assert reliability is not None and reliability.shape == (8,)
+    (estimates,) = _records(tmp_path / "whole", "e")
+    assert estimates["reliability"] == [float(r) for r in reliability]  # stored with them
+
+    out = tmp_path / "sweep"
+    append = SweepStore.append
+
+    def append_then_stop(self, record):
+        append(self, record)
+        if record["unit"].startswith("x"):  # killed after the first exact forward
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(SweepStore, "append", append_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(_hvp_config(), out, model=model)
+    monkeypatch.setattr(SweepStore, "append", append)
+    assert not _records(out, "a")
+    resumed = run_sweep(_hvp_config(), out, model=model)
+    assert _records(out, "e") == [estimates]  # the same estimates and scores, reused
+    audit, fresh = resumed.screens[0].audit, whole.screens[0].audit
+    assert torch.equal(audit.reliability, fresh.reliability)
+    assert audit.method == fresh.method and "HVP" in audit.method
+    assert resumed.status == whole.status
+    torch.testing.assert_close(resumed.values, whole.values, atol=1e-5, rtol=1e-5)
+    (stored,), (again,) = _records(tmp_path / "whole", "a"), _records(out, "a")
+    assert stored["outcome"]["audit"]["reliability"] == again["outcome"]["audit"]["reliability"]
+
+
+def test_the_cli_sets_the_estimator_and_refuses_a_bad_one_in_one_line(tmp_path, capsys):
+    from interv.audit import ESTIMATORS
+    from interv.cli import build_parser, main
+    from interv.cli.sweeps import ESTIMATORS as LISTED
+    from interv.cli.sweeps import _screened
+
+    assert LISTED == ESTIMATORS  # --help lists the library's estimators
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        '[model]\nspec = "induction-2l"\n[task]\nname = "induction"\n'
+        '[[sweep.interventions]]\nkind = "mean_ablation"\n'
+    )
+    argv = ["sweep", str(path), "--out", str(tmp_path / "out")]
+    args = build_parser().parse_args([*argv, "--estimator", "hvp", "--hvp-steps", "3"])
+    screened = _screened(interv.sweeps.load_config(path), args)
+    assert screened.screen == Screen(estimator="hvp", hvp_steps=3)
+    assert main([*argv, "--hvp-steps", "3"]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1
+    assert "sweep.screen: Screen hvp_steps (3) applies with estimator='hvp' only" in said
+    assert not (tmp_path / "out").exists()  # refused before any directory or model
+
+
+def test_the_docs_hvp_table_is_a_valid_screen_of_the_example_sweep():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    page = (root / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    (table,) = [b for b in re.findall(r"^```toml\n(.*?)^```", page, re.S | re.M) if "hvp" in b]
+    raw = tomllib.loads((root / "examples" / "sweep_screen.toml").read_text(encoding="utf-8"))
+    raw["sweep"]["screen"] = tomllib.loads(table)["sweep"]["screen"]
+    assert parse_config(raw).screen == Screen(top_k=5, audit=60, seed=0, estimator="hvp")

@@ -3,9 +3,9 @@
 - ``interv sweep CONFIG.toml --out DIR [--shard i/n] [--executor local|ray]
   [--workers N] [--quiet]`` runs or resumes a sweep (see :mod:`interv.sweeps`);
   rerunning the same command after an interruption resumes it. ``--screen`` (or any of
-  ``--top-k``, ``--audit``, ``--alpha``, ``--budget``) screens every entry instead
-  (the config's ``[sweep.screen]`` with these keys set; see
-  :mod:`interv.sweeps.screened`).
+  ``--top-k``, ``--audit``, ``--alpha``, ``--budget``, ``--estimator``, ``--steps``,
+  ``--hvp-steps``) screens every entry instead (the config's ``[sweep.screen]`` with these
+  keys set, checked as the table is; see :mod:`interv.sweeps.screened`).
 - ``interv sweep-merge DIR... --out DIR`` merges the shard directories of one sweep.
 
 A config's ``kind = "module:Class"`` imports ``module`` only with ``--allow-import module``
@@ -46,13 +46,18 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
         fresh = "" if computed is None else f"; {computed} exact evaluations by this run"
         n_exact = int(result.exact.sum())
         audits = "\n".join(f"  {outcome.describe()}" for outcome in result.screens)
+        n_estimated = result.n_interventions - n_exact
+        estimated = (
+            f"{n_estimated} " + "; ".join(result.estimate_sentences())
+            if n_estimated
+            else "none estimated"
+        )
         return (
             f"screened sweep complete: {result.n_interventions} interventions x "
             f"{result.scope.n_prompts} prompts of task {result.scope.task_name!r} on model "
             f"{result.scope.model_name!r}, metric {result.metric.name} in "
-            f"{result.metric.unit}; {n_exact} intervened on exactly, "
-            f"{result.n_interventions - n_exact} estimated (first-order, not intervened)"
-            f"{fresh}; results in {directory}\n{audits}"
+            f"{result.metric.unit}; {n_exact} intervened on exactly, {estimated}{fresh}; "
+            f"results in {directory}\n{audits}"
         )
     return (
         f"sweep complete ({share}): {result.n_interventions} interventions x "
@@ -62,7 +67,11 @@ def _summary(result: InterventionResult, directory: str, manifest: dict) -> str:
     )
 
 
-_SCREEN_FLAGS = ("top_k", "audit", "alpha", "budget")
+_SCREEN_FLAGS = ("top_k", "audit", "alpha", "budget", "estimator", "steps", "hvp_steps")
+
+#: :data:`interv.audit.ESTIMATORS`, listed here so that ``interv sweep --help`` needs no
+#: torch (a test keeps the two equal); the value is checked by :class:`interv.Screen`
+ESTIMATORS = ("attribution", "integrated", "gim", "hvp")
 
 
 def _screened(config: SweepConfig, args: argparse.Namespace) -> SweepConfig:
@@ -144,7 +153,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--workers", type=int, default=2, help="number of Ray workers (default: 2)")
     screen = sweep.add_argument_group(
         "screening",
-        "estimate every site to first order and intervene exactly only on the top by "
+        "estimate every site (--estimator) and intervene exactly only on the top by "
         "|estimate| and a random audit sample (sets the config's [sweep.screen]; rerun with "
         "the same flags to resume)",
     )
@@ -161,6 +170,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_alpha(screen, given_only=True)
     screen.add_argument(
         "--budget", type=int, default=argparse.SUPPRESS, help="most exact evaluations"
+    )
+    screen.add_argument(
+        "--estimator",
+        choices=ESTIMATORS,
+        default=argparse.SUPPRESS,
+        help="how every site is estimated (default attribution: the gradient at the base run; "
+        "integrated: integrated gradients, --steps points; gim: GIM's modified backward; hvp: "
+        "Zhang & Wang's HVP correction, with reliability scores)",
+    )
+    screen.add_argument(
+        "--steps",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="integrated gradients' points (--estimator integrated; default 5)",
+    )
+    screen.add_argument(
+        "--hvp-steps",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="the multi-step HVP's segments (--estimator hvp; default 1: the single correction)",
     )
     add_quiet(sweep)
     sweep.add_argument(

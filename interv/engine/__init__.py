@@ -19,10 +19,11 @@
   and many edited copies in one forward.
 - :mod:`interv.engine.targets`: target metrics read at the answer position.
 - :mod:`interv.engine.runner`: :func:`~interv.engine.runner.run` (and ``screen=``).
-- :mod:`interv.engine.screening`: screened runs: every ablation or patch estimated (to
-  first order, or with the HVP correction), the top and an audit sample intervened on
-  exactly (:mod:`interv.audit`); :mod:`interv.engine.second_order`: the second-order term
-  of each patch along its own direction (Hessian-vector products, stacked copies).
+- :mod:`interv.engine.screening`: screened runs: every ablation or patch estimated (by
+  attribution, integrated gradients, GIM or the HVP correction), the top and an audit sample
+  intervened on exactly (:mod:`interv.audit`); :mod:`interv.engine.second_order`: the
+  second-order term of each patch along its own direction (Hessian-vector products, stacked
+  copies).
 - :mod:`interv.engine.attribution_patching`: attribution patching, a first-order approximation
   of head patching (one forward and one backward), for screening only.
 - :mod:`interv.engine.results`: the typed result of a run.

@@ -16,6 +16,7 @@ in :attr:`InterventionResult.n_undefined_recovery`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,10 +28,10 @@ from interv._display import Display, number
 from interv._pandas import positions_text, require_pandas
 from interv._schema import AtLeast, parse
 from interv.audit import (
-    ESTIMATE_SENTENCE,
     ESTIMATED,
     EXACT_AUDIT,
     EXACT_VERIFIED,
+    UNRECORDED_ESTIMATE,
     Audit,
     StoredAudit,
 )
@@ -265,10 +266,11 @@ class InterventionResult:
         status: per intervention, how its values were obtained (:data:`STATUSES`):
             ``"exact"`` (a run without a screen), ``"exact (verified)"`` or ``"exact
             (audit)"`` (intervened on by a screen's verification or audit), or
-            ``"estimated"``: a first-order estimate (the base run's value plus the
-            estimated change), not intervened on
-            (:data:`~interv.audit.ESTIMATE_SENTENCE`).
-        screens: the screens that chose what was intervened on, with their audits.
+            ``"estimated"``: a screen's estimate (the base run's value plus the
+            estimated change), not intervened on (:meth:`estimate_sentence` names the
+            estimator).
+        screens: the screens that chose what was intervened on, with their audits (each
+            covers the rows in its :attr:`ScreenOutcome.indices`).
     """
 
     values: torch.Tensor
@@ -354,7 +356,7 @@ class InterventionResult:
     @property
     def exact(self) -> torch.Tensor:
         """``[n_interventions]`` bool: True where the values come from an intervention,
-        False where they are a screen's first-order estimate."""
+        False where they are a screen's estimate."""
         return torch.tensor([status != ESTIMATED for status in self.status], dtype=torch.bool)
 
     @property
@@ -362,12 +364,38 @@ class InterventionResult:
         """True when a screen chose which interventions to run exactly."""
         return bool(self.screens)
 
+    @functools.cached_property
+    def _screen_of(self) -> dict[int, ScreenOutcome]:
+        """Row -> the screen that covered it (the last one, should several claim a row)."""
+        return {index: outcome for outcome in self.screens for index in outcome.indices}
+
+    def estimate_sentence(self, index: int) -> str:
+        """How intervention ``index``'s values were estimated, e.g. ``"estimated by
+        integrated gradients (5 path points), not intervened"``: the sentence of the screen
+        that covered the row (:meth:`~interv.audit.Audit.estimate_sentence`), or
+        :data:`~interv.audit.UNRECORDED_ESTIMATE` where the result holds none; ``""`` for an
+        exact value."""
+        if self.status[index] != ESTIMATED:
+            return ""
+        outcome = self._screen_of.get(index)
+        return UNRECORDED_ESTIMATE if outcome is None else outcome.audit.estimate_sentence()
+
+    def estimate_sentences(self) -> tuple[str, ...]:
+        """The distinct :meth:`estimate_sentence` of the estimated values, in row order."""
+        return tuple(
+            dict.fromkeys(
+                self.estimate_sentence(j)
+                for j in range(self.n_interventions)
+                if self.status[j] == ESTIMATED
+            )
+        )
+
     def sentence(self, index: int) -> str:
         """The sentence of intervention ``index``'s values: its intervention's sentence, and
-        for an estimate, :data:`~interv.audit.ESTIMATE_SENTENCE` after it."""
+        for an estimate, its :meth:`estimate_sentence` after it."""
         sentence = self.descriptions[index]
         if self.status[index] == ESTIMATED:
-            return f"{sentence}; {ESTIMATE_SENTENCE}"
+            return f"{sentence}; {self.estimate_sentence(index)}"
         return sentence
 
     def mean(self) -> torch.Tensor:
@@ -414,6 +442,7 @@ class InterventionResult:
         records = []
         for j in range(self.n_interventions):
             site = self.sites[j]
+            sentence = self.sentence(j)
             where = (
                 dict.fromkeys(("component", "layer", "head", "positions"))
                 if site is None
@@ -424,7 +453,7 @@ class InterventionResult:
                     {
                         "intervention": j,
                         "kind": self.kinds[j],
-                        "semantics": self.sentence(j),
+                        "semantics": sentence,
                         "status": self.status[j],
                         "exact": self.status[j] != ESTIMATED,
                         "base_run": self.base_runs[j],
@@ -497,8 +526,8 @@ class InterventionResult:
         n_estimated = sum(status == ESTIMATED for status in self.status)
         if n_estimated:
             lines.append(
-                f"{n_estimated} of {n} values are first-order estimates (marked ≈, status "
-                f"{ESTIMATED!r}), not intervened on"
+                f"{n_estimated} of {n} values are estimates (marked ≈, status {ESTIMATED!r}): "
+                + "; ".join(self.estimate_sentences())
             )
         lines.append(
             f"largest |mean effect| first ({len(shown)} of {n} shown; every row and prompt: "

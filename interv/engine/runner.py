@@ -163,10 +163,13 @@ def run(
     """Measure ``metric`` on ``task`` under each intervention, with both baselines.
 
     With ``screen``, the interventions are candidates of one screen
-    (:mod:`interv.engine.screening`): every one is estimated to first order from one
-    forward and one backward per base run, and only the screen's verified top and its
-    audit sample are run exactly; the others' values are estimates, marked so in
-    :attr:`~interv.engine.results.InterventionResult.status`, and the audit travels in
+    (:mod:`interv.engine.screening`): every one is estimated by the screen's estimator
+    (``Screen.estimator``: attribution, to first order from one forward and one backward per
+    base run, by default), and only the screen's verified top and its audit sample are run
+    exactly; the others' values are estimates, marked so in
+    :attr:`~interv.engine.results.InterventionResult.status` and described by the screen's
+    :meth:`~interv.audit.Screen.estimate_sentence`
+    (:meth:`~interv.engine.results.InterventionResult.sentence`), and the audit travels in
     :attr:`~interv.engine.results.InterventionResult.screens`.
 
     ``run`` is :meth:`RunPlan.build` (every check, before any forward) then

@@ -1,4 +1,4 @@
-"""Screened runs: a first-order estimate of every site, exact interventions where it matters.
+"""Screened runs: an estimate of every site, exact interventions where it matters.
 
 >>> screen = interv.Screen(top_k=5, audit=20)
 >>> result = interv.run(model, task, ablations, screen=screen)
@@ -22,14 +22,18 @@ patching (:func:`interv.engine.attribution_patching.approximate_head_patching_sc
 Gradients come from one forward and one backward per base run (the clean run for
 ablations and noising, the corrupted run for denoising), every site at once. The estimate
 is wrong where the metric or an attention pattern saturates or effects cancel: it ranks,
-the exact interventions decide. A value that was not intervened on is marked
-:data:`~interv.audit.ESTIMATED` and carries :data:`~interv.audit.ESTIMATE_SENTENCE`.
+the exact interventions decide.
 
 Other estimators (:data:`~interv.audit.ESTIMATORS`): integrated gradients along the path to
-the interventions, GIM's modified backward, and Zhang & Wang's HVP correction
-(:func:`second_order_estimates`: the second-order term along each intervention's own change
-added, one stacked copy of the prompts per intervention, with a reliability score per
-candidate in :attr:`~interv.audit.Audit.reliability`).
+the interventions, GIM's modified backward (no Taylor term), and Zhang & Wang's HVP
+correction (:func:`second_order_estimates`: the second-order term along each intervention's
+own change added, one stacked copy of the prompts per intervention, with a reliability score
+per candidate in :attr:`~interv.audit.Audit.reliability`).
+
+A value that was not intervened on is marked :data:`~interv.audit.ESTIMATED` and carries
+its screen's sentence (:meth:`~interv.audit.Screen.estimate_sentence`, recorded in the audit
+as :attr:`~interv.audit.Audit.method`), which names the estimator: "estimated by attribution
+(first-order), not intervened" for the default one.
 
 Screenable kinds (:data:`SCREENABLE_KINDS`): the head ablations (zero, mean, resample) and
 activation patches (denoising, noising), at all positions or at chosen ones. The metric's
@@ -75,7 +79,6 @@ if TYPE_CHECKING:
     from interv.tasks.tokenized import TokenizedPairs
 
 __all__ = [
-    "METHOD",
     "SCREENABLE_KINDS",
     "ExactScoring",
     "Resume",
@@ -88,9 +91,6 @@ __all__ = [
     "screened_values",
     "second_order_estimates",
 ]
-
-METHOD = "attribution (first-order)"
-"""The screen's name in audit sentences."""
 
 SCREENABLE_KINDS: tuple[str, ...] = (
     "zero_ablation",
@@ -547,15 +547,21 @@ class Resume:
     Attributes:
         known: ``[n, n_prompts]`` exact values computed before (NaN rows where not), never
             recomputed; None: none.
-        estimates: ``[n, n_prompts]`` the earlier first-order estimates, so that the
-            ranking and the audit sample are the interrupted run's; None: estimate anew.
-        on_estimates: called once with the estimates, before any exact work.
+        estimates: ``[n, n_prompts]`` the earlier estimates, so that the ranking and the
+            audit sample are the interrupted run's; None: estimate anew.
+        reliability: ``[n]`` the earlier estimates' reliability scores (``estimator="hvp"``;
+            :attr:`~interv.audit.Audit.reliability`), handed back with ``estimates``; None:
+            the estimator gives none.
+        on_estimates: called once with the estimates and their reliability scores (None
+            unless ``estimator="hvp"``), ``on_estimates(estimates, reliability)``, before any
+            exact work.
         on_exact: called with ``(indices, values)`` after each exact forward.
     """
 
     known: torch.Tensor | None = None
     estimates: torch.Tensor | None = None
-    on_estimates: Callable[[torch.Tensor], None] | None = None
+    reliability: torch.Tensor | None = None
+    on_estimates: Callable[[torch.Tensor, torch.Tensor | None], None] | None = None
     on_exact: Callable[[list[int], torch.Tensor], None] | None = None
 
 
@@ -595,6 +601,19 @@ def screened_values(
     gim = GIM() if screen.estimator == "gim" else None
     second_order = screen.estimator == "hvp"
     reliability_scores = None
+    if resume.reliability is not None:
+        if estimates is None or not second_order:
+            raise IntervError(
+                "Resume.reliability comes with the stored estimates of an HVP screen "
+                f"(estimator='hvp'); got it with estimator={screen.estimator!r} and "
+                f"{'no' if estimates is None else 'stored'} estimates"
+            )
+        reliability_scores = torch.as_tensor(resume.reliability, dtype=torch.float64).flatten()
+        if reliability_scores.numel() != n:
+            raise IntervError(
+                f"Resume.reliability must hold one score per intervention ({n}); got "
+                f"{reliability_scores.numel()}"
+            )
     if estimates is None:
         if second_order:
             estimates, reliability_scores = second_order_estimates(
@@ -605,7 +624,7 @@ def screened_values(
                 model, task, interventions, metric, base, steps=steps, gim=gim
             )
         if resume.on_estimates is not None:
-            resume.on_estimates(estimates)
+            resume.on_estimates(estimates, reliability_scores)
     estimates = torch.as_tensor(estimates, dtype=torch.float64)
     if estimates.shape != (n, task.n_pairs):
         raise IntervError(
@@ -651,15 +670,13 @@ def screened_values(
         )
         return (values[indices] - base_values[indices]).mean(-1)
 
-    method = METHOD if steps == 1 else f"integrated gradients ({steps} path points)"
-    method = "GIM's modified backward (gradient-based)" if gim is not None else method
-    if second_order:
-        method = (
-            "attribution with Zhang & Wang's HVP correction (second-order)"
-            if screen.hvp_steps == 1
-            else f"Zhang & Wang's multi-step HVP estimate ({screen.hvp_steps} segments)"
-        )
-    audit = verify_screen(screen, estimates.mean(-1), evaluate, method=method, known=known_effects)
+    audit = verify_screen(
+        screen,
+        estimates.mean(-1),
+        evaluate,
+        method=screen.estimate_method(),
+        known=known_effects,
+    )
     if reliability_scores is not None:
         audit = dataclasses.replace(audit, reliability=reliability_scores)
     estimated = torch.tensor([s == ESTIMATED for s in audit.status])

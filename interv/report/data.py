@@ -120,8 +120,12 @@ class ReportRow:
         flags: the flags this row raises.
         per_prompt_effect: the effect on each prompt, metric unit.
         status: how the effect was obtained: ``"exact"``, ``"exact (verified)"``,
-            ``"exact (audit)"`` (intervened on) or ``"estimated"`` (a screen's first-order
-            estimate, not intervened: flagged, never ranked).
+            ``"exact (audit)"`` (intervened on) or ``"estimated"`` (a screen's estimate,
+            not intervened: flagged, never ranked).
+        estimate: for an estimated row, the sentence of its screen's estimator (e.g.
+            ``"estimated by attribution (first-order), not intervened"``,
+            :meth:`~interv.engine.results.InterventionResult.estimate_sentence`); ``""`` for
+            an exact row and in reports saved before rows carried it.
     """
 
     index: Count
@@ -141,8 +145,14 @@ class ReportRow:
     flags: tuple[str, ...]
     per_prompt_effect: tuple[float, ...]
     status: str = EXACT
+    estimate: str = ""
 
     def __post_init__(self) -> None:
+        if self.estimate and self.status != ESTIMATED:
+            raise IntervError(
+                f"row {self.index}: estimate {self.estimate!r} is given for a value of status "
+                f"{self.status!r}; only {ESTIMATED!r} rows are estimated"
+            )
         effect = [x for x in self.per_prompt_effect if not math.isnan(x)]
         if not effect:
             return
@@ -165,7 +175,7 @@ class ReportRow:
 
     @property
     def exact(self) -> bool:
-        """False for a screen's first-order estimate (not an intervention result)."""
+        """False for a screen's estimate (not an intervention result)."""
         return self.status != ESTIMATED
 
     @property
@@ -293,7 +303,7 @@ class ReportData:
         logit effect is never instructive). A row's disagreement is ``|concentration rank
         - effect rank| / n_heads`` (0..1); ties are broken by the number of flags. Each
         site appears once (its most disagreeing row). Estimated rows (a screen's
-        first-order estimates) are never ranked. Returns (row, explanation) pairs; none
+        estimates) are never ranked. Returns (row, explanation) pairs; none
         when the report has no effect scale.
         """
         floor = self.instructive_floor()

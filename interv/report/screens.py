@@ -1,11 +1,12 @@
 """What a report says about the screens behind its rows: one summary per screen.
 
 A screened run (:mod:`interv.engine.screening`) intervenes exactly only on the screen's
-verified top and its audit sample; every other row is a first-order estimate. The report
-keeps each screen's audit as a :class:`ScreenSummary` (sites checked, misses, the
-one-sided bound, the rank agreement of estimate and exact with its interval, what stopped
-the verification) and prints it beside the rows. No model; internal to
-:mod:`interv.report` except :class:`ScreenSummary`, which a saved report holds.
+verified top and its audit sample; every other row is an estimate by the screen's estimator
+(:meth:`interv.audit.Screen.estimate_sentence`). The report keeps each screen's audit as a
+:class:`ScreenSummary` (sites checked, misses, the one-sided bound, the rank agreement of
+estimate and exact with its interval, what stopped the verification) and prints it beside
+the rows. No model; internal to :mod:`interv.report` except :class:`ScreenSummary`, which a
+saved report holds.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from interv.engine.results import ScreenOutcome
 
 __all__ = ["ScreenSummary", "estimate_note", "summarize"]
@@ -25,7 +28,8 @@ class ScreenSummary:
 
     Attributes:
         label: the candidates, e.g. ``"270 zero_ablation interventions"``.
-        method: the screen, e.g. ``"attribution (first-order)"``.
+        method: the screen's estimator, e.g. ``"attribution (first-order)"``
+            (:attr:`interv.audit.Audit.method`).
         n_candidates, n_verified, n_audited, n_checked: candidates, verified in estimate
             order, audited uniformly at random, intervened on in all.
         top_k: the size of the reported exact top.
@@ -91,11 +95,12 @@ def summarize(outcome: ScreenOutcome) -> ScreenSummary:
     )
 
 
-def estimate_note(n_estimated: int, n_rows: int) -> str:
-    """The report's note on its estimated rows."""
+def estimate_note(n_estimated: int, n_rows: int, sentences: Sequence[str]) -> str:
+    """The report's note on its estimated rows; ``sentences``: how they were estimated (the
+    distinct :attr:`~interv.report.data.ReportRow.estimate` of the rows)."""
     return (
-        f"{n_estimated} of {n_rows} rows are first-order estimates (attribution), not "
-        "intervention results (flag 'estimated, not intervened'); they are listed in the full "
+        f"{n_estimated} of {n_rows} rows are estimates, not intervention results: "
+        f"{'; '.join(sentences)} (flag 'estimated, not intervened'); they are listed in the full "
         "table only and never ranked: the agreement, the most instructive rows, the heatmaps, "
         "the scatters and the wide table use the exact rows, and sorting the table by effect "
         "puts estimates last. The screens' audits say what the estimates could have missed."

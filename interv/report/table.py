@@ -252,7 +252,8 @@ def build_report(
     n_estimated = statuses.count(ESTIMATED)
     if not n_estimated:
         rules_text.pop(ESTIMATED_FLAG, None)
-    notes = (estimate_note(n_estimated, len(rows)),) if n_estimated else ()
+    estimators = tuple(dict.fromkeys(row.estimate for row in rows if not row.exact))
+    notes = (estimate_note(n_estimated, len(rows), estimators),) if n_estimated else ()
     if scope.n_prompts < MIN_ITEMS:
         notes += (f"{scope.n_prompts} prompt(s): every interval is {TOO_FEW}.",)
 
@@ -297,6 +298,7 @@ def _rows(
                 "kind": result.kinds[j],
                 "semantics": result.sentence(j),
                 "status": result.status[j],
+                "estimate": result.estimate_sentence(j),
                 "base_run": result.base_runs[j],
                 "site": site,
                 "effect_mean": float(effect.mean()),

@@ -66,6 +66,7 @@ from interv.report.viewer_export import (
     quantize,
     svg_text,
 )
+from interv.report.views import effect_text
 from interv.tasks.tokenized import TokenizedPairs
 
 if TYPE_CHECKING:
@@ -220,11 +221,15 @@ class AttentionViewer:
                     if row.recovery is None
                     else f", normalized recovery {number(row.recovery, 3)} (dimensionless)"
                 )
-                items.append(
-                    f"<li><b>{escape(row.label)}</b> · {escape(row.kind)}: effect "
-                    f"<b>{number(row.effect_mean, 4)} {escape(h.metric_unit)}</b> "
+                effect = (
+                    f"effect <b>{number(row.effect_mean, 4)} {escape(h.metric_unit)}</b> "
                     f"({level}% CI {number(row.effect_ci_low, 4)} … "
                     f"{number(row.effect_ci_high, 4)})"
+                    if row.exact
+                    else f"<b>{escape(effect_text(row, h.metric_unit))}</b>"
+                )
+                items.append(
+                    f"<li><b>{escape(row.label)}</b> · {escape(row.kind)}: {effect}"
                     f"{recovery} {flag_badges(row.flags)}"
                     f"<div class='iv-sem'>{escape(row.semantics)}</div></li>"
                 )

@@ -31,6 +31,7 @@ import torch
 
 from interv.engine.sites import HEAD_COMPONENTS
 from interv.provenance import join
+from interv.report.views import effect_text
 
 if TYPE_CHECKING:
     from interv.analysis.attention_view import AttentionView
@@ -159,10 +160,13 @@ def _effect_lines(report: ReportData | None, view: AttentionView, k: int, limit:
     lines = []
     for row in rows[:limit]:
         flags = f" [{', '.join(row.flags)}]" if row.flags else ""
-        lines.append(
-            f"{row.label} {row.kind}: effect {row.effect_mean:.4g} {h.metric_unit} "
-            f"({level}% CI {row.effect_ci_low:.4g} … {row.effect_ci_high:.4g}){flags}"
+        effect = (
+            f"effect {row.effect_mean:.4g} {h.metric_unit} "
+            f"({level}% CI {row.effect_ci_low:.4g} … {row.effect_ci_high:.4g})"
+            if row.exact
+            else effect_text(row, h.metric_unit)  # an estimate says so, and by what
         )
+        lines.append(f"{row.label} {row.kind}: {effect}{flags}")
         lines.append(f"    {row.semantics}")
     if len(rows) > limit:
         lines.append(f"… and {len(rows) - limit} more in the viewer page")

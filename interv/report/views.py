@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from interv.analysis.concentration import METRICS
+from interv.audit import UNRECORDED_ESTIMATE
 from interv.report.flags import is_ablation
 from interv.report.kit import number
 
@@ -105,10 +106,14 @@ def row_columns(report: ReportData) -> list[str]:
 
 def effect_text(row: ReportRow, unit: str = "") -> str:
     """The effect cell: mean [interval], or for an estimate ``estimate ≈ mean`` (no
-    interval, so it never reads as a measured number)."""
+    interval, so it never reads as a measured number) and the sentence of its estimator
+    (:attr:`ReportRow.estimate`; :data:`~interv.audit.UNRECORDED_ESTIMATE` for a row of a
+    report saved before rows carried it)."""
     suffix = f" {unit}" if unit else ""
     if not row.exact:
-        return f"estimate ≈ {number(row.effect_mean)}{suffix} (first-order, not intervened)"
+        return (
+            f"estimate ≈ {number(row.effect_mean)}{suffix}; {row.estimate or UNRECORDED_ESTIMATE}"
+        )
     interval = f"[{number(row.effect_ci_low)}, {number(row.effect_ci_high)}]"
     return f"{number(row.effect_mean)} {interval}{suffix}"
 

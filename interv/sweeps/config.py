@@ -56,15 +56,21 @@ the task; they are checked when the sweep expands its sites against the loaded m
 
 ``[sweep.screen]`` (or ``screen = true`` for the defaults) screens every entry instead of
 running all its interventions exactly: each entry's sites are the candidates of one
-:class:`~interv.audit.Screen` (keys ``top_k``, ``audit``, ``alpha`` (``false``: one look),
-``budget``, ``step``, ``level``, ``seed`` [default ``sweep.seed``]; see
-:mod:`interv.engine.screening` and :mod:`interv.sweeps.screened`). Only screenable kinds
-are accepted then (:data:`~interv.engine.screening.SCREENABLE_KINDS`)::
+:class:`~interv.audit.Screen`, whose fields are the table's keys, with its defaults and its
+checks (``top_k``, ``audit``, ``alpha`` (``false``: one look), ``budget``, ``step``,
+``level``, ``seed`` [default ``sweep.seed``], ``bound``, ``estimator`` (``"attribution"``,
+``"integrated"``, ``"gim"``, ``"hvp"``), ``steps`` (integrated gradients' points),
+``hvp_steps`` (the multi-step HVP's segments); see :mod:`interv.engine.screening` and
+:mod:`interv.sweeps.screened`). The estimator is part of the sweep's identity: a directory
+screened with one estimator refuses a config that names another. Only screenable kinds are
+accepted then (:data:`~interv.engine.screening.SCREENABLE_KINDS`)::
 
     [sweep.screen]
     top_k = 20
     audit = 60
     alpha = 0.05
+    estimator = "hvp"        # default "attribution"
+    hvp_steps = 1
 
 The normalized config (:attr:`SweepConfig.normalized`, every default filled in) is
 what the manifest stores and what :attr:`SweepConfig.config_hash` hashes, so two
@@ -113,7 +119,7 @@ _SWEEP_DEFAULTS: dict[str, Any] = {
 }
 _SWEEP_KEYS = (*_SWEEP_DEFAULTS, "interventions")
 _HEAD_SITE_KEYS = ("layers", "heads")
-_SCREEN_KEYS = ("top_k", "audit", "alpha", "budget", "step", "level", "seed")
+_SCREEN_KEYS = tuple(f.name for f in dataclasses.fields(Screen))  # Screen's fields, no copy
 
 
 @dataclass(frozen=True)
@@ -244,9 +250,10 @@ def parse_config(
 
 def with_screen(config: SweepConfig, **overrides: Any) -> SweepConfig:
     """``config`` with its ``[sweep.screen]`` set: the stored keys (none if it had no
-    screen), then ``overrides`` (``top_k``, ``audit``, ``alpha`` (None: one look),
-    ``budget``, ``step``, ``level``, ``seed``; a None ``budget`` or ``step`` is dropped).
-    Validated like a config file's table."""
+    screen), then ``overrides`` (any :class:`~interv.audit.Screen` field: ``top_k``,
+    ``audit``, ``alpha`` (None: one look), ``budget``, ``step``, ``level``, ``seed``,
+    ``bound``, ``estimator``, ``steps``, ``hvp_steps``; a None ``budget`` or ``step`` is
+    dropped). Validated like a config file's table."""
     sweep = dict(config.normalized["sweep"])
     table = dict(sweep.get("screen", {}))
     for key, value in overrides.items():
@@ -464,7 +471,13 @@ def _parse_sweep(
 
 def _parse_screen(value: Any, sweep_seed: int) -> dict[str, Any]:
     """``[sweep.screen]`` (or ``true``) as its normalized table; checked by building the
-    :class:`~interv.audit.Screen`."""
+    :class:`~interv.audit.Screen` (its keys are the Screen's fields, its checks the Screen's).
+
+    ``top_k``, ``audit``, ``alpha``, ``level`` and ``seed`` are stored with their defaults
+    filled in; ``budget`` and ``step`` when given; the other fields (``estimator``,
+    ``steps``, ``hvp_steps``, ``bound``) only where they differ from the Screen's default, so
+    that a table that leaves them out (every config stored before they were keys) keeps its
+    hash, and one that names another estimator is another sweep."""
     if value is True:
         value = {}
     if not isinstance(value, Mapping):
@@ -485,10 +498,12 @@ def _parse_screen(value: Any, sweep_seed: int) -> dict[str, Any]:
     for key in ("budget", "step"):
         if key in value:
             table[key] = _int(value[key], f"sweep.screen.{key}", minimum=1)
+    others = {key: value[key] for key in _SCREEN_KEYS if key in value and key not in table}
     try:
-        Screen(**{**table, "alpha": None if table["alpha"] is False else table["alpha"]})
+        Screen(**{**table, **others, "alpha": None if table["alpha"] is False else table["alpha"]})
     except IntervError as error:
         raise IntervError(f"sweep.screen: {error}") from None
+    table.update((k, v) for k, v in others.items() if v != getattr(defaults, k))
     return table
 
 

@@ -6,21 +6,24 @@ separately (the entry's sites are the candidates of one screen, see
 gets, in order:
 
 1. ``e{e:03d}``: the entry's interventions (kinds, sentences, base runs, sites, params)
-   and the first-order estimate of each on each prompt, written before any exact work, so
-   that a resumed screen ranks and audits exactly as the interrupted one did;
+   and the estimate of each on each prompt (by the screen's ``estimator``), with the
+   estimates' reliability scores where the estimator gives them (``"hvp"``), written before
+   any exact work, so that a resumed screen ranks, audits and reports exactly as the
+   interrupted one did;
 2. ``x{i:06d}``: the exact work of one forward (at most ``batch_size`` rows, ``i`` the
    smallest sweep index in it), the metric of each intervention on each prompt, as soon as
    the forward is done;
 3. ``a{e:03d}``: the screen's outcome (the audit, with sweep indices), once it stopped.
 
 Rerunning the same command after a kill reads these back: finished entries are skipped,
-the stored estimates are reused and stored exact values are never recomputed (the
-screen's ``known=``). The verification is sequential, so a screened sweep runs in one
-process: ``--shard`` and the Ray executor refuse it.
+the stored estimates (and reliability scores) are reused and stored exact values are never
+recomputed (the screen's ``known=``). The verification is sequential, so a screened sweep
+runs in one process: ``--shard`` and the Ray executor refuse it.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -119,6 +122,7 @@ def _screen_entry(
     first = indices.start
     stored = done.get(estimates_id(entry))
     estimates = None if stored is None else torch.tensor(stored["estimates"])
+    reliability = None if stored is None else _scores_of(stored.get("reliability"))
     known = torch.full((len(members), worker.task.n_pairs), torch.nan, dtype=torch.float64)
     for record in done.values():
         if record.get("entry") == entry and "indices" in record:
@@ -126,17 +130,18 @@ def _screen_entry(
                 known[index - first] = torch.tensor(row, dtype=torch.float64)
     computed = 0
 
-    def keep_estimates(values: torch.Tensor) -> None:
-        store.append(
-            {
-                "unit": estimates_id(entry),
-                "config_hash": config_hash,
-                "entry": entry,
-                "start": first,
-                **_fields(members),
-                "estimates": values.tolist(),
-            }
-        )
+    def keep_estimates(values: torch.Tensor, scores: torch.Tensor | None) -> None:
+        record = {
+            "unit": estimates_id(entry),
+            "config_hash": config_hash,
+            "entry": entry,
+            "start": first,
+            **_fields(members),
+            "estimates": values.tolist(),
+        }
+        if scores is not None:  # absent for estimators without one: their records unchanged
+            record["reliability"] = _stored_scores(scores)
+        store.append(record)
 
     def keep_exact(local: list[int], values: torch.Tensor) -> None:
         nonlocal computed
@@ -161,7 +166,7 @@ def _screen_entry(
         recovery_atol=sweep["recovery_atol"],
         screen=screen,
     )
-    resume = Resume(known, estimates, on_estimates=keep_estimates, on_exact=keep_exact)
+    resume = Resume(known, estimates, reliability, on_estimates=keep_estimates, on_exact=keep_exact)
     result = execute(worker.model, plan, cache=worker.cache, resume=resume)
     store.write_baselines(baselines_of(result, config_hash))
     outcome = result.screens[0]
@@ -175,6 +180,20 @@ def _screen_entry(
         }
     )
     return computed
+
+
+def _stored_scores(scores: torch.Tensor) -> list[float | None]:
+    """Reliability scores as JSON, as :meth:`~interv.audit.Audit.to_dict` writes them (null
+    where a score is not finite)."""
+    return [float(r) if math.isfinite(r) else None for r in scores.tolist()]
+
+
+def _scores_of(stored: Sequence[float | None] | None) -> torch.Tensor | None:
+    """The reliability scores :func:`_stored_scores` wrote (NaN for null, as
+    :meth:`~interv.audit.Audit.from_dict` reads them); None: none stored."""
+    if stored is None:
+        return None
+    return torch.tensor([math.nan if r is None else r for r in stored], dtype=torch.float64)
 
 
 def _fields(members: Sequence[Intervention]) -> dict[str, Any]:
@@ -208,7 +227,7 @@ def assemble_screened(
     """The typed result of a finished screened sweep from its records (no model).
 
     Rows are the sweep's interventions in order; exact rows hold the stored exact values,
-    the others the base run's value plus the stored first-order estimate, each marked by
+    the others the base run's value plus the stored estimate, each marked by
     its status, and every entry's :class:`~interv.engine.results.ScreenOutcome` travels
     in ``screens``.
 

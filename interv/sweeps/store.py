@@ -48,7 +48,7 @@ from typing import Annotated, Any, Literal
 from interv._checks import as_path, read_json
 from interv._journal import MANIFEST, STATUSES, Journal, Layout, Store, now, resumed, started
 from interv._outputs import complete_lines, regular_file
-from interv._schema import AtLeast, BeforeProvenance, Finite, NonEmpty, in_file, parse
+from interv._schema import AtLeast, BeforeProvenance, Finite, NonEmpty, Within, in_file, parse
 from interv.engine.results import MetricInfo, Scope, StoredOutcome
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -159,7 +159,9 @@ class UnitRecord:
 
 @dataclass(frozen=True)
 class EstimatesRecord:
-    """A screened entry's first-order estimates (id ``e...``)."""
+    """A screened entry's estimates (id ``e...``), with their reliability scores where the
+    screen's estimator gives them (``"hvp"``; null where a score is not finite, as in
+    :class:`~interv.audit.StoredAudit`)."""
 
     unit: str
     config_hash: str
@@ -171,9 +173,15 @@ class EstimatesRecord:
     estimates: Rows
     sites: list[Site | None] | None = None
     params: list[dict[str, Any]] | None = None
+    reliability: list[Annotated[float, Within(0.0)] | None] | None = None  # HVP screens only
 
     def __post_init__(self) -> None:
         _rows(self, len(self.estimates))
+        if self.reliability is not None and len(self.reliability) != len(self.estimates):
+            raise IntervError(
+                f"'reliability' holds {len(self.reliability)} scores for "
+                f"{len(self.estimates)} rows of estimates"
+            )
 
 
 @dataclass(frozen=True)
