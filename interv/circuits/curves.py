@@ -505,9 +505,10 @@ def faithfulness(
             once with the curve's key (its fingerprint and settings, and the SHA-256 of its
             circuits' edges: :class:`~interv.circuits._stored.CurveKey`), it returns the
             per-prompt metric of the circuits an interrupted run of this curve evaluated
-            (reused, not evaluated again) and where each job's go as it returns. The jobs
-            are the same whether resumed or not (``batch_size`` circuits in order, of those
-            not stored), so a resumed curve equals the uninterrupted one.
+            (reused, not evaluated again) and where each job's go as it returns. The others
+            are evaluated in jobs of ``batch_size`` circuits in order: a kill stores whole
+            jobs, so with the same ``batch_size`` (and executor) they are the uninterrupted
+            run's own jobs, and the curve equals it.
 
     Returns:
         :class:`FaithfulnessCurve`.
