@@ -25,6 +25,7 @@ import torch
 
 import interv.circuits.curves as curves
 import interv.circuits.patching as patching
+from interv.circuits.executor import Kept
 from interv.circuits.store import (
     CURVES,
     EXACT,
@@ -222,6 +223,7 @@ def test_a_curve_reads_only_its_own_lines(tmp_path):
         "fingerprint": "0123456789abcdef",
         "order": "0" * 64,
         "n_circuits": 5,
+        "n_prompts": 2,
         "fractions": [0.5, 1.0],
         "complement": "corrupted",
         "convention": "interv",
@@ -245,6 +247,8 @@ def test_a_curve_reads_only_its_own_lines(tmp_path):
             store.curve_resume(key)
         with pytest.raises(IntervError, match=r"circuit 5 is outside the curve's 5 circuits"):
             kept.keep([5], torch.tensor([[0.0, 1.0]]))
+        with pytest.raises(IntervError, match=r"rows of 3 prompts for the curve's 2"):
+            kept.keep([4], torch.tensor([[0.0, 1.0, 2.0]]))
 
 
 def test_lines_without_per_prompt_values_still_resume(tmp_path, patched, reference):
@@ -356,8 +360,36 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.fixture
+def stopping_curves(monkeypatch):
+    """Ctrl-C right after the ``stop_at``-th curve circuit is stored (the executor's jobs
+    in flight abandoned, as on a Ctrl-C)."""
+    real = CircuitStore.curve_resume
+    calls: dict = {"stored": 0, "stop_at": None}
+
+    def curve_resume(self, curve):
+        kept = real(self, curve)
+
+        def keep(circuits, rows):
+            kept.keep(circuits, rows)
+            calls["stored"] += len(circuits)
+            if calls["stop_at"] is not None and calls["stored"] >= calls["stop_at"]:
+                raise KeyboardInterrupt
+
+        return Kept(kept.stored, keep)
+
+    monkeypatch.setattr(CircuitStore, "curve_resume", curve_resume)
+    return calls
+
+
 @pytest.mark.slow  # a fresh interpreter, then a local Ray cluster of 2 workers
-def test_a_run_killed_under_the_local_executor_resumes_on_ray_workers(tmp_path, request):
+def test_a_run_killed_under_the_local_executor_resumes_on_ray_workers_and_back(
+    tmp_path, request, stopping_curves
+):
+    """Killed (SIGKILL) after its 7th exact edge under the local executor; resumed on Ray
+    workers (the rest of the discovery, the resamples' edges, the curves) and stopped there
+    after 10 curve circuits; resumed in this process: no stored edge patched, no stored
+    circuit evaluated, the uninterrupted run's files."""
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install interv[ray])")
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
@@ -374,13 +406,27 @@ def test_a_run_killed_under_the_local_executor_resumes_on_ray_workers(tmp_path, 
     stored = read_exact(out)
     assert len(stored) == 7 and read_exact_per_prompt(out).keys() == stored.keys()
 
-    assert main([*RUN, "--executor", "ray", "--workers", "2", "--out", str(out)]) == 0
+    stopping_curves.update(stop_at=10, stored=0)  # (the reference ran meanwhile)
+    ray_run = [*RUN, "--executor", "ray", "--workers", "2", "--out", str(out)]
+    assert main(ray_run) == 130
+    assert len(read_exact(out)) == FOUND + RESAMPLED  # 25 patched on the workers
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and len(manifest["resumed"]) == 1
+    circuits = stopping_curves["stored"]
+    assert 10 <= circuits < CIRCUITS
+
+    stopping_curves["stop_at"] = None
+    patched = request.getfixturevalue("patched")  # in this process only (not on the workers)
+    evaluated = request.getfixturevalue("evaluated")
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert patched["edges"] == [] and evaluated["circuits"] == CIRCUITS - circuits
     _same_outputs(out, reference)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and len(manifest["resumed"]) == 1
-    assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (
-        7,
-        FOUND + RESAMPLED - 7,
+    assert manifest["status"] == "complete" and len(manifest["resumed"]) == 2
+    assert (manifest["stored_before"], manifest["computed_in_last_run"]) == (FOUND + RESAMPLED, 0)
+    assert (manifest["circuits_stored_before"], manifest["circuits_in_last_run"]) == (
+        circuits,
+        CIRCUITS - circuits,
     )
 
 

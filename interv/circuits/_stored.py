@@ -422,12 +422,13 @@ class CurveKey:
     ``fingerprint`` of :attr:`~interv.circuits.FaithfulnessCurve.fingerprint`: the model,
     prompts and metric, the complement, fractions, greedy, convention and selection, also
     spelled out here) and its circuits (``order``: the SHA-256 of their edge masks, in
-    order; ``n_circuits`` of them, the empty one last). A line of another key is another
-    curve's, never read for this one."""
+    order; ``n_circuits`` of them, the empty one last), each evaluated on ``n_prompts``
+    prompt pairs. A line of another key is another curve's, never read for this one."""
 
     fingerprint: str
     order: str
     n_circuits: Annotated[int, AtLeast(1)]
+    n_prompts: Annotated[int, AtLeast(1)]
     fractions: Finites
     complement: Literal["corrupted", "mean"]
     convention: Literal["interv", "mib"]
@@ -447,7 +448,12 @@ class CurveRecord:
 
     def __post_init__(self) -> None:
         _same_length(self, ("per_prompt",), len(self.circuits), "circuits")
-        _same_width(self.per_prompt)
+        widths = {len(row) for row in self.per_prompt} - {self.curve.n_prompts}
+        if widths:
+            raise IntervError(
+                f"'per_prompt' holds rows of {min(widths)} prompts for the curve's "
+                f"{self.curve.n_prompts}"
+            )
         outside = [i for i in self.circuits if i >= self.curve.n_circuits]
         if outside:
             raise IntervError(

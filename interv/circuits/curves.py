@@ -583,6 +583,7 @@ def faithfulness(
             "fingerprint": fingerprint,
             "order": hashlib.sha256(kept.numpy().tobytes()).hexdigest(),
             "n_circuits": int(kept.shape[0]),
+            "n_prompts": task.n_pairs,
             "fractions": [float(f) for f in fractions],
             "complement": complement,
             "convention": convention,

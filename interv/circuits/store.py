@@ -316,8 +316,8 @@ class CircuitStore(Store):
         per-prompt metric of the circuits of ``curve`` (a
         :class:`~interv.circuits._stored.CurveKey`'s fields) stored in ``curves.jsonl``, and
         where each job's go (one line per job, ``fsync``-ed). Lines of other curves are
-        left alone; a circuit stored twice with different values, or rows of different
-        widths, are refused naming the line."""
+        left alone; a circuit stored twice with different values, or a row of another
+        number of prompts, is refused naming the line."""
         key = parse(CurveKey, dict(curve), "faithfulness curve")
         stored: dict[int, torch.Tensor] = {}
         path = self.directory / CURVES
@@ -334,12 +334,6 @@ class CircuitStore(Store):
                         f"different values (line {number}); the directory is corrupt: delete "
                         "that line and rerun the same command to evaluate its circuits again"
                     )
-        widths = {int(row.numel()) for row in stored.values()}
-        if len(widths) > 1:
-            raise IntervError(
-                f"{str(path)!r} holds per-prompt values of {sorted(widths)} prompts for one "
-                f"curve; the directory is corrupt: {_REDO}"
-            )
         self._circuits[1] += len(stored)
 
         def keep(circuits: list[int], rows: torch.Tensor) -> None:
