@@ -194,6 +194,28 @@ def test_a_run_stopped_in_a_curve_evaluates_none_of_its_stored_circuits(
     )
 
 
+def test_a_directory_the_previous_store_left_still_resumes(tmp_path, patched, evaluated, reference):
+    """Killed in a curve, as the previous store left it (no resamples' lines, no
+    curves.jsonl): the rerun patches the resamples' edges and evaluates the curves again,
+    no discovery edge, and writes the uninterrupted run's files."""
+    out = tmp_path / "run"
+    evaluated["stop_at"] = 10
+    assert main([*RUN, "--out", str(out)]) == 130
+    log = out / EXACT
+    lines = [line for line in log.read_text().splitlines() if '"stage"' not in line]
+    log.write_text("".join(line + "\n" for line in lines))
+    (out / CURVES).unlink()
+    found = set(read_exact(out))
+    assert len(found) == FOUND
+
+    patched["edges"] = []
+    evaluated.update(stop_at=None, circuits=0)
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert len(patched["edges"]) == RESAMPLED and not set(patched["edges"]) & found
+    assert evaluated["circuits"] == CIRCUITS
+    _same_outputs(out, reference)
+
+
 def test_a_torn_or_missing_curve_log_is_repaired_by_the_rerun(tmp_path, evaluated, reference):
     """A kill inside the last append (the record whole but its newline): the rerun cuts it
     off and evaluates its circuit again; a log lost altogether: every circuit again. The

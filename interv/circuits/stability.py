@@ -556,7 +556,8 @@ def resampled_exact(
             progress(f"stability: exact per-prompt path patching of {len(fresh)} edges{again}")
 
         def keep(positions: list[int], rows: torch.Tensor) -> None:
-            kept.keep([fresh[p] for p in positions], rows)  # type: ignore[union-attr]
+            if kept is not None:  # as each stacked forward returns
+                kept.keep([fresh[p] for p in positions], rows)
 
         patched = edge_effects(
             model,
