@@ -9,7 +9,8 @@
 A resumable directory holds a ``manifest.json`` (what is computed, the versions, the times
 and the status: ``"running"``, ``"complete"``, ``"failed"`` / ``"interrupted"`` with the
 error), files written *once* before the work they order (a sweep's baselines, a circuit's
-scores), one append-only *log* of the work as it is done (one complete line per record),
+scores), one append-only *log* of the work as it is done (one complete line per record;
+further logs where a directory keeps other work apart, a circuit's faithfulness curves),
 the outputs written beside them, the ``.lock`` and interv's marker
 (:mod:`interv._outputs`).
 
@@ -117,6 +118,8 @@ class Layout:
         once: files written once, before the work they order.
         log: the append-only log.
         outputs: result files written beside the store's own.
+        logs: further append-only logs (other work kept beside the log's), each kept as the
+            log is (a torn last line cut off on reopening).
     """
 
     what: str
@@ -125,11 +128,12 @@ class Layout:
     once: tuple[str, ...]
     log: str
     outputs: tuple[str, ...] = ()
+    logs: tuple[str, ...] = ()
 
     @property
     def files(self) -> tuple[str, ...]:
-        """The store's own files (manifest, once-files, log, lock)."""
-        return (MANIFEST, *self.once, self.log, LOCK)
+        """The store's own files (manifest, once-files, logs, lock)."""
+        return (MANIFEST, *self.once, self.log, *self.logs, LOCK)
 
 
 Decide = Callable[[Path, "dict[str, Any] | None", bool], "dict[str, Any]"]
@@ -178,7 +182,8 @@ class Journal:
             if stored is None:
                 journal._refuse_leftovers()
             manifest = decide(path, stored, journal.holds_results())
-            truncate_torn_tail(path / layout.log)
+            for log in (layout.log, *layout.logs):
+                truncate_torn_tail(path / log)
             journal.manifest = manifest
             if stored is None or manifest != stored:
                 journal.write_manifest()
@@ -208,9 +213,9 @@ class Journal:
 
     def holds_results(self) -> bool:
         """Whether anything computed is stored: a once-file or a non-empty log."""
-        log = self.directory / self.layout.log
-        return any((self.directory / name).is_file() for name in self.layout.once) or (
-            log.is_file() and log.stat().st_size > 0
+        logs = [self.directory / name for name in (self.layout.log, *self.layout.logs)]
+        return any((self.directory / name).is_file() for name in self.layout.once) or any(
+            log.is_file() and log.stat().st_size > 0 for log in logs
         )
 
     def _write_json(self, name: str, payload: Mapping[str, Any], *, indent: int | None) -> None:
@@ -232,10 +237,16 @@ class Journal:
         if not self.has(name):
             self._write_json(name, payload, indent=indent)
 
-    def append(self, record: Mapping[str, Any]) -> None:
-        """Append one record to the log as one complete line, ``fsync``-ed."""
+    def append(self, record: Mapping[str, Any], log: str | None = None) -> None:
+        """Append one record to the log (or to one of the layout's further ``logs``) as one
+        complete line, ``fsync``-ed."""
+        log = self.layout.log if log is None else log
+        if log not in (self.layout.log, *self.layout.logs):
+            raise IntervError(
+                f"{log!r} is not one of the logs {(self.layout.log, *self.layout.logs)}"
+            )
         line = json.dumps(record, sort_keys=True) + "\n"
-        append_line(self.directory / self.layout.log, line.encode("utf-8"))
+        append_line(self.directory / log, line.encode("utf-8"))
 
     def write_output(self, name: str, text: str) -> Path:
         """Write one of the layout's outputs beside the store's files (safe write, recorded)."""

@@ -84,7 +84,7 @@ SPREAD = torch.tensor([-1.0, 0.25, 0.75], dtype=torch.float64)  # mean 0: 3 prom
 PATCHED: list[int] = []  # the edges the stand-in discovery computed
 
 
-def _discovery(*, scores, known, exact_per_prompt, on_exact):
+def _discovery(*, scores, known, exact_per_prompt, on_exact, kept):
     def evaluate(indices: torch.Tensor) -> torch.Tensor:
         for start in range(0, len(indices), 2):  # batches of 2: several appends
             chunk = indices[start : start + 2]

@@ -48,7 +48,7 @@ class Discovery:
         self.score_calls += 1
         return FakeScores(TRUE + 0.3 * torch.sin(torch.arange(N_EDGES, dtype=torch.float64)))
 
-    def __call__(self, *, scores, known, exact_per_prompt, on_exact):  # no per-prompt rows
+    def __call__(self, *, scores, known, exact_per_prompt, on_exact, kept):  # no per-prompt rows
         batches = 0
 
         def evaluate(indices: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@
 One dataclass per stored file (:mod:`interv._schema`): ``scores.json``
 (:class:`StoredScores`, ``EdgeScores.to_dict()``), ``circuit.json`` (:class:`StoredCircuit`,
 ``CircuitResult.to_dict()``), ``faithfulness.json`` (:class:`StoredCurve`), each line of
-``exact.jsonl`` (:class:`ExactRecord`) and ``manifest.json`` (:class:`CircuitManifest`);
+``exact.jsonl`` (:class:`ExactRecord`) and of ``curves.jsonl`` (:class:`CurveRecord`) and
+``manifest.json`` (:class:`CircuitManifest`);
 ``mission.json`` is read as :class:`~interv.circuits.mission.MissionLink` itself. Each
 field's type and range is its annotation; what spans fields (equal lengths, the edges in the
 graph's canonical order, statuses that agree with the audit) is checked by the dataclass.
@@ -30,6 +31,8 @@ from interv.provenance import Provenance
 
 __all__ = [
     "CircuitManifest",
+    "CurveKey",
+    "CurveRecord",
     "ExactRecord",
     "StoredCircuit",
     "StoredCurve",
@@ -379,20 +382,23 @@ class ExactRecord:
     """One line of ``exact.jsonl``: a batch of exact edge effects, their prompt means
     (``values``) and each edge's per-prompt effects (``per_prompt``, one row per edge; a line
     written before interv stored them has none, and the stability figures patch its edges
-    again). Each row must average to its edge's value (within float64 rounding)."""
+    again). Each row must average to its edge's value (within float64 rounding). ``stage``
+    ``"resamples"``: edges only the stability resamples or the selection's subsamples
+    verified (absent: the discovery's verified and audited edges)."""
 
     indices: list[Count]
     values: Finites
     per_prompt: list[Finites] | None = None
+    stage: Literal["resamples"] | None = None
 
     def __post_init__(self) -> None:
         _same_length(self, ("values",), len(self.indices), "indices")
         if self.per_prompt is None:
+            if self.stage is not None:
+                raise IntervError("'stage' is 'resamples' but the line holds no 'per_prompt'")
             return
         _same_length(self, ("per_prompt",), len(self.indices), "indices")
-        widths = {len(row) for row in self.per_prompt}
-        if len(widths) > 1 or 0 in widths:
-            raise IntervError(f"'per_prompt' rows hold different numbers of prompts {widths}")
+        _same_width(self.per_prompt)
         rows = zip(self.indices, self.values, self.per_prompt, strict=True)
         for i, (index, value, row) in enumerate(rows):
             mean = math.fsum(row) / len(row)
@@ -402,6 +408,57 @@ class ExactRecord:
                     f"'per_prompt'[{i}] (edge {index}) averages {mean!r}, not 'values'[{i}] "
                     f"{value!r}"
                 )
+
+
+def _same_width(rows: list[list[float]]) -> None:
+    widths = {len(row) for row in rows}
+    if len(widths) > 1 or 0 in widths:
+        raise IntervError(f"'per_prompt' rows hold different numbers of prompts {widths}")
+
+
+@dataclass(frozen=True)
+class CurveKey:
+    """Which faithfulness curve a line of ``curves.jsonl`` belongs to: its settings (the
+    ``fingerprint`` of :attr:`~interv.circuits.FaithfulnessCurve.fingerprint`: the model,
+    prompts and metric, the complement, fractions, greedy, convention and selection, also
+    spelled out here) and its circuits (``order``: the SHA-256 of their edge masks, in
+    order; ``n_circuits`` of them, the empty one last), each evaluated on ``n_prompts``
+    prompt pairs. A line of another key is another curve's, never read for this one."""
+
+    fingerprint: str
+    order: str
+    n_circuits: Annotated[int, AtLeast(1)]
+    n_prompts: Annotated[int, AtLeast(1)]
+    fractions: Finites
+    complement: Literal["corrupted", "mean"]
+    convention: Literal["interv", "mib"]
+    greedy: bool
+    selection: bool
+
+
+@dataclass(frozen=True)
+class CurveRecord:
+    """One line of ``curves.jsonl``: the per-prompt metric of some circuits of one curve
+    (``circuits``: their positions among the curve's, one ``per_prompt`` row each), stored
+    as the job that evaluated them returned."""
+
+    curve: CurveKey
+    circuits: list[Count]
+    per_prompt: list[Finites]
+
+    def __post_init__(self) -> None:
+        _same_length(self, ("per_prompt",), len(self.circuits), "circuits")
+        widths = {len(row) for row in self.per_prompt} - {self.curve.n_prompts}
+        if widths:
+            raise IntervError(
+                f"'per_prompt' holds rows of {min(widths)} prompts for the curve's "
+                f"{self.curve.n_prompts}"
+            )
+        outside = [i for i in self.circuits if i >= self.curve.n_circuits]
+        if outside:
+            raise IntervError(
+                f"circuit {outside[0]} is outside the curve's {self.curve.n_circuits} circuits"
+            )
 
 
 @dataclass(frozen=True)
@@ -419,3 +476,5 @@ class CircuitManifest:
     stopped: str | None = None
     computed_in_last_run: Count | None = None
     stored_before: Count | None = None
+    circuits_in_last_run: Count | None = None
+    circuits_stored_before: Count | None = None

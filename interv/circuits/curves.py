@@ -31,9 +31,10 @@ evaluated (:mod:`interv.circuits.mib`).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.circuits._stored import StoredCurve
 from interv.circuits.discovery import CircuitResult
-from interv.circuits.executor import RayExecutor, check_executor, run_jobs
+from interv.circuits.executor import Kept, RayExecutor, check_executor, run_jobs
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.mib import (
@@ -461,6 +462,7 @@ def faithfulness(
     kv: str | None = None,
     executor: RayExecutor | None = None,
     selection: bool = True,
+    resume: Callable[[dict[str, Any]], Kept] | None = None,
 ) -> FaithfulnessCurve:
     """The faithfulness curve of the top edges of ``ranking`` (see the module docstring).
 
@@ -498,6 +500,15 @@ def faithfulness(
             order for CPR too), then the result's ranking, so the curve is the reported
             circuit's; False: the result's ranking alone. Under ``convention="mib"`` the
             result's values alone either way (MIB ranks the file interv writes by its values).
+        resume: a resumable run's store of the curve's circuits (e.g. a circuit
+            directory's ``CircuitStore.curve_resume``, :mod:`interv.circuits.store`): called
+            once with the curve's key (its fingerprint and settings, and the SHA-256 of its
+            circuits' edges: :class:`~interv.circuits._stored.CurveKey`), it returns the
+            per-prompt metric of the circuits an interrupted run of this curve evaluated
+            (reused, not evaluated again) and where each job's go as it returns. The others
+            are evaluated in jobs of ``batch_size`` circuits in order: a kill stores whole
+            jobs, so with the same ``batch_size`` (and executor) they are the uninterrupted
+            run's own jobs, and the curve equals it.
 
     Returns:
         :class:`FaithfulnessCurve`.
@@ -555,18 +566,34 @@ def faithfulness(
     counts = kept.sum(-1).tolist()
     pruned = (counts[:n_frac], counts[n_frac:-1]) if convention == "mib" else None
     clean_logits = _clean_answer_logits(model, task)
-    if executor is None:
-        shared = (task, graph, target, complement, batch_size, clean_logits)
-        values = _curve_job(model, shared, kept, {})
-    else:  # the circuits spread over the workers in batches of the local run's size
-        if batch_size is None:
-            batch_size = _default_circuits(model, task, graph)
-        size = min(batch_size, -(-kept.shape[0] // executor.n_workers))
-        jobs = [kept[first : first + size] for first in range(0, kept.shape[0], size)]
-        values = torch.empty(kept.shape[0], task.n_pairs, dtype=torch.float64)
-        shared = (task, graph, target, complement, size, None)
-        for position, rows in run_jobs(executor, model, _curve_job, shared, jobs):
-            values[position * size : position * size + rows.shape[0]] = rows
+    fingerprint = run_fingerprint(
+        provenance,
+        {
+            "kind": "faithfulness",
+            "complement": complement,
+            "fractions": [float(f) for f in fractions],
+            "greedy": greedy,
+            "convention": convention,
+            **({"selection": "stability"} if selected else {}),
+        },
+    )
+    stored: Kept | None = None
+    if resume is not None:
+        key = {
+            "fingerprint": fingerprint,
+            "order": hashlib.sha256(kept.numpy().tobytes()).hexdigest(),
+            "n_circuits": int(kept.shape[0]),
+            "n_prompts": task.n_pairs,
+            "fractions": [float(f) for f in fractions],
+            "complement": complement,
+            "convention": convention,
+            "greedy": greedy,
+            "selection": selected,
+        }
+        stored = resume(key)
+    values = _curve_values(
+        model, task, graph, target, complement, kept, batch_size, executor, stored, clean_logits
+    )
     full = per_prompt_metric(target, task, clean_logits, clean_logits)[0].double().cpu()
     absolute_values, signed_values, empty = values[:n_frac], values[n_frac:-1], values[-1]
     gap = full - empty
@@ -645,23 +672,56 @@ def faithfulness(
         cmd_interval=percentile_interval(boot_cmd, level, n_items=task.n_pairs),
         complement=complement,
         sentence=sentence,
-        fingerprint=run_fingerprint(
-            provenance,
-            {
-                "kind": "faithfulness",
-                "complement": complement,
-                "fractions": [float(f) for f in fractions],
-                "greedy": greedy,
-                "convention": convention,
-                **({"selection": "stability"} if selected else {}),
-            },
-        ),
+        fingerprint=fingerprint,
         provenance=provenance,
         ranking=ranked_from,
         greedy=greedy,
         convention=convention,
         n_edges_pruned=pruned,
     )
+
+
+def _curve_values(
+    model: Any,
+    task: TokenizedPairs,
+    graph: Graph,
+    target: TargetMetric,
+    complement: str,
+    kept: torch.Tensor,
+    batch_size: int | None,
+    executor: RayExecutor | None,
+    stored: Kept | None,
+    clean_logits: torch.Tensor,
+) -> torch.Tensor:
+    """``[n_circuits, n_prompts]`` metric of the circuits ``kept``: those ``stored`` by an
+    interrupted run as they are, the others in jobs of ``batch_size`` circuits in order (on
+    the executor: ``min(batch_size, ceil(n_circuits / n_workers))``), each one stacked
+    forward, handed to ``stored.keep`` as it returns."""
+    n_circuits = kept.shape[0]
+    values = torch.empty(n_circuits, task.n_pairs, dtype=torch.float64)
+    done = {} if stored is None else dict(stored.stored)
+    for circuit, row in done.items():
+        row = torch.as_tensor(row, dtype=torch.float64).flatten()
+        if not 0 <= circuit < n_circuits or row.numel() != task.n_pairs:
+            raise IntervError(
+                f"stored values of circuit {circuit} ({row.numel()} prompts) do not fit this "
+                f"curve's {n_circuits} circuits of {task.n_pairs} prompt pairs"
+            )
+        values[circuit] = row
+    if batch_size is None:
+        batch_size = _default_circuits(model, task, graph)
+    if executor is not None:  # the circuits spread over the workers, each one job
+        batch_size = min(batch_size, -(-n_circuits // executor.n_workers))
+    todo = [circuit for circuit in range(n_circuits) if circuit not in done]
+    chunks = [todo[first : first + batch_size] for first in range(0, len(todo), batch_size)]
+    jobs = [kept[chunk] for chunk in chunks]
+    here = clean_logits if executor is None else None  # the workers compute their own
+    shared = (task, graph, target, complement, batch_size, here)
+    for position, rows in run_jobs(executor, model, _curve_job, shared, jobs):
+        values[chunks[position]] = rows
+        if stored is not None:
+            stored.keep(chunks[position], rows)
+    return values
 
 
 def _boot_ratio(

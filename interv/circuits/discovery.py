@@ -33,7 +33,7 @@ from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.audit import ESTIMATED, Audit, Screen, verify_screen
 from interv.circuits._stored import StoredCircuit
-from interv.circuits.executor import RayExecutor, check_executor
+from interv.circuits.executor import Kept, RayExecutor, check_executor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.greedy import greedy_order
 from interv.circuits.patching import check_task, edge_effects
@@ -294,6 +294,7 @@ def discover(
     hvp_top: int | None = None,
     exact_per_prompt: dict[int, torch.Tensor] | None = None,
     executor: RayExecutor | None = None,
+    kept: Kept | None = None,
 ) -> CircuitResult:
     """Screen every edge, verify the top ``screen.top_k`` exactly and audit the rest.
 
@@ -341,6 +342,9 @@ def discover(
         executor: where the exact edges (verified, audited, and those the stability
             resamples verify) are patched: None here, or a
             :class:`~interv.circuits.RayExecutor` (:mod:`interv.circuits.executor`).
+        kept: a resumable run's store of the edges the stability resamples and the selection
+            patch (:func:`~interv.circuits.stability.resampled_exact`; the verified and audited
+            edges go to ``on_exact``): :func:`interv.circuits.store.discover_resumable`.
 
     Returns:
         :class:`CircuitResult`.
@@ -493,6 +497,7 @@ def discover(
             batch_size=batch_size,
             progress=progress,
             executor=executor,
+            kept=kept,
         )
         result = dataclasses.replace(result, stability=resampled)
     if select == "stability":
@@ -509,6 +514,7 @@ def discover(
             batch_size=batch_size,
             progress=progress,
             executor=executor,
+            kept=kept,
         )
         result = dataclasses.replace(result, selection=selection)
     return result

@@ -18,18 +18,42 @@ differs from the caller's, by name, weights digest or dtype, is refused) and run
 at a time, with as many torch threads as the calling process (a float reduction split over
 another number of threads can differ in its last bits). Without a running Ray instance a
 local one is started with ``n_workers`` CPUs and shut down when the executor closes.
+
+:class:`Kept` is what a resumable run (:mod:`interv.circuits.store`) hands such work: the
+results an interrupted run of the same computation stored (reused, not computed again) and
+where each job's results go as it returns, whichever executor runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from interv._ray import dispatch, import_ray, running
 from interv.errors import IntervError
 from interv.provenance import model_identity
 
-__all__ = ["RayExecutor", "check_executor", "run_jobs"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Kept", "RayExecutor", "check_executor", "run_jobs"]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The per-prompt results of an interrupted run of one computation, and where this run's
+    go (the stability resamples' exact edges, a faithfulness curve's circuits).
+
+    Attributes:
+        stored: index (an edge, a circuit of the curve) -> ``[n_prompts]`` float64 values an
+            interrupted run computed: reused as they are, not computed again, and counted
+            as this computation's own work (the same figures as an uninterrupted run).
+        keep: called with ``(indices, [k, n_prompts] values)`` as each job returns.
+    """
+
+    stored: Mapping[int, torch.Tensor]
+    keep: Callable[[list[int], torch.Tensor], None]
 
 
 def check_executor(executor: Any) -> RayExecutor | None:

@@ -41,7 +41,7 @@ import torch
 from interv._checks import as_int
 from interv._schema import parse
 from interv.circuits._stored import StoredSelection
-from interv.circuits.executor import RayExecutor
+from interv.circuits.executor import Kept, RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.screens import graph_dict
 from interv.circuits.stability import (
@@ -325,6 +325,7 @@ def stability_selection(
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
     executor: RayExecutor | None = None,
+    kept: Kept | None = None,
 ) -> StableCircuit:
     """The circuit of the edges whose inclusion frequency is at least ``pi`` (module docstring).
 
@@ -348,6 +349,8 @@ def stability_selection(
         batch_size: edges per stacked exact forward.
         progress: called with short messages.
         executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
+        kept: a resumable run's store of the edges patched here
+            (:func:`~interv.circuits.stability.resampled_exact`).
 
     Raises:
         IntervError: before any forward, for an argument out of range, too few prompts or
@@ -401,6 +404,7 @@ def stability_selection(
         progress,
         depth=depth,
         executor=executor,
+        kept=kept,
     )
     chosen = resample_circuits(result, tops, exact, weights, q)  # [runs * B, q]
     rank = torch.empty(graph.n_edges, dtype=torch.long)

@@ -44,7 +44,7 @@ from interv._checks import as_int
 from interv._pandas import require_pandas
 from interv._schema import parse
 from interv.circuits._stored import StoredStability
-from interv.circuits.executor import RayExecutor
+from interv.circuits.executor import Kept, RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.patching import edge_effects
 from interv.circuits.screens import graph_dict
@@ -337,6 +337,7 @@ def circuit_stability(
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
     executor: RayExecutor | None = None,
+    kept: Kept | None = None,
 ) -> CircuitStability:
     """Bootstrap the prompts of a discovery and compare the circuits (module docstring).
 
@@ -357,6 +358,7 @@ def circuit_stability(
         batch_size: edges per stacked exact forward.
         progress: called with short messages.
         executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
+        kept: a resumable run's store of the edges patched here (:func:`resampled_exact`).
 
     Returns:
         :class:`CircuitStability`.
@@ -404,6 +406,7 @@ def circuit_stability(
         progress,
         depth=depth,
         executor=executor,
+        kept=kept,
     )
     # 2. each resample's circuit of the largest size (its smaller ones are its prefixes)
     chosen = resample_circuits(result, tops, exact, weights, max(sizes))  # [B, max size]
@@ -514,6 +517,7 @@ def resampled_exact(
     *,
     depth: int,
     executor: RayExecutor | None = None,
+    kept: Kept | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Each resample's screen top and the exact per-prompt effects its ranking needs.
 
@@ -524,6 +528,10 @@ def resampled_exact(
     are taken from ``exact_per_prompt`` where given, else patched once (stacked forwards, on
     the ``executor``'s workers where given); when ``exact_per_prompt`` is a dict the
     patched ones are added to it (a later computation on the same result reuses them).
+    ``kept`` (a resumable run's, :class:`~interv.circuits.executor.Kept`): the edges an
+    interrupted run patched here are taken from ``kept.stored`` (and counted as patched
+    here, as the uninterrupted run counts them), the others patched and handed to
+    ``kept.keep`` as each stacked forward returns.
 
     Returns:
         (``[n_resamples, depth]`` int64: each resample's top ``depth`` edges by
@@ -540,19 +548,31 @@ def resampled_exact(
     exact = _given_exact(graph, exact_per_prompt, n)
     missing = (needed & exact.isnan().any(-1)).nonzero().flatten()
     if missing.numel():
+        todo = missing.tolist()
+        earlier = {} if kept is None else {i: kept.stored[i] for i in todo if i in kept.stored}
+        fresh = [i for i in todo if i not in earlier]
         if progress is not None:
-            progress(f"stability: exact per-prompt path patching of {missing.numel()} edges")
-        values = edge_effects(
+            again = f" ({len(earlier)} stored by an interrupted run)" if earlier else ""
+            progress(f"stability: exact per-prompt path patching of {len(fresh)} edges{again}")
+
+        def keep(positions: list[int], rows: torch.Tensor) -> None:
+            if kept is not None:  # as each stacked forward returns
+                kept.keep([fresh[p] for p in positions], rows)
+
+        patched = edge_effects(
             model,
             task,
             graph,
-            missing.tolist(),
+            fresh,
             metric=scores.metric,
             batch_size=batch_size,
             per_prompt=True,
+            on_batch=None if kept is None else keep,
             executor=executor,
         )
-        exact[missing] = values.double()
+        found = dict(zip(fresh, patched, strict=True)) | earlier
+        values = torch.stack([torch.as_tensor(found[i], dtype=torch.float64) for i in todo])
+        exact[missing] = values
         if isinstance(exact_per_prompt, dict):
             for index, row in zip(missing.tolist(), values, strict=True):
                 exact_per_prompt[index] = row.double()

@@ -18,15 +18,27 @@ lifecycle, the lock and the kill-safe order are those of every resumable directo
   per-prompt effects), appended as one complete line and ``fsync``-ed as soon as the batch is
   computed (a kill leaves at most a torn last line, dropped on reopening). Lines without
   ``per_prompt`` (written before interv stored it) are read as before: their means are
-  reused, and the stability figures patch their edges again for the per-prompt values;
+  reused, and the stability figures patch their edges again for the per-prompt values.
+  The edges only the stability resamples or the selection's subsamples verify are stored
+  the same way as they return, their lines marked ``"stage": "resamples"``;
+- ``curves.jsonl``: one line per job of a faithfulness curve, ``{"curve": {...},
+  "circuits": [...], "per_prompt": [[...], ...]}`` (the per-prompt metric of those of the
+  curve's circuits), appended the same way; ``curve`` names the curve (its fingerprint:
+  model, prompts, metric, complement, fractions, greedy, convention, selection; and the
+  SHA-256 of its circuits' edges, :class:`~interv.circuits._stored.CurveKey`), so a curve
+  of other settings or other circuits never reads another's lines;
 - the outputs of ``interv circuit`` (:data:`OUTPUTS`), safe-written and recorded.
 
 Rerunning the same command (or call) reads them back and passes the stored exact values to
-``discover(known=..., exact_per_prompt=...)``: no stored edge is patched again, neither for
-the audit nor for the stability figures (whose resamples re-average the per-prompt values),
-with either executor (:mod:`interv.circuits.executor`). Another discovery (other method,
-screen, prompts or model) into the same directory is refused in one line naming the keys
-that differ.
+``discover(known=..., exact_per_prompt=..., kept=...)``: no stored edge is patched again,
+neither for the audit nor for the stability figures (whose resamples re-average the
+per-prompt values), and ``faithfulness(..., resume=store.curve_resume)`` evaluates no
+stored circuit again, with either executor (:mod:`interv.circuits.executor`); the figures
+and files are the uninterrupted run's (an edge a resample needed counts as patched for it,
+whichever run patched it). A kill leaves at most a torn last line in each log, cut off by
+the rerun; a missing log is work not done yet. Another discovery (other method, screen,
+prompts or model) into the same directory is refused in one line naming the keys that
+differ.
 """
 
 from __future__ import annotations
@@ -44,8 +56,9 @@ from interv._journal import MANIFEST, Journal, Layout, Store, resumed, started
 from interv._outputs import regular_file
 from interv._schema import in_file, parse, read, read_lines
 from interv.audit import Screen
-from interv.circuits._stored import CircuitManifest, ExactRecord
+from interv.circuits._stored import CircuitManifest, CurveKey, CurveRecord, ExactRecord
 from interv.circuits.discovery import default_screen, discover
+from interv.circuits.executor import Kept
 from interv.circuits.graph import Graph
 from interv.circuits.screens import EdgeScores, check_hvp, check_method, edge_scores
 from interv.engine.backward import GIM, check_gim
@@ -68,6 +81,7 @@ FORMAT = "interv-circuit-run/1"
 
 SCORES = "scores.json"
 EXACT = "exact.jsonl"
+CURVES = "curves.jsonl"
 OUTPUTS = (
     "circuit.json",
     "faithfulness.json",
@@ -100,6 +114,7 @@ LAYOUT = Layout(
     once=(SCORES,),
     log=EXACT,
     outputs=OUTPUTS,
+    logs=(CURVES,),
 )
 """The files of a circuit directory (:mod:`interv._journal`)."""
 
@@ -124,13 +139,16 @@ def read_exact_per_prompt(directory: str | Path) -> dict[int, torch.Tensor]:
     }
 
 
-def _read_log(directory: Path) -> tuple[dict[int, float], dict[int, list[float]]]:
-    """``exact.jsonl`` read: edge -> value, and edge -> per-prompt row where stored."""
+def _read_log(directory: Path) -> tuple[dict[int, float], dict[int, list[float]], set[int]]:
+    """``exact.jsonl`` read: edge -> value, edge -> per-prompt row where stored, and the
+    edges of the resamples' lines."""
     path = directory / EXACT
     if not regular_file(path, "circuit exact log"):
-        return {}, {}
+        return {}, {}, set()
     known: dict[int, float] = {}
     rows: dict[int, list[float]] = {}
+    later: set[int] = set()
+    found: set[int] = set()  # by the discovery
     width: tuple[int, int] | None = None  # (prompts, the first line that has rows)
     for number, record in read_lines(path, ExactRecord, "exact effects"):
         if record.per_prompt:
@@ -142,6 +160,7 @@ def _read_log(directory: Path) -> tuple[dict[int, float], dict[int, list[float]]
                     f"line {width[1]} of {width[0]}; the directory is corrupt: {_REDO}"
                 )
         per_prompt = record.per_prompt or [None] * len(record.indices)
+        (later if record.stage == "resamples" else found).update(record.indices)
         for index, value, row in zip(record.indices, record.values, per_prompt, strict=True):
             if known.setdefault(index, value) != value or (
                 row is not None and rows.setdefault(index, row) != row
@@ -151,7 +170,7 @@ def _read_log(directory: Path) -> tuple[dict[int, float], dict[int, list[float]]
                     f"(line {number}); the directory is corrupt: delete that line and rerun "
                     "the same command to recompute its edges"
                 )
-    return known, rows
+    return known, rows, later - found
 
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
@@ -207,6 +226,10 @@ def circuit_settings(
 class CircuitStore(Store):
     """Writer of one circuit directory; create it with :meth:`open`, use it as a context
     manager (it holds the directory's lock until it closes)."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(journal)
+        self._circuits = [0, 0]  # curve circuits evaluated by this run, stored before it
 
     @classmethod
     def open(cls, directory: str | Path, identity: Mapping[str, Any]) -> CircuitStore:
@@ -264,9 +287,12 @@ class CircuitStore(Store):
         """The exact edge effects stored so far (edge index -> prompt-mean value)."""
         return read_exact(self.directory)
 
-    def append_exact(self, indices: Iterable[int], values: Any, per_prompt: Any = None) -> None:
+    def append_exact(
+        self, indices: Iterable[int], values: Any, per_prompt: Any = None, stage: str | None = None
+    ) -> None:
         """Append one batch of exact effects (``[k]`` prompt means and, where given, their
-        ``[k, n_prompts]`` per-prompt values) as one complete line, ``fsync``-ed."""
+        ``[k, n_prompts]`` per-prompt values; ``stage="resamples"`` for edges only the
+        stability resamples or subsamples verified) as one complete line, ``fsync``-ed."""
         indices = [int(i) for i in indices]
         values = [float(v) for v in torch.as_tensor(values, dtype=torch.float64).flatten()]
         if len(indices) != len(values):
@@ -280,8 +306,58 @@ class CircuitStore(Store):
                     "edges; expected [edges, prompts]"
                 )
             record["per_prompt"] = rows.tolist()
+        if stage is not None:
+            record["stage"] = stage
         parse(ExactRecord, record, "exact effects")  # what is read back: rows average to values
         self.journal.append(record)
+
+    def curve_resume(self, curve: Mapping[str, Any]) -> Kept:
+        """What ``faithfulness(..., resume=store.curve_resume)`` reads and writes: the
+        per-prompt metric of the circuits of ``curve`` (a
+        :class:`~interv.circuits._stored.CurveKey`'s fields) stored in ``curves.jsonl``, and
+        where each job's go (one line per job, ``fsync``-ed). Lines of other curves are
+        left alone; a circuit stored twice with different values, or a row of another
+        number of prompts, is refused naming the line."""
+        key = parse(CurveKey, dict(curve), "faithfulness curve")
+        stored: dict[int, torch.Tensor] = {}
+        path = self.directory / CURVES
+        lines = read_lines(path, CurveRecord, "curve values") if path.is_file() else ()
+        for number, record in lines:
+            if record.curve != key:
+                continue
+            for circuit, row in zip(record.circuits, record.per_prompt, strict=True):
+                value = torch.tensor(row, dtype=torch.float64)
+                earlier = stored.setdefault(circuit, value)
+                if earlier.shape != value.shape or not torch.equal(earlier, value):
+                    raise IntervError(
+                        f"{str(path)!r}: circuit {circuit} of a curve is stored twice with "
+                        f"different values (line {number}); the directory is corrupt: delete "
+                        "that line and rerun the same command to evaluate its circuits again"
+                    )
+        self._circuits[1] += len(stored)
+
+        def keep(circuits: list[int], rows: torch.Tensor) -> None:
+            rows = torch.as_tensor(rows, dtype=torch.float64)
+            if not bool(rows.isfinite().all()):
+                return  # not stored (a resumed run evaluates them again)
+            record = {
+                "curve": dataclasses.asdict(key),
+                "circuits": [int(c) for c in circuits],
+                "per_prompt": rows.tolist(),
+            }
+            parse(CurveRecord, record, "curve values")
+            self.journal.append(record, CURVES)
+            self._circuits[0] += len(record["circuits"])
+
+        return Kept(stored=stored, keep=keep)
+
+    def finish(self, **extra: Any) -> None:
+        """Mark the directory complete (its curves' circuits evaluated by this run and
+        stored before it counted in the manifest, where a curve was resumed through it)."""
+        if any(self._circuits):
+            ran, before = self._circuits
+            extra = {"circuits_in_last_run": ran, "circuits_stored_before": before, **extra}
+        super().finish(**extra)
 
     def write_output(self, name: str, text: str) -> Path:
         """Write one of :data:`OUTPUTS` beside the store's files (safe write, recorded)."""
@@ -319,11 +395,13 @@ def discover_resumable(
         store: the open circuit directory.
         scores: computes the screen's scores (an ``EdgeScores``), called only when none
             are stored; they are stored before any exact work.
-        discover: ``discover(scores=..., known=..., exact_per_prompt=..., on_exact=...)``
-            -> the result (the caller binds model, task, method, screen, metric; see
-            :func:`interv.circuits.discover`): ``known`` the stored prompt means,
-            ``exact_per_prompt`` a dict of the stored per-prompt rows that ``discover`` fills
-            with those it computes before it calls ``on_exact``, which stores both.
+        discover: ``discover(scores=..., known=..., exact_per_prompt=..., on_exact=...,
+            kept=...)`` -> the result (the caller binds model, task, method, screen, metric;
+            see :func:`interv.circuits.discover`): ``known`` the stored prompt means of the
+            discovery's edges, ``exact_per_prompt`` a dict of their stored per-prompt rows
+            that ``discover`` fills with those it computes before it calls ``on_exact``,
+            which stores both; ``kept`` (:class:`~interv.circuits.executor.Kept`) the
+            stored rows of the edges only the resamples verified, and where theirs go.
         from_dict: reads the stored scores back.
         expected: the provenance of this run (model, prompts, metric): stored scores of
             anything else are refused, naming the field that differs.
@@ -342,10 +420,13 @@ def discover_resumable(
             raise in_file(store.directory / SCORES, error, _REDO) from None
         if expected is not None:
             join(expected, found, what=("this run", f"the stored {store.directory / SCORES}"))
-    known, rows = _read_log(store.directory)  # one read of the log
-    per_prompt = {index: torch.tensor(row, dtype=torch.float64) for index, row in rows.items()}
+    stored_means, rows, later = _read_log(store.directory)  # one read of the log
+    known = {index: value for index, value in stored_means.items() if index not in later}
+    tensors = {index: torch.tensor(row, dtype=torch.float64) for index, row in rows.items()}
+    per_prompt = {index: row for index, row in tensors.items() if index not in later}
+    resampled = {index: row for index, row in tensors.items() if index in later}
     n_prompts = None if expected is None else expected.n_prompts
-    width = {int(row.numel()) for row in per_prompt.values()}
+    width = {int(row.numel()) for row in tensors.values()}
     if n_prompts is not None and width and width != {n_prompts}:
         raise IntervError(
             f"{str(store.directory / EXACT)!r} holds per-prompt exact effects of {width.pop()} "
@@ -361,8 +442,20 @@ def discover_resumable(
         store.append_exact(indices, values, computed if complete else None)
         ran += len(indices)
 
-    result = discover(scores=found, known=known or None, exact_per_prompt=per_prompt, on_exact=keep)
-    store.manifest.update(computed_in_last_run=ran, stored_before=len(known))
+    def keep_resampled(indices: list[int], rows: torch.Tensor) -> None:
+        nonlocal ran
+        rows = torch.as_tensor(rows, dtype=torch.float64)
+        store.append_exact(indices, rows.mean(-1), rows, stage="resamples")
+        ran += len(indices)
+
+    result = discover(
+        scores=found,
+        known=known or None,
+        exact_per_prompt=per_prompt,
+        on_exact=keep,
+        kept=Kept(stored=resampled, keep=keep_resampled),
+    )
+    store.manifest.update(computed_in_last_run=ran, stored_before=len(stored_means))
     if finish:
         store.finish()
     return result, ran

@@ -24,9 +24,11 @@ run, answer position) beside the circuit, and writes into DIR:
   grouped-query model), ``mib_circuit.json``: the circuit in MIB's circuit-file format
   (:func:`interv.circuits.mib.write_mib_circuit`), which MIB's code evaluates to the same
   circuits at every size;
-- the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``): every exact
-  effect is stored as soon as it is computed, so the same command rerun after a kill
-  resumes where it stopped and recomputes no exact work (:mod:`interv.circuits.store`);
+- the run's own store (``manifest.json``, ``scores.json``, ``exact.jsonl``,
+  ``curves.jsonl``): every exact effect (the stability resamples' too) and every evaluated
+  circuit of the faithfulness curves is stored as soon as it is computed, so the same
+  command rerun after a kill resumes where it stopped and recomputes no exact work
+  (:mod:`interv.circuits.store`);
   ``--executor ray --workers N`` runs the exact forwards on N Ray workers (the words of
   ``interv sweep``)
   (:class:`~interv.circuits.RayExecutor`) and is not part of what is discovered: a run
@@ -268,8 +270,9 @@ def _discover(
         metric=args.metric,
         batch_size=args.batch_size,
         executor=executor,
+        resume=store.curve_resume,
     )
-    own = _selection_faithfulness(args, model, task, result, executor)
+    own = _selection_faithfulness(args, model, task, result, executor, store)
     progress.start("concentration")
     heads = concentration(model, task, query_positions=[-1])
     progress.start("report")
@@ -286,10 +289,11 @@ def _discover(
 
 
 def _selection_faithfulness(
-    args: argparse.Namespace, model: Any, task: Any, result: Any, executor: Any
+    args: argparse.Namespace, model: Any, task: Any, result: Any, executor: Any, store: Any
 ) -> Any:
     """With ``--select stability``: faithfulness of the selected circuit at its own size (its
-    ``k`` edges alone, not pruned, beside the full graph), else None."""
+    ``k`` edges alone, not pruned, beside the full graph), else None (its circuits stored in
+    ``store`` as they return)."""
     selection = result.selection
     if selection is None or not selection.selected:
         return None
@@ -305,6 +309,7 @@ def _selection_faithfulness(
         metric=args.metric,
         batch_size=args.batch_size,
         executor=executor,
+        resume=store.curve_resume,
     )
 
 
