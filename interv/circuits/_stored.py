@@ -191,6 +191,9 @@ class StoredSelection:
     jaccard_low: float
     jaccard_high: float
     sentence: str
+    connected: bool = False
+    mean_size: float | None = None
+    n_pruned: Count = 0
 
     def __post_init__(self) -> None:
         _same_length(self, ("inclusion_share",), len(self.inclusion_edges), "inclusion edges")
