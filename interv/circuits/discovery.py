@@ -404,7 +404,7 @@ def discover(
     if select == "stability":
         q = check_q(q, screen.top_k, graph.n_edges)
         check_groups(groups, task.n_pairs)
-        check_connected(connected, q, graph)
+        check_connected(connected)
     if scores is None:
         scores = edge_scores(
             model,

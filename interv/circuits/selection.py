@@ -389,8 +389,7 @@ def stability_selection(
 
     Raises:
         IntervError: before any forward, for an argument out of range, too few prompts,
-            scores without per-prompt values, or (``connected``) a ``q`` above the edges
-            that connect the input to the logits in the whole graph.
+            scores without per-prompt values, or a ``connected`` that is not a bool.
     """
     pi = check_pi(pi)
     seed = as_int(seed, "seed")
@@ -413,7 +412,7 @@ def stability_selection(
     labels = check_groups(groups, n)
     if bootstrap is not None:
         bootstrap = check_resamples(bootstrap, n, "bootstrap")
-    connected = check_connected(connected, q, graph)
+    connected = check_connected(connected)
 
     everyone = torch.arange(n)
     runs = [_half_weights(everyone, n, n_resamples, seed)]
@@ -521,19 +520,11 @@ def stability_selection(
     )
 
 
-def check_connected(connected: Any, q: int, graph: Graph) -> bool:
-    """``connected`` checked (a bool); when True, ``q`` must be at most the edges of the whole
-    graph that connect the input to the logits (each subsample's circuit holds ``q`` of them).
-    """
+def check_connected(connected: Any) -> bool:
+    """``connected`` checked: True or False. (Any ``q`` that :func:`check_q` admits is
+    reachable: every edge of a whole graph connects the input to the logits.)"""
     if not isinstance(connected, bool):
         raise IntervError(f"connected must be True or False; got {connected!r}")
-    if connected:
-        reachable = int(connected_edges(graph, torch.ones(graph.n_edges, dtype=torch.bool)).sum())
-        if q > reachable:
-            raise IntervError(
-                f"q {q} exceeds the {reachable} edges of the graph that connect the input to the "
-                f"logits (a connected circuit holds at least q of them); choose 1..{reachable}"
-            )
     return connected
 
 
@@ -612,7 +603,7 @@ def connected_circuits(
         pending = (~done).nonzero().flatten()
         if not pending.numel():
             break
-        if size >= graph.n_edges:  # check_connected's q rules this out
+        if size >= graph.n_edges:  # the whole graph is connected, and check_q has q <= p
             raise IntervError(f"no ranking's {graph.n_edges} edges hold {q} connected ones")
         size = min(2 * size, graph.n_edges)
         if progress is not None:
