@@ -199,3 +199,47 @@ def test_stability_selection_refuses_a_non_bool_connected(model, found):
     with counting_calls() as calls, pytest.raises(IntervError, match="connected must be"):
         stability_selection(model, task, result, exact_per_prompt=exact, connected=1)
     assert calls == []
+
+
+def test_the_report_says_the_circuits_are_connected(model):
+    from interv.report.circuit import circuit_markdown
+
+    task = interv.load_task("induction", n_pairs=8, seed=2).tokenize(model)
+    screen = Screen(top_k=6, audit=4, alpha=None)
+    result = discover(
+        model, task, screen=screen, select="stability", resamples=10, q=5, connected=True
+    )
+    assert result.selection.selected and result.selection.n_pruned == 1  # three edges kept
+    markdown = circuit_markdown(result)
+    assert "connected circuits (in each, the edges connecting the input to the logits" in markdown
+    assert "inclusion (share of the connected circuits)" in markdown
+    assert "in the top 5 of 10" not in markdown
+
+
+def test_the_cli_puts_connected_in_the_identity_and_refuses_it_alone(tmp_path, capsys, monkeypatch):
+    import argparse
+
+    import interv.models.loading as loading
+    from interv.cli import circuit as cli
+    from interv.cli import main
+
+    argv = ["circuit", "induction-2l", "--n-pairs", "8", "--top-k", "6", "--audit", "4"]
+    select = ["--select", "stability", "--subsamples", "10", "--n-edges", "5"]
+    out = ["--out", str(tmp_path / "out")]
+
+    def identity(flags: list[str]) -> dict:
+        parser = argparse.ArgumentParser()
+        cli.register(parser.add_subparsers(dest="command"))
+        args = parser.parse_args([*argv, *flags, *out])
+        return cli._identity(args, cli._checked(args))
+
+    plain = identity(select)["selection"]
+    assert plain["select"] == "stability"  # the identity of a plain selection is as before
+    assert identity([*select, "--connected"])["selection"] == {
+        **plain,
+        "select": "stability-connected",
+    }
+    monkeypatch.setattr(loading, "load_model", pytest.fail)
+    assert main([*argv, "--connected", *out]) == 2
+    assert "--connected applies to --select stability only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
