@@ -175,6 +175,11 @@ def test_connected_selection_survives_a_round_trip(model):
     assert loaded.mean_size == selection.mean_size and loaded.n_pruned == selection.n_pruned
     assert "connected circuit" in loaded.sentence and "mean size" in loaded.sentence
     assert "pruned" in repr(loaded)
+    for damage in (float("nan"), 1.0, None):  # mean size undefined, below q, missing
+        damaged = result.to_dict()
+        damaged["selection"]["mean_size"] = damage
+        with pytest.raises(IntervError, match="mean_size"):
+            CircuitResult.from_dict(json.loads(json.dumps(damaged)))
 
 
 @pytest.mark.parametrize(
