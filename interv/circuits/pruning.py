@@ -19,12 +19,14 @@ thousand circuits of a few hundred candidate edges cost about what one circuit c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from interv.circuits.graph import Graph, Node
 from interv.errors import IntervError
 
-__all__ = ["connected", "edge_arrays"]
+__all__ = ["connected", "edge_arrays", "pruner"]
 
 
 def edge_arrays(graph: Graph) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,32 +74,42 @@ def connected(graph: Graph, kept: torch.Tensor, edges: torch.Tensor | None = Non
     Returns:
         ``kept``'s shape, bool: the edges of each circuit that stay.
     """
-    edges = torch.arange(graph.n_edges) if edges is None else torch.as_tensor(edges).long()
-    kept = torch.as_tensor(kept, dtype=torch.bool)
-    one = kept.dim() == 1
-    rows = kept.reshape(1, -1) if one else kept
-    if rows.dim() != 2 or rows.shape[1] != edges.numel():
-        raise IntervError(
-            f"kept must have one value per edge ({edges.numel()}) in each row; got shape "
-            f"{tuple(kept.shape)}"
-        )
+    return pruner(graph)(kept, edges)
+
+
+def pruner(graph: Graph) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """:func:`connected` on ``graph``, its wiring read once (for many calls)."""
     sender_all, block_all = edge_arrays(graph)
-    sender, block = sender_all[edges], block_all[edges]
     owner_block, owner_node, is_logits = _owners(graph)
-    n_rows, n_nodes, n_blocks = rows.shape[0], len(graph.senders), len(graph.receivers)
+    n_nodes, n_blocks = len(graph.senders), len(graph.receivers)
 
-    def spread(values: torch.Tensor, index: torch.Tensor, width: int) -> torch.Tensor:
-        out = torch.zeros(n_rows, width, dtype=torch.float32)
-        return out.index_add_(1, index, values.float()) > 0
+    def prune(kept: torch.Tensor, edges: torch.Tensor | None = None) -> torch.Tensor:
+        edges = torch.arange(graph.n_edges) if edges is None else torch.as_tensor(edges).long()
+        kept = torch.as_tensor(kept, dtype=torch.bool)
+        one = kept.dim() == 1
+        rows = kept.reshape(1, -1) if one else kept
+        if rows.dim() != 2 or rows.shape[1] != edges.numel():
+            raise IntervError(
+                f"kept must have one value per edge ({edges.numel()}) in each row; got shape "
+                f"{tuple(kept.shape)}"
+            )
+        sender, block = sender_all[edges], block_all[edges]
+        n_rows = rows.shape[0]
 
-    now = rows.clone()
-    while True:
-        has_out = spread(now, sender, n_nodes)
-        has_in = spread(spread(now, block, n_blocks)[:, owner_block], owner_node, n_nodes)
-        has_in[:, 0] = True  # the embeddings
-        alive = has_out & has_in
-        open_block = is_logits | spread(alive[:, owner_node], owner_block, n_blocks)
-        after = now & alive[:, sender] & open_block[:, block]
-        if torch.equal(after, now):
-            return now[0] if one else now
-        now = after
+        def spread(values: torch.Tensor, index: torch.Tensor, width: int) -> torch.Tensor:
+            out = torch.zeros(n_rows, width, dtype=torch.float32)
+            return out.index_add_(1, index, values.float()) > 0
+
+        now = rows.clone()
+        while True:
+            has_out = spread(now, sender, n_nodes)
+            has_in = spread(spread(now, block, n_blocks)[:, owner_block], owner_node, n_nodes)
+            has_in[:, 0] = True  # the embeddings
+            alive = has_out & has_in
+            open_block = is_logits | spread(alive[:, owner_node], owner_block, n_blocks)
+            after = now & alive[:, sender] & open_block[:, block]
+            if torch.equal(after, now):
+                return now[0] if one else now
+            now = after
+
+    return prune

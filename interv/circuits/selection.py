@@ -44,6 +44,7 @@ from interv.circuits._stored import StoredSelection
 from interv.circuits.executor import RayExecutor
 from interv.circuits.graph import Edge, Graph
 from interv.circuits.pruning import connected as connected_edges
+from interv.circuits.pruning import pruner
 from interv.circuits.screens import graph_dict
 from interv.circuits.stability import (
     Discovery,
@@ -430,7 +431,7 @@ def stability_selection(
             runs.append(_half_weights(draw, n, n_resamples, seed))
     weights = torch.cat([w for w, _ in runs])
     checked = result.audit.n_verified + int(result.audit.audited.numel())
-    size = 2 * q if connected else q  # connected: the first depth tried (it grows)
+    size = 4 * q if connected else q  # connected: the first depth tried (it grows)
     depth = size + checked
     tops, exact, n_patched = resampled_exact(
         model,
@@ -528,13 +529,20 @@ def check_connected(connected: Any) -> bool:
     return connected
 
 
-def smallest_connected(graph: Graph, order: torch.Tensor, q: int) -> torch.Tensor:
+def smallest_connected(
+    graph: Graph,
+    order: torch.Tensor,
+    q: int,
+    prune: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """``[rows, depth]`` bool: for each row of ``order`` (``[rows, depth]`` edge indices, a
     ranking's first ``depth``, distinct in a row), the positions of the connected part
     (:func:`~interv.circuits.pruning.connected`) of its smallest prefix whose connected part
     holds at least ``q`` edges; all False where even the whole row's holds fewer. The size
     of a prefix's connected part never falls as the prefix grows (pruning keeps the largest
-    connected subcircuit), so the prefix is found by bisection, every row at once."""
+    connected subcircuit), so the prefix is found by bisection, every row at once (``prune``:
+    :func:`~interv.circuits.pruning.pruner` of ``graph``, read once by the caller)."""
+    prune = pruner(graph) if prune is None else prune
     n_rows, depth = order.shape
     out = torch.zeros(n_rows, depth, dtype=torch.bool)
     if n_rows == 0 or depth == 0:
@@ -544,11 +552,11 @@ def smallest_connected(graph: Graph, order: torch.Tensor, q: int) -> torch.Tenso
     position.scatter_(1, column, torch.arange(depth).expand(n_rows, -1))
 
     def part(n: torch.Tensor) -> torch.Tensor:  # [rows, candidates]: connected part of top n
-        return connected_edges(graph, position < n[:, None], candidates)
+        return prune(position < n[:, None], candidates)
 
     high = torch.full((n_rows,), depth, dtype=torch.long)
     enough = part(high).sum(-1) >= q
-    low = torch.zeros(n_rows, dtype=torch.long)  # the empty prefix holds fewer than q
+    low = torch.full((n_rows,), q - 1, dtype=torch.long)  # q - 1 edges hold fewer than q
     while ((high - low > 1) & enough).any():
         middle = (low + high) // 2
         holds = part(middle).sum(-1) >= q
@@ -556,6 +564,11 @@ def smallest_connected(graph: Graph, order: torch.Tensor, q: int) -> torch.Tenso
         low = torch.where(holds, low, middle)
     kept = part(high) & enough[:, None]
     return kept.gather(1, column)
+
+
+_ROWS = 128
+"""Resamples pruned together: their candidate edges (the union of their rankings' tops)
+grow more slowly than their count, so small groups prune fewer (row, edge) cells."""
 
 
 def connected_circuits(
@@ -584,16 +597,17 @@ def connected_circuits(
     per_prompt = result.scores.per_prompt
     checked = audit.n_verified + int(audit.audited.numel())
     n_rows = weights.shape[0]
+    prune = pruner(graph)
     rows: list[torch.Tensor] = []
     edges: list[torch.Tensor] = []
     pending = torch.arange(n_rows)
     while True:
-        for first in range(0, pending.numel(), 1024):
-            chunk = pending[first : first + 1024]
+        for first in range(0, pending.numel(), _ROWS):
+            chunk = pending[first : first + _ROWS]
             order = resample_circuits(
-                result, tops[first : first + 1024], exact, weights[chunk], size
+                result, tops[first : first + _ROWS], exact, weights[chunk], size
             )
-            kept = smallest_connected(graph, order, q)
+            kept = smallest_connected(graph, order, q, prune)
             found = kept.any(-1)
             where = kept[found].nonzero()
             rows.append(chunk[found][where[:, 0]])
