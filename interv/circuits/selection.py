@@ -23,6 +23,20 @@ the true circuit is exchangeable and that the ranking does no worse than random 
 them. Neither is checked here, and the theorem's frequency is over all subsamples of half
 size, estimated here from ``B`` random ones.
 
+Connected (``connected=True``). An edge changes a circuit's value only if it lies on a path
+of circuit edges from the input to the logits (:mod:`interv.circuits.pruning`, MIB's
+pruning), and edges ranked one at a time need not: the most stable edges can compute exactly
+the empty circuit. With ``connected=True`` each subsample's circuit is the connected part of
+the smallest top ``n`` of its ranking whose connected part holds at least ``q`` edges (so
+at least ``q`` edges, all connected; its ranking is grown past the depth first tried where
+needed, patching nothing more: the verified set is the top's first ``n_verified`` at any
+depth); the inclusion frequencies count those circuits, and the edges at or above ``pi`` are
+pruned again (:attr:`StableCircuit.n_pruned` counts the dropped ones), so the selection is a
+circuit. The theorem's ``q`` is the expected size of a subsample's selection: here the mean
+size of the connected circuits over the ``B`` subsamples (:attr:`StableCircuit.mean_size`),
+and its exchangeability assumption is harder to believe (a connected circuit takes edges in
+paths, not one at a time).
+
 Where the pairs carry groups (IOI's templates: :func:`interv.tasks.builtin.ioi_templates`),
 the selection is redone without each group's pairs (same ``B``, seed and ``q``, half of the
 remaining pairs per subsample) and its Jaccard with the full selection reported beside it:
