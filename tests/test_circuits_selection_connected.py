@@ -117,7 +117,7 @@ def on_paths(graph, selected):
     }
 
 
-@pytest.mark.parametrize(("q", "pi"), [(3, 0.6), (6, 0.8), (10, 1.0)])
+@pytest.mark.parametrize(("q", "pi"), [(3, 0.6), (6, 0.8), (10, 1.0), (30, 0.7)])
 def test_connected_selection_equals_brute_force(model, found, q, pi):
     task, result, exact = found
     # first: it fills ``exact`` with the edges its subsamples verify (the brute force's too)

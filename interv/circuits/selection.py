@@ -445,7 +445,7 @@ def stability_selection(
             runs.append(_half_weights(draw, n, n_resamples, seed))
     weights = torch.cat([w for w, _ in runs])
     checked = result.audit.n_verified + int(result.audit.audited.numel())
-    size = 4 * q if connected else q  # connected: the first depth tried (it grows)
+    size = min(4 * q, graph.n_edges) if connected else q  # connected: the first depth tried
     depth = size + checked
     tops, exact, n_patched = resampled_exact(
         model,
