@@ -12,11 +12,15 @@ times, with the load average beside each.
 
 One discovery, then each ``--q`` x ``--pi`` selection on it, all sharing its exact per-prompt
 effects (``discover(exact_per_prompt=...)``): a setting patches only the edges its subsamples
-verify that no earlier one did.
+verify that no earlier one did. With ``--connected`` each setting is also run with
+``connected=True`` (each subsample's circuit connected from the input to the logits, the
+selection pruned again) on the same discovery, beside the plain one; every row says how many
+of its selected edges connect the input to the logits through selected edges.
 
 Run: ``python benchmarks/stable_circuit.py --model induction-2l --task induction --pairs 16
 [--method eap] [--verify-top 20] [--audit 20] [--q 20 10] [--pi 0.8 0.6] [--resamples 200]
-[--bootstrap 100] [--stability 200] [--threads 1] [--no-curves | --size-only] [--out FILE]``.
+[--bootstrap 100] [--stability 200] [--connected] [--threads 1] [--no-curves | --size-only]
+[--out FILE]``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=100)
     parser.add_argument("--stability", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--connected",
+        action="store_true",
+        help="also run each setting with connected=True (connected subsample circuits)",
+    )
     parser.add_argument("--no-curves", action="store_true", help="skip the faithfulness curves")
     parser.add_argument(
         "--size-only", action="store_true", help="f at the selection's size only (no CPR/CMD)"
@@ -67,6 +76,7 @@ def main() -> None:
         faithfulness,
         stability_selection,
     )
+    from interv.circuits.mib import prune
     from interv.tasks.builtin import ioi_templates
 
     torch.set_num_threads(args.threads)
@@ -105,62 +115,76 @@ def main() -> None:
         )
     n = result.graph.n_edges
     record["settings"] = []
-    for q in args.q:
-        for pi in args.pi:
+    kinds = (False, True) if args.connected else (False,)
+    settings = [(q, pi, c) for q in args.q for pi in args.pi for c in kinds]
+    for q, pi, connected in settings:
+        notes: list[str] = []
+        start = time.perf_counter()
+        selection = stability_selection(
+            model,
+            task,
+            result,
+            pi=pi,
+            n_resamples=args.resamples,
+            q=q,
+            groups=groups,
+            bootstrap=args.bootstrap,
+            exact_per_prompt=exact,
+            connected=connected,
+            progress=notes.append,
+        )
+        took = time.perf_counter() - start
+        print(
+            f"q {q}, pi {pi}, connected {connected}: {selection!r} ({took:.1f} s, "
+            f"{selection.n_exact_computed} edges patched, load {_load()})"
+        )
+        for note in notes:
+            print(f"  {note}")
+        k = len(selection.selected)
+        kept = torch.zeros(n, dtype=torch.bool)
+        kept[list(selection.selected)] = True
+        row = {
+            "q": q,
+            "pi": pi,
+            "connected": connected,
+            "selected": k,
+            "selected_connected": int(prune(result.graph, kept).sum()),
+            "mean_size": selection.mean_size,
+            "n_pruned": selection.n_pruned,
+            "notes": notes,
+            "edges": [e.label for e in selection.edges()],
+            "bound": selection.bound,
+            "jaccard": [selection.jaccard_mean, selection.jaccard_low, selection.jaccard_high],
+            "groups": list(selection.groups),
+            "group_jaccard": list(selection.group_jaccard),
+            "n_exact_computed": selection.n_exact_computed,
+            "time_selection_s": took,
+            "load": _load(),
+        }
+        if k and not args.no_curves:
             start = time.perf_counter()
-            selection = stability_selection(
-                model,
-                task,
-                result,
-                pi=pi,
-                n_resamples=args.resamples,
-                q=q,
-                groups=groups,
-                bootstrap=args.bootstrap,
-                exact_per_prompt=exact,
+            curve = None
+            if not args.size_only:
+                curve = faithfulness(
+                    model, task, selection.ranking(result), fractions=MIB_FRACTIONS
+                )
+            own = faithfulness(model, task, selection.ranking(result), fractions=[k / n, 1.0])
+            top = faithfulness(model, task, result, fractions=[k / n, 1.0])
+            row.update(
+                cpr=None if curve is None else curve.cpr,
+                cmd=None if curve is None else curve.cmd,
+                f_selected=float(own.mean[0]),
+                f_selected_interval=[float(own.low[0]), float(own.high[0])],
+                f_top_same_size=float(top.mean[0]),
+                time_curves_s=time.perf_counter() - start,
             )
-            took = time.perf_counter() - start
+            areas = "" if curve is None else f"CPR {curve.cpr:.4g}, CMD {curve.cmd:.4g}, "
             print(
-                f"q {q}, pi {pi}: {selection!r} ({took:.1f} s, {selection.n_exact_computed} "
-                f"edges patched, load {_load()})"
+                f"  {areas}f of the {k} selected "
+                f"{row['f_selected']:.4g} (full top-{k}: {row['f_top_same_size']:.4g})"
             )
-            k = len(selection.selected)
-            row = {
-                "q": q,
-                "pi": pi,
-                "selected": k,
-                "edges": [e.label for e in selection.edges()],
-                "bound": selection.bound,
-                "jaccard": [selection.jaccard_mean, selection.jaccard_low, selection.jaccard_high],
-                "groups": list(selection.groups),
-                "group_jaccard": list(selection.group_jaccard),
-                "n_exact_computed": selection.n_exact_computed,
-                "time_selection_s": took,
-                "load": _load(),
-            }
-            if k and not args.no_curves:
-                start = time.perf_counter()
-                curve = None
-                if not args.size_only:
-                    curve = faithfulness(
-                        model, task, selection.ranking(result), fractions=MIB_FRACTIONS
-                    )
-                own = faithfulness(model, task, selection.ranking(result), fractions=[k / n, 1.0])
-                top = faithfulness(model, task, result, fractions=[k / n, 1.0])
-                row.update(
-                    cpr=None if curve is None else curve.cpr,
-                    cmd=None if curve is None else curve.cmd,
-                    f_selected=float(own.mean[0]),
-                    f_top_same_size=float(top.mean[0]),
-                    time_curves_s=time.perf_counter() - start,
-                )
-                areas = "" if curve is None else f"CPR {curve.cpr:.4g}, CMD {curve.cmd:.4g}, "
-                print(
-                    f"  {areas}f of the {k} selected "
-                    f"{row['f_selected']:.4g} (full top-{k}: {row['f_top_same_size']:.4g})"
-                )
-            record["settings"].append(row)
-            print(json.dumps(row, default=str), flush=True)
+        record["settings"].append(row)
+        print(json.dumps(row, default=str), flush=True)
     record["load"] = _load()
     if args.out:
         with open(args.out, "w") as handle:

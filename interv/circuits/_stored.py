@@ -194,12 +194,23 @@ class StoredSelection:
     jaccard_low: float
     jaccard_high: float
     sentence: str
+    connected: bool = False
+    mean_size: float | None = None
+    n_pruned: Count = 0
 
     def __post_init__(self) -> None:
         _same_length(self, ("inclusion_share",), len(self.inclusion_edges), "inclusion edges")
         _same_length(self, ("group_pairs", "group_jaccard"), len(self.groups), "groups")
         if not 0.5 < self.pi <= 1:
             raise IntervError(f"'pi' is {self.pi!r}; a stability selection's pi lies in (0.5, 1]")
+        if self.connected != (self.mean_size is not None) or not (
+            self.mean_size is None or self.q <= self.mean_size < math.inf
+        ):
+            raise IntervError(
+                f"'mean_size' is {self.mean_size!r} with connected {self.connected!r}; a connected "
+                f"selection's circuits hold q ({self.q}) edges or more on average (a finite "
+                "number), a plain one's none is given"
+            )
         _shaped(self.graph)  # before its edges are counted
         n_edges = self.graph.n_edges
         for name in ("selected", "inclusion_edges"):

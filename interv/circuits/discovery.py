@@ -40,6 +40,7 @@ from interv.circuits.patching import check_task, edge_effects
 from interv.circuits.screens import EdgeScores, edge_scores
 from interv.circuits.selection import (
     StableCircuit,
+    check_connected,
     check_groups,
     check_pi,
     check_q,
@@ -288,6 +289,7 @@ def discover(
     resamples: int | None = None,
     q: int | None = None,
     groups: Sequence[Hashable] | None = None,
+    connected: bool = False,
     gim: Any = False,
     hvp: bool = False,
     hvp_steps: int = 1,
@@ -329,6 +331,9 @@ def discover(
         groups: with ``select="stability"``, one label per prompt pair (e.g.
             :func:`interv.tasks.builtin.ioi_templates`): the selection is also redone
             leaving out each group's pairs.
+        connected: with ``select="stability"``, True: each subsample's circuit is connected
+            from the input to the logits (at least ``q`` edges), and so is the selection
+            (:func:`~interv.circuits.stability_selection`'s ``connected``).
         kv: ``"grouped"`` (default) or ``"ungrouped"`` (MIB's graph: key and value edges
             into each query head's own copy, :class:`~interv.circuits.Graph`).
         gim: GIM's backward for the screen (:func:`interv.circuits.edge_scores`).
@@ -377,6 +382,8 @@ def discover(
             for k, v in (("pi", pi), ("resamples", resamples), ("q", q), ("groups", groups))
             if v is not None
         ]
+        if connected is not False:
+            given.append("connected")
         if given:
             raise IntervError(
                 f"{', '.join(given)} apply to select='stability' only; got select={select!r}"
@@ -401,6 +408,7 @@ def discover(
     if select == "stability":
         q = check_q(q, screen.top_k, graph.n_edges)
         check_groups(groups, task.n_pairs)
+        check_connected(connected)
     if scores is None:
         scores = edge_scores(
             model,
@@ -509,6 +517,7 @@ def discover(
             n_resamples=resamples,
             q=q,
             groups=groups,
+            connected=connected,
             bootstrap=stability,
             exact_per_prompt=per_prompt,
             batch_size=batch_size,

@@ -58,6 +58,7 @@ from interv._checks import as_path, read_json
 from interv._outputs import claim_file
 from interv.circuits.discovery import CircuitResult
 from interv.circuits.graph import Edge, Graph, Node
+from interv.circuits.pruning import connected, edge_arrays
 from interv.circuits.screens import EdgeScores
 from interv.errors import IntervError
 
@@ -184,15 +185,6 @@ def _edge_of(name: str) -> Edge:
     return Edge(sender, receiver, "logits" if receiver.kind == "logits" else "mlp")
 
 
-def _edge_arrays(graph: Graph) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per edge: its sender's position in ``graph.senders`` and its receiver block."""
-    receivers = graph.receivers
-    counts = torch.tensor([r.n_senders for r in receivers])
-    block = torch.repeat_interleave(torch.arange(len(receivers)), counts)
-    sender = torch.cat([torch.arange(r.n_senders) for r in receivers])
-    return sender, block
-
-
 def prune(graph: Graph, kept: torch.Tensor) -> torch.Tensor:
     """The edges of the circuit ``kept`` (``[n_edges]`` bool) that connect the input to the
     logits, as MIB's ``Graph.prune`` keeps them (see the module docstring).
@@ -200,43 +192,15 @@ def prune(graph: Graph, kept: torch.Tensor) -> torch.Tensor:
     A node stays while it has an outgoing circuit edge and an incoming one (the embeddings
     always count as having one; a query head's inputs are its query and its key/value
     head's key and value); an edge stays while its sender stays and its receiver does (the
-    logits always; a key/value head while any query head of its group does).
+    logits always; a key/value head while any query head of its group does). The rule is
+    :func:`interv.circuits.pruning.connected`'s, for one circuit.
     """
-    kept = torch.as_tensor(kept, dtype=torch.bool).flatten().clone()
+    kept = torch.as_tensor(kept, dtype=torch.bool).flatten()
     if kept.numel() != graph.n_edges:
         raise IntervError(
             f"kept must have one value per edge ({graph.n_edges}); got {kept.numel()}"
         )
-    senders = graph.senders
-    position = {node: i for i, node in enumerate(senders)}
-    sender, block = _edge_arrays(graph)
-    # each receiver block -> the sender nodes (query heads, MLP) whose input it is
-    owner = torch.zeros(len(graph.receivers), len(senders), dtype=torch.bool)
-    is_logits = torch.zeros(len(graph.receivers), dtype=torch.bool)
-    for b, receiver in enumerate(graph.receivers):
-        node = receiver.node
-        if node.kind == "logits":
-            is_logits[b] = True
-        elif node.kind == "head" and node.kv:
-            first = node.head * graph.group_size
-            for h in range(first, first + graph.group_size):
-                owner[b, position[Node("head", node.layer, h)]] = True
-        else:
-            owner[b, position[node]] = True
-    owner_f = owner.float()
-    while True:
-        has_out = torch.zeros(len(senders), dtype=torch.bool)
-        has_out[sender[kept]] = True
-        fed = torch.zeros(len(graph.receivers), dtype=torch.bool)
-        fed[block[kept]] = True
-        has_in = (fed.float() @ owner_f) > 0
-        has_in[0] = True  # the embeddings
-        alive = has_out & has_in
-        open_block = is_logits | ((owner_f @ alive.float()) > 0)
-        now = kept & alive[sender] & open_block[block]
-        if torch.equal(now, kept):
-            return now
-        kept = now
+    return connected(graph, kept)
 
 
 def mib_scores(ranking: CircuitResult | EdgeScores | MIBCircuit) -> torch.Tensor:
@@ -353,7 +317,7 @@ class MIBCircuit:
             torch.zeros(graph.n_edges, dtype=torch.float64) if self.scores is None else self.scores
         )
         alive = prune(graph, self.in_graph)
-        sender, _ = _edge_arrays(graph)
+        sender, _ = edge_arrays(graph)
         used = {graph.senders[int(i)] for i in sender[alive].tolist()}
         nodes = {_node_name(node): {"in_graph": node in used} for node in graph.senders}
         nodes["logits"] = {"in_graph": True}

@@ -23,6 +23,20 @@ the true circuit is exchangeable and that the ranking does no worse than random 
 them. Neither is checked here, and the theorem's frequency is over all subsamples of half
 size, estimated here from ``B`` random ones.
 
+Connected (``connected=True``). An edge changes a circuit's value only if it lies on a path
+of circuit edges from the input to the logits (:mod:`interv.circuits.pruning`, MIB's
+pruning), and edges ranked one at a time need not: the most stable edges can compute exactly
+the empty circuit. With ``connected=True`` each subsample's circuit is the connected part of
+the smallest top ``n`` of its ranking whose connected part holds at least ``q`` edges (so
+at least ``q`` edges, all connected; its ranking is grown past the depth first tried where
+needed, patching nothing more: the verified set is the top's first ``n_verified`` at any
+depth); the inclusion frequencies count those circuits, and the edges at or above ``pi`` are
+pruned again (:attr:`StableCircuit.n_pruned` counts the dropped ones), so the selection is a
+circuit. The theorem's ``q`` is the expected size of a subsample's selection: here the mean
+size of the connected circuits over the ``B`` subsamples (:attr:`StableCircuit.mean_size`),
+and its exchangeability assumption is harder to believe (a connected circuit takes edges in
+paths, not one at a time).
+
 Where the pairs carry groups (IOI's templates: :func:`interv.tasks.builtin.ioi_templates`),
 the selection is redone without each group's pairs (same ``B``, seed and ``q``, half of the
 remaining pairs per subsample) and its Jaccard with the full selection reported beside it:
@@ -43,12 +57,15 @@ from interv._schema import parse
 from interv.circuits._stored import StoredSelection
 from interv.circuits.executor import Kept, RayExecutor
 from interv.circuits.graph import Edge, Graph
+from interv.circuits.pruning import connected as connected_edges
+from interv.circuits.pruning import pruner
 from interv.circuits.screens import graph_dict
 from interv.circuits.stability import (
     Discovery,
     check_resamples,
     resample_circuits,
     resampled_exact,
+    resampled_tops,
 )
 from interv.errors import IntervError
 from interv.stats import bootstrap_indices, percentile_interval
@@ -59,12 +76,15 @@ if TYPE_CHECKING:
 __all__ = [
     "SELECTIONS",
     "StableCircuit",
+    "check_connected",
     "check_groups",
     "check_pi",
     "check_q",
     "check_select",
+    "connected_circuits",
     "false_edge_bound",
     "half_subsamples",
+    "smallest_connected",
     "stability_selection",
 ]
 
@@ -127,6 +147,13 @@ class StableCircuit:
         jaccard_mean, jaccard_low, jaccard_high: their mean and 95% percentile interval
             (NaN when not asked).
         sentence: what was resampled, what was selected and the bound's assumptions.
+        connected: whether each subsample's circuit, and the selection, are connected
+            (``stability_selection(..., connected=True)``: the edges on paths from the input
+            to the logits through circuit edges, :mod:`interv.circuits.pruning`).
+        mean_size: with ``connected``, the mean size of the subsamples' circuits (each holds
+            at least ``q`` edges): the bound's ``q``; None when each holds exactly ``q``.
+        n_pruned: with ``connected``, the edges at or above ``pi`` that the final pruning
+            dropped (not connected to the input or the logits through selected edges).
     """
 
     graph: Graph
@@ -149,6 +176,9 @@ class StableCircuit:
     jaccard_low: float
     jaccard_high: float
     sentence: str
+    connected: bool = False
+    mean_size: float | None = None
+    n_pruned: int = 0
 
     def edges(self) -> list[Edge]:
         """The selected edges, most often included first."""
@@ -199,6 +229,11 @@ class StableCircuit:
             "jaccard_low": _clean([self.jaccard_low])[0],
             "jaccard_high": _clean([self.jaccard_high])[0],
             "sentence": self.sentence,
+            **(
+                {"connected": True, "mean_size": self.mean_size, "n_pruned": self.n_pruned}
+                if self.connected
+                else {}
+            ),
         }
 
     @classmethod
@@ -232,6 +267,9 @@ class StableCircuit:
             jaccard_low=stored.jaccard_low,
             jaccard_high=stored.jaccard_high,
             sentence=stored.sentence,
+            connected=stored.connected,
+            mean_size=stored.mean_size,
+            n_pruned=stored.n_pruned,
         )
 
     def __repr__(self) -> str:
@@ -246,9 +284,17 @@ class StableCircuit:
             finite = [j for j in self.group_jaccard if not math.isnan(j)]
             low = f"{min(finite):.2f}" if finite else "n/a"
             loto = f", leave-one-group-out Jaccard >= {low} over {len(self.groups)} groups"
+        circuits = (
+            f"the connected circuits (>= {self.q} edges, mean {self.mean_size:.3g}) of "
+            f"{self.n_resamples} half subsamples of {self.n_prompts} prompts, pruned "
+            f"({self.n_pruned} dropped)"
+            if self.connected
+            else f"the top {self.q} of {self.n_resamples} half subsamples of {self.n_prompts} "
+            "prompts"
+        )
         return (
-            f"StableCircuit({len(self.selected)} edges with inclusion >= {self.pi:g} in the top "
-            f"{self.q} of {self.n_resamples} half subsamples of {self.n_prompts} prompts; "
+            f"StableCircuit({len(self.selected)} edges with inclusion >= {self.pi:g} in "
+            f"{circuits}; "
             f"E[false edges] <= {self.bound:.3g}{boot}{loto})"
         )
 
@@ -326,6 +372,7 @@ def stability_selection(
     progress: Callable[[str], None] | None = None,
     executor: RayExecutor | None = None,
     kept: Kept | None = None,
+    connected: bool = False,
 ) -> StableCircuit:
     """The circuit of the edges whose inclusion frequency is at least ``pi`` (module docstring).
 
@@ -351,10 +398,16 @@ def stability_selection(
         executor: where the edges are patched (:mod:`interv.circuits.executor`; None: here).
         kept: a resumable run's store of the edges patched here
             (:func:`~interv.circuits.stability.resampled_exact`).
+        connected: False: each subsample's circuit is its top ``q``. True: it is the
+            connected part (:func:`interv.circuits.pruning.connected`) of the smallest top
+            ``n`` of its ranking whose connected part holds at least ``q`` edges; the
+            frequencies count those circuits, the edges at or above ``pi`` are pruned again
+            (:attr:`StableCircuit.n_pruned`), and the bound's ``q`` is the circuits' mean size
+            (module docstring, "Connected").
 
     Raises:
-        IntervError: before any forward, for an argument out of range, too few prompts or
-            scores without per-prompt values.
+        IntervError: before any forward, for an argument out of range, too few prompts,
+            scores without per-prompt values, or a ``connected`` that is not a bool.
     """
     pi = check_pi(pi)
     seed = as_int(seed, "seed")
@@ -377,6 +430,7 @@ def stability_selection(
     labels = check_groups(groups, n)
     if bootstrap is not None:
         bootstrap = check_resamples(bootstrap, n, "bootstrap")
+    connected = check_connected(connected)
 
     everyone = torch.arange(n)
     runs = [_half_weights(everyone, n, n_resamples, seed)]
@@ -393,7 +447,9 @@ def stability_selection(
         for draw in bootstrap_indices(n, bootstrap, seed):
             runs.append(_half_weights(draw, n, n_resamples, seed))
     weights = torch.cat([w for w, _ in runs])
-    depth = q + result.audit.n_verified + int(result.audit.audited.numel())
+    checked = result.audit.n_verified + int(result.audit.audited.numel())
+    size = min(4 * q, graph.n_edges) if connected else q  # connected: the first depth tried
+    depth = size + checked
     tops, exact, n_patched = resampled_exact(
         model,
         task,
@@ -406,28 +462,44 @@ def stability_selection(
         executor=executor,
         kept=kept,
     )
-    chosen = resample_circuits(result, tops, exact, weights, q)  # [runs * B, q]
+    if connected:
+        row_of, edge_of, circuit_sizes = connected_circuits(
+            result, exact, weights, tops, q, size, progress
+        )
+        mean_size: float | None = circuit_sizes[:n_resamples].double().mean().item()
+    else:
+        chosen = resample_circuits(result, tops, exact, weights, q)  # [runs * B, q]
+        row_of = torch.arange(chosen.shape[0]).repeat_interleave(q)
+        edge_of = chosen.flatten()
+        mean_size = None
+    run_of = row_of // n_resamples
     rank = torch.empty(graph.n_edges, dtype=torch.long)
     rank[result.ranking()] = torch.arange(graph.n_edges)
 
-    def select(run: int) -> tuple[torch.Tensor, tuple[int, ...]]:
-        rows = chosen[run * n_resamples : (run + 1) * n_resamples].flatten()
+    def select(run: int) -> tuple[torch.Tensor, tuple[int, ...], int]:
+        rows = edge_of[run_of == run]
         counts = torch.zeros(graph.n_edges, dtype=torch.float64)
         counts.index_add_(0, rows, torch.ones(rows.numel(), dtype=torch.float64))
         share = counts / n_resamples
-        kept = (share >= pi).nonzero().flatten()
-        kept = kept[torch.sort(rank[kept], stable=True).indices]  # ties: the full ranking
-        return share, tuple(kept[torch.sort(-share[kept], stable=True).indices].tolist())
+        held = (share >= pi).nonzero().flatten()
+        dropped = 0
+        if connected and held.numel():
+            stays = connected_edges(graph, torch.ones(held.numel(), dtype=torch.bool), held)
+            dropped = int((~stays).sum())
+            held = held[stays]
+        held = held[torch.sort(rank[held], stable=True).indices]  # ties: the full ranking
+        order = held[torch.sort(-share[held], stable=True).indices]
+        return share, tuple(order.tolist()), dropped
 
-    inclusion, selected = select(0)
+    inclusion, selected, n_pruned = select(0)
     jaccards = []
     for run in range(1, len(runs)):
-        _, other = select(run)
+        _, other, _ = select(run)
         union = set(other) | set(selected)
         jaccards.append(len(set(other) & set(selected)) / len(union) if union else math.nan)
     boot = torch.tensor(jaccards[n_groups:], dtype=torch.float64)
     low, high = percentile_interval(boot, 0.95, n_items=n) if boot.numel() else (math.nan,) * 2
-    bound = false_edge_bound(q, pi, graph.n_edges)
+    bound = false_edge_bound(q if mean_size is None else mean_size, pi, graph.n_edges)
     return StableCircuit(
         graph=graph,
         selected=selected,
@@ -449,9 +521,133 @@ def stability_selection(
         jaccard_low=low,
         jaccard_high=high,
         sentence=_sentence(
-            result, pi, q, n_resamples, runs[0][1], seed, n, bound, names, bootstrap
+            result,
+            pi,
+            q,
+            n_resamples,
+            runs[0][1],
+            seed,
+            n,
+            bound,
+            names,
+            bootstrap,
+            None if mean_size is None else (mean_size, circuit_sizes[:n_resamples], n_pruned),
         ),
+        connected=connected,
+        mean_size=mean_size,
+        n_pruned=n_pruned,
     )
+
+
+def check_connected(connected: Any) -> bool:
+    """``connected`` checked: True or False. (Any ``q`` that :func:`check_q` admits is
+    reachable: every edge of a whole graph connects the input to the logits.)"""
+    if not isinstance(connected, bool):
+        raise IntervError(f"connected must be True or False; got {connected!r}")
+    return connected
+
+
+def smallest_connected(
+    graph: Graph,
+    order: torch.Tensor,
+    q: int,
+    prune: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``[rows, depth]`` bool: for each row of ``order`` (``[rows, depth]`` edge indices, a
+    ranking's first ``depth``, distinct in a row), the positions of the connected part
+    (:func:`~interv.circuits.pruning.connected`) of its smallest prefix whose connected part
+    holds at least ``q`` edges; all False where even the whole row's holds fewer. The size
+    of a prefix's connected part never falls as the prefix grows (pruning keeps the largest
+    connected subcircuit), so the prefix is found by bisection, every row at once (``prune``:
+    :func:`~interv.circuits.pruning.pruner` of ``graph``, read once by the caller)."""
+    prune = pruner(graph) if prune is None else prune
+    n_rows, depth = order.shape
+    out = torch.zeros(n_rows, depth, dtype=torch.bool)
+    if n_rows == 0 or depth == 0:
+        return out
+    candidates, column = torch.unique(order, return_inverse=True)  # column: [rows, depth]
+    position = torch.full((n_rows, candidates.numel()), depth, dtype=torch.long)
+    position.scatter_(1, column, torch.arange(depth).expand(n_rows, -1))
+
+    def part(n: torch.Tensor) -> torch.Tensor:  # [rows, candidates]: connected part of top n
+        return prune(position < n[:, None], candidates)
+
+    high = torch.full((n_rows,), depth, dtype=torch.long)
+    enough = part(high).sum(-1) >= q
+    low = torch.full((n_rows,), q - 1, dtype=torch.long)  # q - 1 edges hold fewer than q
+    while ((high - low > 1) & enough).any():
+        middle = (low + high) // 2
+        holds = part(middle).sum(-1) >= q
+        high = torch.where(holds, middle, high)
+        low = torch.where(holds, low, middle)
+    kept = part(high) & enough[:, None]
+    return kept.gather(1, column)
+
+
+_ROWS = 128
+"""Resamples pruned together: their candidate edges (the union of their rankings' tops)
+grow more slowly than their count, so small groups prune fewer (row, edge) cells."""
+
+
+def connected_circuits(
+    result: Discovery,
+    exact: torch.Tensor,
+    weights: torch.Tensor,
+    tops: torch.Tensor,
+    q: int,
+    size: int,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each resample's connected circuit: the connected part of the smallest top ``n`` of
+    its ranking (:func:`~interv.circuits.stability.resample_circuits`) whose connected part
+    holds at least ``q`` edges (:func:`smallest_connected`).
+
+    ``tops`` is each resample's screen top to depth ``size`` plus the checked edges; a
+    resample whose ranking's first ``size`` edges do not reach ``q`` connected ones is ranked
+    again twice as deep (:func:`~interv.circuits.stability.resampled_tops`; its verified set,
+    the first ``n_verified`` of its top, is the same at any depth, so nothing more is
+    patched), until its whole ranking.
+
+    Returns:
+        (row, edge) of every circuit's edges (int64, by row) and ``[rows]`` each circuit's size.
+    """
+    graph, audit = result.graph, result.audit
+    per_prompt = result.scores.per_prompt
+    checked = audit.n_verified + int(audit.audited.numel())
+    n_rows = weights.shape[0]
+    prune = pruner(graph)
+    rows: list[torch.Tensor] = []
+    edges: list[torch.Tensor] = []
+    pending = torch.arange(n_rows)
+    while True:
+        for first in range(0, pending.numel(), _ROWS):
+            chunk = pending[first : first + _ROWS]
+            order = resample_circuits(
+                result, tops[first : first + _ROWS], exact, weights[chunk], size
+            )
+            kept = smallest_connected(graph, order, q, prune)
+            found = kept.any(-1)
+            where = kept[found].nonzero()
+            rows.append(chunk[found][where[:, 0]])
+            edges.append(order[found][where[:, 0], where[:, 1]])
+        done = torch.zeros(n_rows, dtype=torch.bool)
+        done[torch.cat(rows)] = True
+        pending = (~done).nonzero().flatten()
+        if not pending.numel():
+            break
+        if size >= graph.n_edges:  # the whole graph is connected, and check_q has q <= p
+            raise IntervError(f"no ranking's {graph.n_edges} edges hold {q} connected ones")
+        size = min(2 * size, graph.n_edges)
+        if progress is not None:
+            progress(
+                f"stability selection: {pending.numel()} of {n_rows} resamples ranked again to "
+                f"depth {size} to reach {q} connected edges"
+            )
+        tops = resampled_tops(per_prompt, weights[pending], min(size + checked, graph.n_edges))
+    row = torch.cat(rows)
+    order = torch.sort(row, stable=True).indices
+    sizes = torch.bincount(row, minlength=n_rows)
+    return row[order], torch.cat(edges)[order], sizes
 
 
 def _sentence(
@@ -465,8 +661,11 @@ def _sentence(
     bound: float,
     groups: list[str],
     bootstrap: int | None,
+    connected: tuple[float, torch.Tensor, int] | None = None,
 ) -> str:
-    """What a stability selection resampled and selected, and its bound's assumptions."""
+    """What a stability selection resampled and selected, and its bound's assumptions
+    (``connected``: the circuits' mean size, their sizes, the edges the final pruning dropped).
+    """
     scores = result.scores
     method = "EAP" if scores.method == "eap" else f"EAP-IG ({scores.steps} steps)"
     p = result.graph.n_edges
@@ -483,16 +682,41 @@ def _sentence(
         if bootstrap
         else ""
     )
+    ranked = (
+        f"ranked as the full result's (the {method} screen's per-prompt estimates re-averaged, "
+        f"its own top {result.audit.n_verified} and the full run's audited edges valued by their "
+        f"exact per-prompt path-patching effects re-averaged, exact first)"
+    )
+    if connected is None:
+        circuit = f"the top {q} edges {ranked}"
+        selected = f"the edges in at least {pi:.0%} of them"
+        size = f"{q}"
+        assumes = "the ranking does no worse than random guessing on them"
+    else:
+        mean, sizes, dropped = connected
+        circuit = (
+            f"a connected circuit: the edges that connect the input to the logits through "
+            f"circuit edges (MIB's pruning) in the smallest top n of the edges {ranked} whose "
+            f"connected part holds at least {q} edges ({mean:.3g} edges on average, "
+            f"{int(sizes.min())}-{int(sizes.max())})"
+        )
+        selected = (
+            f"the edges in at least {pi:.0%} of them, pruned again ({dropped} of those dropped: "
+            "not connected through selected edges)"
+        )
+        size = f"{mean:.3g}"
+        assumes = (
+            "this rule does no worse than random guessing on them, with q the mean size of "
+            "the subsamples' circuits standing for the theorem's expected selection size (a "
+            "connected circuit takes edges in paths, so exchangeability is less plausible than "
+            "for edges ranked one at a time)"
+        )
     return (
         f"stability selection (Meinshausen & Bühlmann 2010) over {n_resamples} subsamples of "
         f"{subsample} of the {n} prompt pairs of {result.task_name} drawn without replacement "
-        f"(seed {seed}): on each, the top {q} edges ranked as the full result's (the {method} "
-        f"screen's per-prompt estimates re-averaged, its own top {result.audit.n_verified} and "
-        f"the full run's audited edges valued by their exact per-prompt path-patching effects "
-        f"re-averaged, exact first); selected: the edges in at least {pi:.0%} of them; expected "
-        f"falsely selected edges E[V] <= q^2 / ((2 pi - 1) p) = {q}^2 / ({2 * pi - 1:.2g} * {p}) "
+        f"(seed {seed}): on each, {circuit}; selected: {selected}; expected falsely selected "
+        f"edges E[V] <= q^2 / ((2 pi - 1) p) = {size}^2 / ({2 * pi - 1:.2g} * {p}) "
         f"= {bound:.3g}, assuming the edges outside the true circuit are included "
-        f"exchangeably and the ranking does no worse than random guessing on them (not "
-        f"checked), with frequencies estimated from {n_resamples} random half subsamples, not "
-        f"all{boot}{loto}"
+        f"exchangeably and {assumes} (not checked), with frequencies estimated from "
+        f"{n_resamples} random half subsamples, not all{boot}{loto}"
     )

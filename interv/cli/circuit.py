@@ -2,7 +2,7 @@
 
 ``interv circuit MODEL (--task NAME | --pairs FILE.jsonl) --method eap|eap-ig [--steps M]
 [--qk-fix] [--gim] [--hvp [--hvp-steps S] [--hvp-top K]] --top-k K --audit N [--alpha A]
-[--stability RESAMPLES] [--select stability --pi PI --subsamples SUBSAMPLES]
+[--stability RESAMPLES] [--select stability --pi PI --subsamples SUBSAMPLES [--connected]]
 [--executor local|ray [--workers N]] --out DIR`` scores every edge with the screen (EAP,
 or EAP-IG with ``M`` interpolation steps), patches the top ``K`` by ``|score|`` and ``N``
 random others exactly (and more of the top until the miss-rate bound is below ``A``, 0.05
@@ -14,7 +14,9 @@ run, answer position) beside the circuit, and writes into DIR:
   circuit's stability over ``RESAMPLES`` bootstrap resamples of the prompts, see
   :func:`interv.circuits.circuit_stability`; with ``--select stability`` the circuit chosen
   by stability selection, :func:`interv.circuits.stability_selection`, leaving out each IOI
-  template in turn on ``--task ioi``), ``faithfulness.json``, ``mission.json``; with
+  template in turn on ``--task ioi``; with ``--connected`` each subsample's circuit and the
+  selection connect the input to the logits, ``stability_selection(..., connected=True)``),
+  ``faithfulness.json``, ``mission.json``; with
   ``--select stability`` the curve is the stable circuit's (its selected edges first, then
   the ranking, under ``--convention interv``: ``faithfulness(..., selection=True)``), and
   the summary gives the faithfulness of its selected edges alone, at their own count;
@@ -121,6 +123,8 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
         given = [
             f for f, v in (("--pi", args.pi), ("--subsamples", args.subsamples)) if v is not None
         ]
+        if args.connected:
+            given.append("--connected")
         if given:
             raise IntervError(
                 f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
@@ -344,13 +348,15 @@ def _mib_text(result: Any, model: Any, link: Any) -> str:
 
 
 def _chosen(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, Any] | None:
-    """The stability selection in the run's identity (None for the top selection)."""
+    """The stability selection in the run's identity (None for the top selection); with
+    ``--connected`` its ``select`` is ``"stability-connected"`` (a plain selection's identity
+    is as before)."""
     if args.select != "stability":
         return None
     selection = _selection(args, checked)
     q = checked["top_k"] if selection["q"] is None else selection["q"]
     return {
-        "select": "stability",
+        "select": "stability-connected" if args.connected else "stability",
         "pi": selection["pi"],
         "q": q,
         "subsamples": selection["resamples"],
@@ -368,6 +374,7 @@ def _selection(args: argparse.Namespace, checked: dict[str, Any]) -> dict[str, A
         "resamples": 200 if args.subsamples is None else args.subsamples,
         "q": args.n_edges,
         "groups": checked["groups"],
+        "connected": args.connected,
     }
 
 
@@ -501,6 +508,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="SUBSAMPLES",
         help="--select stability: half subsamples of the prompts (default 200)",
+    )
+    parser.add_argument(
+        "--connected",
+        action="store_true",
+        help="--select stability: each subsample's circuit is the edges connecting the input "
+        "to the logits in the smallest top of its ranking holding at least --n-edges of them, "
+        "and the selection is pruned to its connected edges (default: the top --n-edges, "
+        "ranked one at a time)",
     )
     parser.add_argument(
         "--n-edges",

@@ -146,10 +146,19 @@ def stability_columns(
 def selection_lines(selection: StableCircuit, dots: str = "...") -> list[str]:
     """The stable circuit (stability selection) in short lines: its size and rule, its
     bound, its bootstrap and leave-one-group-out Jaccards (each when computed)."""
+    circuits = (
+        f"connected circuits (in each, the edges connecting the input to the logits in the "
+        f"smallest top of its ranking holding at least {selection.q} of them; "
+        f"{number(selection.mean_size, 3)} edges on average) of {selection.n_resamples} half "
+        f"subsamples ({selection.subsample} of {selection.n_prompts} prompt pairs each), then "
+        f"pruned to its connected edges ({selection.n_pruned} dropped)"
+        if selection.connected
+        else f"top {selection.q} of {selection.n_resamples} half subsamples "
+        f"({selection.subsample} of {selection.n_prompts} prompt pairs each)"
+    )
     lines = [
         f"{len(selection.selected)} edges with inclusion frequency >= {selection.pi:g} in the "
-        f"top {selection.q} of {selection.n_resamples} half subsamples ({selection.subsample} "
-        f"of {selection.n_prompts} prompt pairs each)",
+        f"{circuits}",
         f"expected falsely selected edges E[V] <= {number(selection.bound, 3)} "
         "(Meinshausen & Bühlmann 2010; its assumptions are not checked: see the sentence)",
     ]
@@ -186,7 +195,8 @@ def selection_columns(selection: StableCircuit) -> tuple[list[str], list[list[st
         [str(rank), selection.graph.edges[i].label, number(float(selection.inclusion[i]), 3)]
         for rank, i in enumerate(selection.selected, start=1)
     ]
-    return ["rank", "edge", f"inclusion (share of the top-{selection.q}s)"], rows
+    share = "connected circuits" if selection.connected else f"top-{selection.q}s"
+    return ["rank", "edge", f"inclusion (share of the {share})"], rows
 
 
 def _exact_text(value: float, digits: int = 4) -> str:
