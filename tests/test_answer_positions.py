@@ -11,18 +11,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 
 import pytest
-import torch
 
 import interv
 from interv.cli import main
 from interv.errors import IntervError
 from interv.report.sweep import report_from_sweep
 from interv.sweeps import run_sweep
+from tests._calls import counting_calls
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -39,23 +38,6 @@ def sides(zoo):
     """The same prompts (of 23 and 26 tokens) right- and left-padded."""
     pairs = interv.load_task("induction", n_pairs=6, seed=0)
     return {side: pairs.tokenize(zoo, padding_side=side) for side in ("right", "left")}
-
-
-@contextlib.contextmanager
-def counting_calls(model):
-    """Every call of one of ``model``'s modules, counted (a forward of any kind calls some)."""
-    ours = {id(module) for module in model.modules()}
-    calls: list[str] = []
-
-    def count(module, args):
-        if id(module) in ours:
-            calls.append(type(module).__name__)
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
-    try:
-        yield calls
-    finally:
-        handle.remove()
 
 
 def test_a_left_padded_task_is_answered_at_each_prompts_last_real_token(sides):

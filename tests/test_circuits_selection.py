@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import replace
 
@@ -23,6 +22,7 @@ from interv.audit import Screen
 from interv.circuits import CircuitResult, discover, stability_selection
 from interv.circuits.selection import false_edge_bound, half_subsamples
 from interv.errors import IntervError
+from tests._calls import counting_calls
 
 SCREEN = Screen(top_k=10, audit=0, alpha=None)
 
@@ -30,19 +30,6 @@ SCREEN = Screen(top_k=10, audit=0, alpha=None)
 @pytest.fixture(scope="module")
 def model():
     return interv.load_model("induction-2l")
-
-
-@contextlib.contextmanager
-def counting_calls():
-    """Every call of a torch module, counted (a forward of any kind calls some)."""
-    calls: list[str] = []
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: calls.append(type(module).__name__)
-    )
-    try:
-        yield calls
-    finally:
-        handle.remove()
 
 
 def test_hand_worked_inclusion_selection_and_bound(model):

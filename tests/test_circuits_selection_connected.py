@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
@@ -28,21 +27,9 @@ from interv.circuits.pruning import connected
 from interv.circuits.selection import half_subsamples
 from interv.circuits.stability import exact_first
 from interv.errors import IntervError
+from tests._calls import counting_calls
 
 SCREEN = Screen(top_k=10, audit=5, alpha=None)
-
-
-@contextlib.contextmanager
-def counting_calls():
-    """Every call of a torch module, counted (a forward of any kind calls some)."""
-    calls: list[str] = []
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: calls.append(type(module).__name__)
-    )
-    try:
-        yield calls
-    finally:
-        handle.remove()
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,11 @@ A spy counts every call of the model's modules: a refusal leaves it at zero.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 
 import pytest
-import torch
 from _circuit_fixtures import make_circuit, with_stability
 
 import interv
@@ -29,6 +27,7 @@ from interv.cli import main
 from interv.errors import IntervError
 from interv.report.circuit import audit_lines, stability_columns
 from interv.stats import MIN_ITEMS
+from tests._calls import counting_calls
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -46,23 +45,6 @@ def zoo(induction_zoo):
 def found(zoo):
     model, task = zoo
     return discover(model, task, screen=SCREEN)
-
-
-@contextlib.contextmanager
-def counting_calls(model):
-    """Every call of one of ``model``'s modules, counted (a forward of any kind calls some)."""
-    ours = {id(module) for module in model.modules()}
-    calls: list[str] = []
-
-    def count(module, args):
-        if id(module) in ours:
-            calls.append(type(module).__name__)
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
-    try:
-        yield calls
-    finally:
-        handle.remove()
 
 
 def test_resamples_beyond_the_maximum_are_refused_with_the_memory_they_would_need(zoo, found):
