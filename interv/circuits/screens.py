@@ -714,6 +714,7 @@ def _qk_directions(
     partner: torch.Tensor,
     weight: torch.Tensor,
     dtype: torch.dtype = torch.float64,
+    live: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> list[tuple[slice, slice, torch.Tensor]]:
     """How a change ``c [d_model]`` of the block's normed input at a moving position ``p`` (a
     query for ``component="q"``, a key for ``"k"``) changes the scaled products ``scale * q
@@ -739,6 +740,11 @@ def _qk_directions(
         weight: ``[heads, d_model, d_head]`` float64: each query head's projection of the
             moving side (its key/value head's for ``"k"``).
         dtype: the directions' dtype (the rotation back and the projection).
+        live: ``(moving, rows)`` ``[pos]`` bool, or None (every position): the positions
+            where some change is not 0 and the query rows whose every reading weight is not
+            0; a pair whose moving position or query row is not live is left out (zero
+            directions: its terms are exactly 0 either way), and the blocks divide the span
+            from the first to the last live moving position.
     """
     n, n_pos, heads, d_head = partner.shape
     eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
@@ -746,14 +752,23 @@ def _qk_directions(
     rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0].to(dtype)
     allowed = profile.allowed[:, 0]  # [n, query, key]
     pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)  # [p, j]
+    start, stop = 0, n_pos
+    if live is not None:
+        moving_live, rows_live = live
+        rows = rows_live.view(-1, 1) if component == "q" else rows_live.view(1, -1)
+        pairs = pairs & moving_live.view(-1, 1) & rows
+        at = moving_live.nonzero().squeeze(-1)
+        if at.numel() == 0:
+            return []
+        start, stop = int(at[0]), int(at[-1]) + 1
     partner = partner.to(dtype) * profile.recipe.scale
     weight = weight.transpose(1, 2).to(dtype)  # [heads, d_head, d_model]
-    size = -(-n_pos // QK_POSITION_BLOCKS)
+    size = -(-(stop - start) // QK_POSITION_BLOCKS)
     plan: list[tuple[slice, slice, torch.Tensor]] = []
     # R_p per position, or per prompt and position where the tables are the prompts' own
     shared = rotation.shape[0] == 1
-    for first in range(0, n_pos, size):
-        moving = slice(first, min(first + size, n_pos))
+    for first in range(start, stop, size):
+        moving = slice(first, min(first + size, stop))
         at = pairs[moving].any(0).nonzero().squeeze(-1)
         if at.numel() == 0:
             continue
@@ -829,6 +844,13 @@ def _qk_layer_scores(
     keys = _groups(profile.keys(k), heads)
     products = profile.products(queries, keys)  # [n, heads, query, key]
     reading = _PatternReading.of(recipe, products, pattern, g_pattern, profile.allowed)
+    # left out of the directions: positions no sender changes (before the prompts' first
+    # difference) and query rows without a reading weight (no gradient: the last layer's
+    # rows but the answer's); their terms are exactly 0
+    live = (
+        (senders.square > 0).flatten(1).any(1),
+        (reading.weights[..., 0] != 0).any(-1).flatten(0, 1).any(0),
+    )
     module = plain_module(model.blocks[layer].ln1)  # the model's own norm, without the hooks
     folding = _NormChange.of(module, x)
     plans: dict[str, tuple[torch.Tensor, Any]] = {}
@@ -850,7 +872,7 @@ def _qk_layer_scores(
             if folding is not None:
                 per_head = folding.fold(per_head)
             partner = keys if component == "q" else queries
-            directions = _qk_directions(profile, component, partner, per_head, contract)
+            directions = _qk_directions(profile, component, partner, per_head, contract, live)
         plans[component] = (weight, directions)
     out = {
         c: torch.zeros(n, plans[c][0].shape[0], n_senders, dtype=torch.float64, device=q.device)
