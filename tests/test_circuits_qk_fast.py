@@ -77,11 +77,13 @@ def _reference_qk_fixed_scores(model, graph, base: QKBase, x, layer, component, 
     return out
 
 
-def _family_task(name: str):
+def _family_task(name: str, first: int = 1):
+    """The family's prompts against random tokens from position ``first`` on."""
     fam = family(name)
     generator = torch.Generator().manual_seed(4)
     corrupted = fam.tokens.clone()
-    corrupted[:, 1:] = torch.randint(2, 60, corrupted[:, 1:].shape, generator=generator)
+    shape = corrupted[:, first:].shape
+    corrupted[:, first:] = torch.randint(2, 60, shape, generator=generator)
     corrupted[~fam.real] = fam.tokens[~fam.real]  # the same padding
     task = TokenizedPairs(
         fam.tokens,
@@ -185,6 +187,24 @@ def test_the_directions_equal_the_reference_where_the_norm_is_called(gpt2, monke
     monkeypatch.setattr(screens_module, "QK_CHUNK_BYTES", 100_000)  # a few senders a chunk
     assert _compare(model, task) == 2 * model.cfg.n_layers
     assert len(calls) == 2 * model.cfg.n_layers
+
+
+def test_positions_no_sender_changes_are_left_out_with_the_same_scores(monkeypatch):
+    """Pairs that first differ at position 6: no block moves a position before it (every
+    change there is 0), and the scores still equal the reference (whose last layer also
+    reads rows without a gradient, left out of the directions)."""
+    model, task = _family_task("llama", first=6)
+    starts: list[int] = []
+    original = screens_module._qk_directions
+
+    def recorded(*args):
+        plan = original(*args)
+        starts.extend(moving.start for moving, _, _ in plan)
+        return plan
+
+    monkeypatch.setattr(screens_module, "_qk_directions", recorded)
+    assert _compare(model, task) == 2 * model.cfg.n_layers
+    assert starts and min(starts) == 6
 
 
 def test_edge_scores_write_each_query_and_key_edge_as_the_reference(monkeypatch):

@@ -39,7 +39,11 @@ recomputed as written above. Where the block's first norm is an RMSNorm or a Lay
 are multiplied without normalizing ``x + delta`` per sender (:class:`_NormChange`). The
 score is read from the change ``D`` of the logits without a second softmax,
 ``sum_k G_k expm1(D_k) / (1 + sum_k p_k expm1(D_k))`` per row with ``G = p (g - p . g)``
-(:class:`_PatternReading`; the float64 softmax where a change overflows ``expm1``).
+(:class:`_PatternReading`; the float64 softmax where a change overflows ``expm1``). The
+directions leave out what adds exactly 0: positions where no sender's change is nonzero
+(before the prompts' first differing token) and query rows whose every ``G`` is 0 (rows
+without a gradient, such as the last layer's rows other than the answer's), so the fix's
+cost depends on where a task's prompt pairs first differ.
 
 ``kv="ungrouped"`` scores MIB's graph (:class:`~interv.circuits.graph.Graph`): each query
 head has its own copy of its key/value head's key and value inputs, and the gradient of an
