@@ -712,38 +712,6 @@ the span of partners its positions admit (under a causal mask, 8 blocks multiply
 full ``pos x pos`` square instead of all of it)."""
 
 
-@dataclass(frozen=True, eq=False)
-class _Turned:
-    """A block's directions ``U = turned @ weight`` (:func:`_qk_directions`) before the
-    projection (internal), which :meth:`project` writes where they are read.
-
-    Attributes:
-        turned: ``[heads, block, n, span, d_head]`` the partners turned back (0 off the mask).
-        weight: ``[heads, d_head, d_model]`` each head's projection, transposed.
-    """
-
-    turned: torch.Tensor
-    weight: torch.Tensor
-
-    @property
-    def shape(self) -> tuple[int, int, int, int, int]:
-        """``U``'s shape ``[block, n, heads, span, d_model]``."""
-        heads, block, n, span, _ = self.turned.shape
-        return block, n, heads, span, self.weight.shape[-1]
-
-    def project(self, out: torch.Tensor) -> None:
-        """Write ``U`` into ``out [block, n, heads, span, d_model]`` (a view whose block and
-        prompt axes merge, such as a block's joint directions): one product per head, in
-        place, no head-major copy laid out again."""
-        heads, block, n, span, d_head = self.turned.shape
-        for head in range(heads):
-            torch.bmm(
-                self.turned[head].reshape(block * n, span, d_head),
-                self.weight[head].expand(block * n, d_head, -1),
-                out=out[:, :, head].view(block * n, span, -1),
-            )
-
-
 def _qk_directions(
     profile: QKLayer,
     component: str,
@@ -751,16 +719,15 @@ def _qk_directions(
     weight: torch.Tensor,
     dtype: torch.dtype = torch.float64,
     live: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> list[tuple[slice, slice, _Turned]]:
+) -> list[tuple[slice, slice, torch.Tensor]]:
     """How a change ``c [d_model]`` of the block's normed input at a moving position ``p`` (a
     query for ``component="q"``, a key for ``"k"``) changes the scaled products ``scale * q
     . k`` of each query head ``h`` with each partner position ``j`` (a key of query ``p``, or
     a query of key ``p``), per block of moving positions: ``(moving, partners, U)``
-    with ``U [block, n, heads, span, d_model]`` (:class:`_Turned`, projected where
-    :func:`_joint_blocks` lays it out), the change ``U[i, :, h, j] @ c`` for the block's
-    ``i``-th position and the span's ``j``-th partner; zero where no prompt admits the pair.
-    Exact wherever the moving side is prepared linearly (no QK norm: ``R_p``, the rotation at
-    ``p``, or the identity)::
+    with ``U [block, n, heads, span, d_model]``, the change ``U[i, :, h, j] @ c`` for the
+    block's ``i``-th position and the span's ``j``-th partner; zero where no prompt admits
+    the pair. Exact wherever the moving side is prepared linearly (no QK norm: ``R_p``, the
+    rotation at ``p``, or the identity)::
 
         scale * (R_p W_h^T c) . partner_h = c . (scale * W_h R_p^T partner_h)
 
@@ -783,7 +750,7 @@ def _qk_directions(
             directions: its terms are exactly 0 either way), and the blocks divide the span
             from the first to the last live moving position.
     """
-    n_pos, d_head = partner.shape[1], partner.shape[3]
+    n, n_pos, heads, d_head = partner.shape
     eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
     basis = eye.view(1, d_head, 1, 1, d_head).expand(1, d_head, n_pos, 1, d_head)
     rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0].to(dtype)
@@ -801,7 +768,7 @@ def _qk_directions(
     partner = partner.to(dtype) * profile.recipe.scale
     weight = weight.transpose(1, 2).to(dtype)  # [heads, d_head, d_model]
     size = -(-(stop - start) // QK_POSITION_BLOCKS)
-    plan: list[tuple[slice, slice, _Turned]] = []
+    plan: list[tuple[slice, slice, torch.Tensor]] = []
     # R_p per position, or per prompt and position where the tables are the prompts' own
     shared = rotation.shape[0] == 1
     for first in range(start, stop, size):
@@ -817,7 +784,9 @@ def _qk_directions(
         else:
             turned = torch.einsum("bapc,bjhc->hpbja", rotation[:, :, moving], partner[:, span])
         turned = turned * pairs[moving, span].view(1, block, 1, width, 1)
-        plan.append((moving, span, _Turned(turned, weight)))
+        u = torch.matmul(turned.reshape(heads, -1, d_head), weight)  # [heads, p*n*j, d_model]
+        u = u.view(heads, block, n, width, -1).permute(1, 2, 0, 3, 4)  # a view, laid out later
+        plan.append((moving, span, u))
     return plan
 
 
@@ -1052,7 +1021,7 @@ def _joint_blocks(
     :func:`_qk_directions` (the same blocks for both, a block absent where the component
     admits no partner), with the reading's weights laid out for them and, with ``x [n, pos,
     d_model]`` (the norm's centered input), ``x`` as the last direction."""
-    by_block: dict[tuple[int, int], list[tuple[str, slice, _Turned]]] = {}
+    by_block: dict[tuple[int, int], list[tuple[str, slice, torch.Tensor]]] = {}
     for component, plan in directions.items():
         for moving, span, u in plan:
             by_block.setdefault((moving.start, moving.stop), []).append((component, span, u))
@@ -1060,17 +1029,17 @@ def _joint_blocks(
     capped = reading.recipe.softcap is not None
     for (start, stop), members in by_block.items():
         moving, size = slice(start, stop), stop - start
-        _, n, heads, _, d_model = members[0][2].shape
-        dtype = members[0][2].turned.dtype
+        first = members[0][2]  # [block, n, heads, span, d_model]
+        n, heads, d_model = first.shape[1], first.shape[2], first.shape[4]
+        dtype = first.dtype
         total = sum(heads * (span.stop - span.start) for _, span, _ in members)
-        device = members[0][2].turned.device
-        u = torch.empty(size, n, total + (x is not None), d_model, dtype=dtype, device=device)
+        u = first.new_empty(size, n, total + (x is not None), d_model)
         parts, bases, column = [], [], 0
         for component, span, member in members:
             width = span.stop - span.start
             columns = slice(column, column + heads * width)
             column = columns.stop
-            member.project(u[:, :, columns].unflatten(2, (heads, width)))
+            u[:, :, columns].unflatten(2, (heads, width)).copy_(member)
             if component == "q":  # [block, n, heads, keys]
                 base = reading.products[:, :, moving, span].permute(2, 0, 1, 3)
                 weights = reading.weights[:, :, moving, span].permute(2, 0, 1, 3, 4).to(dtype)
