@@ -832,7 +832,9 @@ def _qk_layer_scores(
     precomputed directions in float32 (:func:`_qk_directions`: no per-sender projection,
     rotation or ``q . k``); otherwise the receiver's queries (keys) projected in float64,
     prepared and multiplied again for every sender. The score then follows from ``D`` without
-    a second softmax (:class:`_PatternReading`)."""
+    a second softmax (:class:`_PatternReading`; on the directions' way read per block,
+    :func:`_block_terms`). ``delta``: the senders' changes ``[n, pos, senders, d_model]``, or
+    already laid out (:class:`_Senders`, once per batch for every layer)."""
     # the change's dot with the directions, and what follows it, in the block's float width
     # (at least float32)
     contract = torch.promote_types(x.dtype, torch.float32)
@@ -1005,6 +1007,7 @@ class _Block:
         products: ``[block * n, 1, columns]`` float64: the base run's scaled products at the
             columns, under a soft cap only (None without one).
         parts: each component's columns.
+        columns: how many directions the components have (``x~``'s column follows them).
     """
 
     moving: slice
