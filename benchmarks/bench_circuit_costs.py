@@ -40,8 +40,9 @@ QK fix against EAP (``--qk-fix MODEL``, no sweep): on a real model and task (``-
 prompts in one batch, alternately ``--repeats`` times after an untimed EAP warm-up; printed:
 each one's minimum wall time and process CPU time, their ratios and the load average;
 ``--profile N``: the ``N`` functions with the most own time in one more (profiled) QK-fix
-run, and the QK fix's own parts (base run, per-layer scores, directions) by cumulative
-time.
+run, and the QK fix's own parts (base run, per-layer scores, directions, the blocks'
+products and reading) by cumulative time. The header names the position where the prompt
+pairs first differ: the fix moves no earlier position, so its cost depends on it.
 
 Run: ``python benchmarks/bench_circuit_costs.py [--out costs.json] [--markdown costs.md]
 [--sweeps layers heads d_model positions memory] [--repeats 2] [--memory-repeats 1]
@@ -539,7 +540,15 @@ def _say(label: str, point: dict) -> None:
     )
 
 
-QK_PARTS = ("qk_base", "_add_qk_scores", "_qk_layer_scores", "_qk_directions", "_reader_gradients")
+QK_PARTS = (
+    "qk_base",
+    "_add_qk_scores",
+    "_qk_layer_scores",
+    "_qk_directions",
+    "_joint_blocks",
+    "_block_terms",
+    "_reader_gradients",
+)
 """The functions whose cumulative time ``--profile`` prints (those the code has)."""
 
 
@@ -554,9 +563,13 @@ def qk_cost(args: argparse.Namespace) -> dict:
     model = interv.load_model(args.qk_fix)
     task = interv.load_task(args.task, n_pairs=args.pairs, seed=0).tokenize(model)
     n = task.n_pairs
+    # the QK fix's directions start where the pairs first differ (no change before it)
+    differs = (task.clean_tokens != task.corrupted_tokens).any(0).nonzero()
+    first = int(differs[0]) if differs.numel() else task.n_positions
     print(
-        f"{args.qk_fix}, {args.task}: {n} pairs x {task.n_positions} positions; interv from "
-        f"{Path(interv.__file__).parent}; {_uptime()}",
+        f"{args.qk_fix}, {args.task}: {n} pairs x {task.n_positions} positions, first "
+        f"differing at position {first}; interv from {Path(interv.__file__).parent}; "
+        f"{_uptime()}",
         flush=True,
     )
     edge_scores(model, task, batch_size=n)  # warm-up, untimed
@@ -580,6 +593,7 @@ def qk_cost(args: argparse.Namespace) -> dict:
         "task": args.task,
         "pairs": n,
         "positions": task.n_positions,
+        "first_difference": first,
         "seconds": times,
         "eap_s": min(times["eap"]),
         "qk_fix_s": min(times["qk_fix"]),

@@ -77,11 +77,13 @@ def _reference_qk_fixed_scores(model, graph, base: QKBase, x, layer, component, 
     return out
 
 
-def _family_task(name: str):
+def _family_task(name: str, first: int = 1):
+    """The family's prompts against random tokens from position ``first`` on."""
     fam = family(name)
     generator = torch.Generator().manual_seed(4)
     corrupted = fam.tokens.clone()
-    corrupted[:, 1:] = torch.randint(2, 60, corrupted[:, 1:].shape, generator=generator)
+    shape = corrupted[:, first:].shape
+    corrupted[:, first:] = torch.randint(2, 60, shape, generator=generator)
     corrupted[~fam.real] = fam.tokens[~fam.real]  # the same padding
     task = TokenizedPairs(
         fam.tokens,
@@ -175,13 +177,44 @@ def test_the_per_sender_way_equals_the_reference_when_directions_do_not_fit(monk
     assert not calls  # the directions were never built
 
 
+def test_the_directions_equal_the_reference_where_the_norm_is_called(gpt2, monkeypatch):
+    """Where the block's norm is not taken apart (a norm of another form, or a hooked one),
+    the directions are dotted with the module's own normed change, chunk by chunk of
+    senders: the same scores."""
+    model, task = gpt2
+    calls = _count_directions(monkeypatch)
+    monkeypatch.setattr(screens_module._NormChange, "of", classmethod(lambda cls, m, x: None))
+    monkeypatch.setattr(screens_module, "QK_CHUNK_BYTES", 100_000)  # a few senders a chunk
+    assert _compare(model, task) == 2 * model.cfg.n_layers
+    assert len(calls) == 2 * model.cfg.n_layers
+
+
+def test_positions_no_sender_changes_are_left_out_with_the_same_scores(monkeypatch):
+    """Pairs that first differ at position 6: no block moves a position before it (every
+    change there is 0), and the scores still equal the reference (whose last layer also
+    reads rows without a gradient, left out of the directions)."""
+    model, task = _family_task("llama", first=6)
+    starts: list[int] = []
+    original = screens_module._qk_directions
+
+    def recorded(*args):
+        plan = original(*args)
+        starts.extend(moving.start for moving, _, _ in plan)
+        return plan
+
+    monkeypatch.setattr(screens_module, "_qk_directions", recorded)
+    assert _compare(model, task) == 2 * model.cfg.n_layers
+    assert starts and min(starts) == 6
+
+
 def test_edge_scores_write_each_query_and_key_edge_as_the_reference(monkeypatch):
     """``edge_scores(qk_fix=True)`` with one layer's q and k scored together equals the
     scores with each component scored alone by the reference."""
     model, task = _family_task("llama")
     fast = edge_scores(model, task, qk_fix=True)
 
-    def reference(model, graph, base, x, layer, components, delta, g_pattern):
+    def reference(model, graph, base, x, layer, components, senders, g_pattern):
+        delta = senders.changes()  # the layout the blocks read, as the reference reads it
         return {
             c: _reference_qk_fixed_scores(model, graph, base, x, layer, c, delta, g_pattern)
             for c in components
@@ -252,19 +285,32 @@ def test_a_change_too_large_for_float32_falls_back_to_the_softmax():
 
 
 def test_a_layer_whose_reading_overflows_takes_the_softmax(monkeypatch):
-    """Wherever :meth:`_PatternReading.terms` gives a non-finite score (a change too large for
-    ``expm1``), the layer's scores come from :meth:`~_PatternReading.softmax_terms`: with
-    every reading made to overflow, the scores still equal the reference."""
+    """Wherever the reading gives a non-finite score (a change too large for ``expm1``: the
+    blocks' :func:`_block_terms`, or :meth:`_PatternReading.terms` on the per-sender way),
+    the layer's scores come from :meth:`~_PatternReading.softmax_terms`: with every reading
+    made to overflow, the scores still equal the reference, both ways."""
     model, task = _family_task("llama")
-    overflowed: list[int] = []
+    overflowed: list[str] = []
 
     def overflowing(self, moved):
-        overflowed.append(1)
+        overflowed.append("terms")
         return torch.full(moved.shape[:2] + moved.shape[3:4], float("inf"), dtype=torch.float64)
 
+    def blocks_overflowing(blocks, reading, rows, norm):
+        overflowed.append("blocks")
+        got = screens_module._block_terms_unpatched(blocks, reading, rows, norm)
+        return {component: torch.full_like(terms, float("nan")) for component, terms in got.items()}
+
     monkeypatch.setattr(_PatternReading, "terms", overflowing)
+    monkeypatch.setattr(
+        screens_module, "_block_terms_unpatched", screens_module._block_terms, raising=False
+    )
+    monkeypatch.setattr(screens_module, "_block_terms", blocks_overflowing)
     _compare(model, task)
-    assert overflowed
+    assert "blocks" in overflowed
+    monkeypatch.setattr(screens_module, "QK_DIRECTIONS_BYTES", 0)  # the per-sender way
+    _compare(model, task)
+    assert "terms" in overflowed
 
 
 class _Gemma3Norm(torch.nn.Module):
@@ -308,7 +354,7 @@ def test_the_norm_change_is_the_modules_own(name):
     """Where the norm is identified (RMSNorm with ``w`` or ``1 + w``, LayerNorm), ``r' * (U *
     gain) . delta~ + (r' - r) * (U * gain) . x~`` equals ``U . (norm(x + delta) - norm(x))``
     for small and large changes; a norm of another form is not identified."""
-    from interv.circuits.screens import _NormChange
+    from interv.circuits.screens import _NormChange, _Senders
 
     torch.manual_seed(5)
     module = _norms()[name].double()
@@ -324,7 +370,10 @@ def test_the_norm_change_is_the_modules_own(name):
         delta = torch.randn(2, 3, 7, 16, dtype=torch.float64) * size
         normed_change = module(x.unsqueeze(2) + delta) - module(x).unsqueeze(2)
         want = torch.einsum("bpcd,rdk->bpcrk", normed_change, u)
-        moved, grown = (part.unsqueeze(-1) for part in change.scales(delta))
+        senders = _Senders.of(delta, torch.float64)
+        cross = torch.einsum("bpd,bpcd->pbc", change.x.double(), delta)
+        scales = change.scales(cross, change.square(senders))
+        moved, grown = (part.transpose(0, 1)[..., None, None] for part in scales)
         at_delta = torch.einsum("bpcd,rdk->bpcrk", delta, folded)
         at_x = torch.einsum("bpd,rdk->bprk", change.x.double(), folded).unsqueeze(2)
         got = moved * at_delta + grown * at_x

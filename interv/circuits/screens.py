@@ -39,7 +39,11 @@ recomputed as written above. Where the block's first norm is an RMSNorm or a Lay
 are multiplied without normalizing ``x + delta`` per sender (:class:`_NormChange`). The
 score is read from the change ``D`` of the logits without a second softmax,
 ``sum_k G_k expm1(D_k) / (1 + sum_k p_k expm1(D_k))`` per row with ``G = p (g - p . g)``
-(:class:`_PatternReading`; the float64 softmax where a change overflows ``expm1``).
+(:class:`_PatternReading`; the float64 softmax where a change overflows ``expm1``). The
+directions leave out what adds exactly 0: positions where no sender's change is nonzero
+(before the prompts' first differing token) and query rows whose every ``G`` is 0 (rows
+without a gradient, such as the last layer's rows other than the answer's), so the fix's
+cost depends on where a task's prompt pairs first differ.
 
 ``kv="ungrouped"`` scores MIB's graph (:class:`~interv.circuits.graph.Graph`): each query
 head has its own copy of its key/value head's key and value inputs, and the gradient of an
@@ -632,20 +636,26 @@ class _NormChange:
             folded = folded - folded.mean(-2, keepdim=True)
         return folded
 
-    def scales(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``r'`` and ``r' - r`` ``[n, pos, senders, 1]`` (``delta [n, pos, senders,
-        d_model]``'s dtype) for each sender's change."""
-        d_model = delta.shape[-1]
-        cross = torch.einsum("bpd,bpcd->bpc", self.x.to(delta), delta).double()
-        square = torch.linalg.vector_norm(delta, dim=-1).double().square()
-        if self.centered:
-            square = square - delta.sum(-1).double().square() / d_model
-        grown = (2 * cross + square) / (d_model * self.base.unsqueeze(-1))
+    def square(self, senders: _Senders) -> torch.Tensor:
+        """Each change's squared norm ``[pos, n, senders]`` float64 (of the centered change
+        under LayerNorm)."""
+        if not self.centered:
+            return senders.square
+        return senders.square - senders.total.square() / self.x.shape[-1]
+
+    def scales(
+        self, cross: torch.Tensor, square: torch.Tensor, moving: slice | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``r'`` and ``r' - r`` ``[pos, n, senders]`` (``cross``'s dtype) of each sender's
+        change at the positions ``moving`` (None: all), from its dot ``cross [pos, n,
+        senders]`` with ``x`` and its squared norm ``square`` (:meth:`square`), without
+        cancellation."""
+        moving = slice(None) if moving is None else moving
+        base = self.base.T[moving].unsqueeze(-1)  # [pos, n, 1]
+        scale = self.scale.T[moving].unsqueeze(-1)
+        grown = (2 * cross.double() + square) / (self.x.shape[-1] * base)
         ratio = torch.expm1(-0.5 * torch.log1p(grown))  # r' / r - 1
-        scale = self.scale.unsqueeze(-1)
-        return (scale * (1 + ratio)).unsqueeze(-1).to(delta), (scale * ratio).unsqueeze(-1).to(
-            delta
-        )
+        return (scale * (1 + ratio)).to(cross.dtype), (scale * ratio).to(cross.dtype)
 
 
 QK_POSITION_BLOCKS = 8
@@ -660,13 +670,13 @@ def _qk_directions(
     partner: torch.Tensor,
     weight: torch.Tensor,
     dtype: torch.dtype = torch.float64,
-    at: torch.Tensor | None = None,
-) -> list[tuple[slice, slice, torch.Tensor, torch.Tensor | None]]:
+    live: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> list[tuple[slice, slice, torch.Tensor]]:
     """How a change ``c [d_model]`` of the block's normed input at a moving position ``p`` (a
     query for ``component="q"``, a key for ``"k"``) changes the scaled products ``scale * q
     . k`` of each query head ``h`` with each partner position ``j`` (a key of query ``p``, or
-    a query of key ``p``), per block of moving positions: ``(moving, partners, U, at_U)``
-    with ``U [n, block, heads, span, d_model]``, the change ``U[:, i, h, j] @ c`` for the
+    a query of key ``p``), per block of moving positions: ``(moving, partners, U)``
+    with ``U [block, n, heads, span, d_model]``, the change ``U[i, :, h, j] @ c`` for the
     block's ``i``-th position and the span's ``j``-th partner; zero where no prompt admits
     the pair. Exact wherever the moving side is prepared linearly (no QK norm: ``R_p``, the
     rotation at ``p``, or the identity)::
@@ -686,8 +696,11 @@ def _qk_directions(
         weight: ``[heads, d_model, d_head]`` float64: each query head's projection of the
             moving side (its key/value head's for ``"k"``).
         dtype: the directions' dtype (the rotation back and the projection).
-        at: ``[n, pos, d_model]`` or None: an input whose product with the directions each
-            block also returns (``[n, block, 1, heads * span]``; None without ``at``).
+        live: ``(moving, rows)`` ``[pos]`` bool, or None (every position): the positions
+            where some change is not 0 and the query rows whose every reading weight is not
+            0; a pair whose moving position or query row is not live is left out (zero
+            directions: its terms are exactly 0 either way), and the blocks divide the span
+            from the first to the last live moving position.
     """
     n, n_pos, heads, d_head = partner.shape
     eye = torch.eye(d_head, dtype=torch.float64, device=partner.device)
@@ -695,31 +708,37 @@ def _qk_directions(
     rotation = profile.recipe.prepare(basis, component, profile.rotary)[:, :, :, 0].to(dtype)
     allowed = profile.allowed[:, 0]  # [n, query, key]
     pairs = (allowed if component == "q" else allowed.transpose(-1, -2)).any(0)  # [p, j]
+    start, stop = 0, n_pos
+    if live is not None:
+        moving_live, rows_live = live
+        rows = rows_live.view(-1, 1) if component == "q" else rows_live.view(1, -1)
+        pairs = pairs & moving_live.view(-1, 1) & rows
+        at = moving_live.nonzero().squeeze(-1)
+        if at.numel() == 0:
+            return []
+        start, stop = int(at[0]), int(at[-1]) + 1
     partner = partner.to(dtype) * profile.recipe.scale
     weight = weight.transpose(1, 2).to(dtype)  # [heads, d_head, d_model]
-    size = -(-n_pos // QK_POSITION_BLOCKS)
-    plan: list[tuple[slice, slice, torch.Tensor, torch.Tensor | None]] = []
-    # at . U = turned . (W at): [heads, n, pos, d_head]
-    at_weight = None if at is None else torch.einsum("had,bpd->hbpa", weight, at.to(dtype))
-    for first in range(0, n_pos, size):
-        moving = slice(first, min(first + size, n_pos))
+    size = -(-(stop - start) // QK_POSITION_BLOCKS)
+    plan: list[tuple[slice, slice, torch.Tensor]] = []
+    # R_p per position, or per prompt and position where the tables are the prompts' own
+    shared = rotation.shape[0] == 1
+    for first in range(start, stop, size):
+        moving = slice(first, min(first + size, stop))
         at = pairs[moving].any(0).nonzero().squeeze(-1)
         if at.numel() == 0:
             continue
         span = slice(int(at[0]), int(at[-1]) + 1)
         block, width = moving.stop - moving.start, span.stop - span.start
-        # the block's partners turned back by R_p: [heads, n, p, partner, a], 0 off the mask
-        turned = torch.einsum(
-            "bapc,bjhc->hbpja", rotation[:, :, moving].expand(n, -1, -1, -1), partner[:, span]
-        )
-        turned = turned * pairs[moving, span].view(1, 1, block, width, 1)
-        u = torch.matmul(turned.reshape(heads, -1, d_head), weight)  # [heads, n*p*j, d_model]
-        u = u.view(heads, n, block, width, -1).permute(1, 2, 0, 3, 4)  # a view, laid out later
-        at_u = None
-        if at_weight is not None:
-            at_u = (turned * at_weight[:, :, moving].unsqueeze(3)).sum(-1)  # [h, n, p, j]
-            at_u = at_u.permute(1, 2, 0, 3).reshape(n, block, 1, heads * width)
-        plan.append((moving, span, u, at_u))
+        # the block's partners turned back by R_p: [heads, p, n, partner, a], 0 off the mask
+        if shared:
+            turned = torch.einsum("apc,bjhc->hpbja", rotation[0, :, moving], partner[:, span])
+        else:
+            turned = torch.einsum("bapc,bjhc->hpbja", rotation[:, :, moving], partner[:, span])
+        turned = turned * pairs[moving, span].view(1, block, 1, width, 1)
+        u = torch.matmul(turned.reshape(heads, -1, d_head), weight)  # [heads, p*n*j, d_model]
+        u = u.view(heads, block, n, width, -1).permute(1, 2, 0, 3, 4)  # a view, laid out later
+        plan.append((moving, span, u))
     return plan
 
 
@@ -752,7 +771,7 @@ def _qk_layer_scores(
     x: torch.Tensor,
     layer: int,
     components: tuple[str, ...],
-    delta: torch.Tensor,
+    delta: torch.Tensor | _Senders,
     g_pattern: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
     """:func:`qk_fixed_scores` of one layer's ``components``, each sender's change of the
@@ -765,8 +784,15 @@ def _qk_layer_scores(
     precomputed directions in float32 (:func:`_qk_directions`: no per-sender projection,
     rotation or ``q . k``); otherwise the receiver's queries (keys) projected in float64,
     prepared and multiplied again for every sender. The score then follows from ``D`` without
-    a second softmax (:class:`_PatternReading`)."""
-    n, n_pos, n_senders, d_model = delta.shape
+    a second softmax (:class:`_PatternReading`; on the directions' way read per block,
+    :func:`_block_terms`). ``delta``: the senders' changes ``[n, pos, senders, d_model]``, or
+    already laid out (:class:`_Senders`, once per batch for every layer)."""
+    # the change's dot with the directions, and what follows it, in the block's float width
+    # (at least float32)
+    contract = torch.promote_types(x.dtype, torch.float32)
+    senders = delta if isinstance(delta, _Senders) else _Senders.of(delta.to(x.dtype), contract)
+    n_pos, n, n_senders = senders.square.shape
+    d_model = x.shape[-1]
     heads = graph.n_heads
     q, k, pattern = base.q[layer], base.k[layer], base.pattern[layer]
     profile = base.layers[layer]
@@ -775,10 +801,14 @@ def _qk_layer_scores(
     queries = profile.queries(q)  # [n, pos, heads, d], prepared once
     keys = _groups(profile.keys(k), heads)
     products = profile.products(queries, keys)  # [n, heads, query, key]
-    # the change's dot with the directions, and what follows it, in the block's float width
-    # (at least float32)
-    contract = torch.promote_types(x.dtype, torch.float32)
     reading = _PatternReading.of(recipe, products, pattern, g_pattern, profile.allowed)
+    # left out of the directions: positions no sender changes (before the prompts' first
+    # difference) and query rows without a reading weight (no gradient: the last layer's
+    # rows but the answer's); their terms are exactly 0
+    live = (
+        (senders.square > 0).flatten(1).any(1),
+        (reading.weights[..., 0] != 0).any(-1).flatten(0, 1).any(0),
+    )
     module = plain_module(model.blocks[layer].ln1)  # the model's own norm, without the hooks
     folding = _NormChange.of(module, x)
     plans: dict[str, tuple[torch.Tensor, Any]] = {}
@@ -800,97 +830,293 @@ def _qk_layer_scores(
             if folding is not None:
                 per_head = folding.fold(per_head)
             partner = keys if component == "q" else queries
-            at = None if folding is None else folding.x  # dotted with each block's directions
-            directions = _qk_directions(profile, component, partner, per_head, contract, at)
+            directions = _qk_directions(profile, component, partner, per_head, contract, live)
         plans[component] = (weight, directions)
-    per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 4 * 4
-    if any(directions is None for _, directions in plans.values()):
-        per_sender += n * n_pos * heads * d_head * 8 * 4 + n * heads * n_pos * n_pos * 8 * 2
-    chunk = max(1, min(n_senders, QK_CHUNK_BYTES // max(per_sender, 1)))
     out = {
         c: torch.zeros(n, plans[c][0].shape[0], n_senders, dtype=torch.float64, device=q.device)
         for c in components
     }
-    unfolded = folding is None or any(directions is None for _, directions in plans.values())
-    joint = _joint_blocks({c: plan[1] for c, plan in plans.items() if plan[1] is not None})
+
+    def write(component: str, terms: torch.Tensor, first: int) -> None:
+        if component == "k" and not graph.ungrouped:  # a key/value head's group summed
+            terms = terms.view(n, plans["k"][0].shape[0], -1, terms.shape[-1]).sum(2)
+        out[component][:, :, first : first + terms.shape[-1]] = terms
+
+    fast = {c: plan[1] for c, plan in plans.items() if plan[1] is not None}
+    slow = [c for c in components if plans[c][1] is None]
     with torch.no_grad():
-        normed = module(x).unsqueeze(2) if unfolded else None
+        if fast and folding is not None:  # every sender at once, no normed input formed
+            blocks = _joint_blocks(fast, reading, folding.x.to(contract))
+            senders.rows[:, :, 0] = folding.x.transpose(0, 1)  # the free row: x~
+            norm = (folding, folding.square(senders))
+            for component, terms in _block_terms(blocks, reading, senders.rows, norm).items():
+                if not bool(torch.isfinite(terms).all()):  # too large for expm1
+                    moved = _block_changes(blocks, component, senders.rows, norm, heads)
+                    terms = reading.softmax_terms(moved)
+                write(component, terms, 0)
+            fast = {}
+        if not fast and not slow:
+            return out
+        blocks = _joint_blocks(fast, reading, None) if fast else []
+        per_sender = n * n_pos * d_model * 12 + n * heads * n_pos * n_pos * 4 * 4
+        if slow:
+            per_sender += n * n_pos * heads * d_head * 8 * 4 + n * heads * n_pos * n_pos * 8 * 2
+        chunk = max(1, min(n_senders, QK_CHUNK_BYTES // max(per_sender, 1)))
+        normed = module(x).unsqueeze(2)
         for first in range(0, n_senders, chunk):
-            part = delta[:, :, first : first + chunk].to(x)
-            width = part.shape[2]
-            change = None
-            if unfolded:
-                change = module(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
-            if folding is not None:
-                narrow = part.to(contract)
-                moved_scale, grown_scale = folding.scales(narrow)
-            else:
-                narrow = change.to(contract)
-            # each block of moving positions: one product for q and k, parted into each
-            # component's [n, heads, query, senders, key] changes (0 where none is admitted)
-            moves = {c: narrow.new_zeros(n, heads, n_pos, width, n_pos) for c in joint.parts}
-            for moving, u, at_x, parts in joint.blocks:
-                step = torch.matmul(narrow[:, moving], u.mT)
-                if at_x is not None:  # r' U.delta~ + (r' - r) U.x~ (see _NormChange)
-                    step = step.mul_(moved_scale[:, moving]).add_(grown_scale[:, moving] * at_x)
-                for component, span, columns in parts:
-                    piece = step[..., columns].unflatten(-1, (heads, span.stop - span.start))
-                    if component == "q":  # the block's queries p, the keys of the span
-                        moves["q"][:, :, moving, :, span] = piece.permute(0, 3, 1, 2, 4)
-                    else:  # the block's keys p, the queries of the span
-                        moves["k"][:, :, span, :, moving] = piece.permute(0, 3, 4, 2, 1)
-            for component in components:
-                weight, directions = plans[component]
-                if directions is None:
-                    moved = _qk_recomputed(
-                        profile, graph, q, k, queries, change.double(), weight, component
-                    )  # [n, senders, heads, query, key]
-                    moved = (moved - products.unsqueeze(1)).permute(0, 2, 3, 1, 4)
-                    moved = moved.masked_fill_(~reading.admitted, 0.0)  # float64
-                else:
-                    moved = moves[component]
+            part = senders.rows[:, :, 1 + first : 1 + first + chunk].transpose(0, 1).to(x)
+            change = module(x.unsqueeze(2) + part) - normed  # [n, pos, c, d_model]
+            if blocks:  # the normed change laid out position-major
+                rows = change.transpose(0, 1).to(contract).contiguous()
+                for component, terms in _block_terms(blocks, reading, rows, None).items():
+                    if not bool(torch.isfinite(terms).all()):  # too large for expm1
+                        moved = _block_changes(blocks, component, rows, None, heads)
+                        terms = reading.softmax_terms(moved)
+                    write(component, terms, first)
+            for component in slow:
+                weight = plans[component][0]
+                moved = _qk_recomputed(
+                    profile, graph, q, k, queries, change.double(), weight, component
+                )  # [n, senders, heads, query, key]
+                moved = (moved - products.unsqueeze(1)).permute(0, 2, 3, 1, 4)
+                moved = moved.masked_fill_(~reading.admitted, 0.0)  # float64
                 terms = reading.terms(moved)  # [n, heads, senders]
                 if not bool(torch.isfinite(terms).all()):  # a change too large for expm1
                     terms = reading.softmax_terms(moved)
-                if component == "k" and not graph.ungrouped:
-                    terms = terms.view(n, weight.shape[0], -1, width).sum(2)
-                out[component][:, :, first : first + chunk] = terms
+                write(component, terms, first)
     return out
 
 
-@dataclass(frozen=True)
-class _JointBlocks:
-    """The query and key directions of one layer joined per block of moving positions
-    (internal): ``blocks`` holds ``(moving, U, at_x, parts)``, ``U`` the blocks' directions
-    of every component side by side (one product per block and chunk of senders), ``at_x``
-    their product with the norm's input or None, ``parts`` each component's ``(component,
-    span, columns)``: which of the product's columns are its changes."""
+@dataclass(frozen=True, eq=False)
+class _Senders:
+    """The senders' changes as the QK fix's blocks read them (internal): position-major, so
+    that a block of positions is a view, and behind one free row per position and prompt
+    (:func:`_qk_layer_scores` writes its layer's norm input there: one product per block
+    then also gives the directions' product with it and its product with every change).
 
-    blocks: list[tuple[slice, torch.Tensor, torch.Tensor | None, list[tuple[str, slice, slice]]]]
-    parts: tuple[str, ...]
+    Attributes:
+        rows: ``[pos, n, 1 + senders, d_model]``: row 0 free, then each sender's change.
+        square: ``[pos, n, senders]`` float64: each change's squared norm.
+        total: ``[pos, n, senders]`` float64: each change summed over ``d_model``.
+    """
+
+    rows: torch.Tensor
+    square: torch.Tensor
+    total: torch.Tensor
+
+    @classmethod
+    def of(cls, delta: torch.Tensor, dtype: torch.dtype) -> _Senders:
+        """The layout of ``delta [n, pos, senders, d_model]`` in ``dtype``."""
+        n, n_pos, count, d_model = delta.shape
+        rows = torch.empty(n_pos, n, count + 1, d_model, dtype=dtype, device=delta.device)
+        rows[:, :, 0] = 0.0
+        changes = rows[:, :, 1:]
+        changes.copy_(delta.transpose(0, 1))
+        square = torch.linalg.vector_norm(changes, dim=-1).double().square()
+        return cls(rows, square, changes.sum(-1).double())
+
+    def changes(self) -> torch.Tensor:
+        """The changes ``[n, pos, senders, d_model]`` as laid out before (a view)."""
+        return self.rows[:, :, 1:].transpose(0, 1)
+
+    def first(self, count: int) -> _Senders:
+        """The first ``count`` senders (views)."""
+        return _Senders(
+            self.rows[:, :, : count + 1], self.square[..., :count], self.total[..., :count]
+        )
 
 
-def _joint_blocks(directions: Mapping[str, list[Any]]) -> _JointBlocks:
-    """:class:`_JointBlocks` of each component's :func:`_qk_directions` (the same blocks of
-    moving positions, a block absent where the component admits no partner)."""
-    by_block: dict[tuple[int, int], list[tuple[str, slice, torch.Tensor, Any]]] = {}
+@dataclass(frozen=True, eq=False)
+class _BlockPart:
+    """One component's share of a block's product (internal).
+
+    Attributes:
+        component: ``"q"`` (the block's positions are queries, the span's keys) or ``"k"``
+            (the block's positions are keys, the span's queries).
+        span: the partner positions.
+        columns: the product's columns ``(head, partner)`` that are this component's.
+        weights: how :func:`_block_terms` reads them (:class:`_PatternReading`'s ``G`` and
+            pattern at the columns): ``"q"``: ``[block * n, heads * span, heads * 2]``, block
+            diagonal (one product sums each row over its keys); ``"k"``: ``[block, n, heads *
+            span, 2]`` (each query's row summed over the blocks' keys).
+    """
+
+    component: str
+    span: slice
+    columns: slice
+    weights: torch.Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class _Block:
+    """One block of moving positions of a layer, its query and key directions side by side
+    (internal): one product per block (and chunk of senders).
+
+    Attributes:
+        moving: the block's positions.
+        u: ``[block * n, columns (+ 1), d_model]`` the directions, position-major rows; where
+            the norm is taken apart, its input ``x~`` as one more (last) direction.
+        products: ``[block * n, 1, columns]`` float64: the base run's scaled products at the
+            columns, under a soft cap only (None without one).
+        parts: each component's columns.
+        columns: how many directions the components have (``x~``'s column follows them).
+    """
+
+    moving: slice
+    u: torch.Tensor
+    products: torch.Tensor | None
+    parts: tuple[_BlockPart, ...]
+    columns: int
+
+
+def _joint_blocks(
+    directions: Mapping[str, list[Any]], reading: _PatternReading, x: torch.Tensor | None
+) -> list[_Block]:
+    """The :class:`_Block` of each block of moving positions of the components'
+    :func:`_qk_directions` (the same blocks for both, a block absent where the component
+    admits no partner), with the reading's weights laid out for them and, with ``x [n, pos,
+    d_model]`` (the norm's centered input), ``x`` as the last direction."""
+    by_block: dict[tuple[int, int], list[tuple[str, slice, torch.Tensor]]] = {}
     for component, plan in directions.items():
-        for moving, span, u, at_x in plan:
-            by_block.setdefault((moving.start, moving.stop), []).append((component, span, u, at_x))
+        for moving, span, u in plan:
+            by_block.setdefault((moving.start, moving.stop), []).append((component, span, u))
     blocks = []
+    capped = reading.recipe.softcap is not None
     for (start, stop), members in by_block.items():
-        parts, column = [], 0
-        for component, span, u, _ in members:
-            parts.append((component, span, slice(column, column + u.shape[2] * u.shape[3])))
-            column += u.shape[2] * u.shape[3]
-        first = members[0][2]
-        u = first.new_empty(first.shape[0], first.shape[1], column, first.shape[-1])
-        for (_, _, columns), member in zip(parts, members, strict=True):
-            u[:, :, columns].unflatten(2, member[2].shape[2:4]).copy_(member[2])
-        at = [member[3] for member in members]
-        at_x = None if at[0] is None else torch.cat(at, dim=3)
-        blocks.append((slice(start, stop), u, at_x, parts))
-    return _JointBlocks(blocks, tuple(directions))
+        moving, size = slice(start, stop), stop - start
+        first = members[0][2]  # [block, n, heads, span, d_model]
+        n, heads, d_model = first.shape[1], first.shape[2], first.shape[4]
+        dtype = first.dtype
+        total = sum(heads * (span.stop - span.start) for _, span, _ in members)
+        u = first.new_empty(size, n, total + (x is not None), d_model)
+        parts, bases, column = [], [], 0
+        for component, span, member in members:
+            width = span.stop - span.start
+            columns = slice(column, column + heads * width)
+            column = columns.stop
+            u[:, :, columns].unflatten(2, (heads, width)).copy_(member)
+            if component == "q":  # [block, n, heads, keys]
+                base = reading.products[:, :, moving, span].permute(2, 0, 1, 3)
+                weights = reading.weights[:, :, moving, span].permute(2, 0, 1, 3, 4).to(dtype)
+                diagonal = weights.new_zeros(size, n, heads, width, heads, 2)
+                diagonal.diagonal(dim1=2, dim2=4).copy_(weights.permute(0, 1, 3, 4, 2))
+                weights = diagonal.view(size * n, heads * width, heads * 2)
+            else:  # [block, n, heads, queries]
+                base = reading.products[:, :, span, moving].permute(3, 0, 1, 2)
+                weights = reading.weights[:, :, span, moving].permute(3, 0, 1, 2, 4)
+                weights = weights.reshape(size, n, heads * width, 2).to(dtype)
+            bases.append(base.reshape(size * n, 1, heads * width))
+            parts.append(_BlockPart(component, span, columns, weights))
+        if x is not None:
+            u[:, :, total] = x[:, moving].transpose(0, 1)
+        products = torch.cat(bases, dim=2) if capped else None
+        u = u.view(size * n, -1, d_model)
+        blocks.append(_Block(moving, u, products, tuple(parts), total))
+    return blocks
+
+
+def _block_step(
+    block: _Block,
+    rows: torch.Tensor,
+    norm: tuple[_NormChange, torch.Tensor] | None,
+) -> torch.Tensor:
+    """The changes ``D [block * n, senders, columns]`` of a block's scaled products.
+
+    Args:
+        block: the block.
+        rows: ``[pos, n, rows, d_model]`` position-major: with ``norm``, the norm's input
+            ``x~`` then the senders' changes (:class:`_Senders`), else the normed changes.
+        norm: the norm taken apart and each change's squared norm ``[pos, n, senders]``
+            (:meth:`_NormChange.square`), or None.
+    """
+    size = block.moving.stop - block.moving.start
+    _, n, count, d_model = rows.shape
+    step = torch.bmm(rows[block.moving].reshape(size * n, count, d_model), block.u.mT)
+    if norm is None:
+        return step
+    # row 0: x~ . U; the last column: x~ . delta; r' U.delta~ + (r' - r) U.x~ (_NormChange)
+    folding, square = norm
+    columns = block.columns
+    cross = step[:, 1:, columns].view(size, n, count - 1)
+    scales = folding.scales(cross, square[block.moving], block.moving)
+    moved_scale, grown_scale = (s.reshape(size * n, count - 1, 1) for s in scales)
+    changes, at_x = step[:, 1:, :columns], step[:, :1, :columns]
+    return changes.mul_(moved_scale).addcmul_(grown_scale, at_x)
+
+
+def _block_terms(
+    blocks: list[_Block],
+    reading: _PatternReading,
+    rows: torch.Tensor,
+    norm: tuple[_NormChange, torch.Tensor] | None,
+) -> dict[str, torch.Tensor]:
+    """:meth:`_PatternReading.terms` ``[n, heads, senders]`` (float64) of each component of
+    ``blocks`` (``rows`` and ``norm`` as :func:`_block_step` reads them), read from each
+    block's product where it is made (``expm1`` of the admitted spans only, no ``[query,
+    key]`` square laid out): a query block's rows are whole (its keys are its columns); a
+    key block adds each query row's sums over its keys, the rows read after the last block.
+    Inf or nan where a change is too large for ``expm1``."""
+    n_pos, n = rows.shape[:2]
+    width = rows.shape[2] - (norm is not None)
+    heads = reading.pattern.shape[1]
+    dtype = rows.dtype
+    total = reading.total[..., 0].to(dtype)  # [n, heads, query]
+    components = {part.component for block in blocks for part in block.parts}
+    terms_q = rows.new_zeros(n, width, heads) if "q" in components else None
+    sums_k = rows.new_zeros(n, width, heads, n_pos, 2) if "k" in components else None
+    for block in blocks:
+        size = block.moving.stop - block.moving.start
+        step = _block_step(block, rows, norm)
+        if block.products is not None:
+            step = reading.recipe.change_of_logits(block.products, step)
+        e = step.expm1_()
+        for part in block.parts:
+            piece = e[:, :, part.columns]
+            if part.component == "q":
+                sums = torch.bmm(piece, part.weights).view(size, n, width, heads, 2)
+                row_total = total[:, :, block.moving].permute(2, 0, 1).unsqueeze(2)
+                rows_q = (sums[..., 0] - sums[..., 1] * row_total) / (1 + sums[..., 1])
+                terms_q += rows_q.sum(0)
+            else:
+                span = part.span
+                sums = torch.einsum("pncx,pnxt->ncxt", piece.view(size, n, width, -1), part.weights)
+                sums_k[:, :, :, span] += sums.view(n, width, heads, span.stop - span.start, 2)
+    out = {}
+    if terms_q is not None:
+        out["q"] = terms_q.permute(0, 2, 1).double()
+    if sums_k is not None:
+        row_total = total.unsqueeze(1)  # [n, 1, heads, query]
+        rows_k = (sums_k[..., 0] - sums_k[..., 1] * row_total) / (1 + sums_k[..., 1])
+        out["k"] = rows_k.sum(-1).permute(0, 2, 1).double()
+    return out
+
+
+def _block_changes(
+    blocks: list[_Block],
+    component: str,
+    rows: torch.Tensor,
+    norm: tuple[_NormChange, torch.Tensor] | None,
+    heads: int,
+) -> torch.Tensor:
+    """``component``'s changes ``D [n, heads, query, senders, key]`` of the scaled products
+    laid out as :meth:`_PatternReading.softmax_terms` reads them (0 where no block has the
+    pair): for senders whose :func:`_block_terms` overflowed."""
+    n_pos, n = rows.shape[:2]
+    width = rows.shape[2] - (norm is not None)
+    moved = rows.new_zeros(n, heads, n_pos, width, n_pos)
+    for block in blocks:
+        size = block.moving.stop - block.moving.start
+        step = _block_step(block, rows, norm)
+        for part in block.parts:
+            if part.component != component:
+                continue
+            span = part.span
+            piece = step[:, :, part.columns].reshape(size, n, width, heads, span.stop - span.start)
+            if component == "q":  # the block's queries p, the keys of the span
+                moved[:, :, block.moving, :, span] = piece.permute(1, 3, 0, 2, 4)
+            else:  # the block's keys p, the queries of the span
+                moved[:, :, span, :, block.moving] = piece.permute(1, 3, 4, 2, 0)
+    return moved
 
 
 def _qk_recomputed(
@@ -1312,6 +1538,9 @@ def _add_qk_scores(
     rows: list[int],
 ) -> None:
     """Write the QK-fix scores of every query/key edge of one batch into ``per_prompt``."""
+    # the senders' changes laid out once (every layer's blocks read views of them)
+    contract = torch.promote_types(base.resid_pre[0].dtype, torch.float32)
+    senders = _Senders.of(delta.to(base.resid_pre[0].dtype), contract)
     for layer in range(graph.n_layers):
         groups = {
             component: [
@@ -1330,7 +1559,7 @@ def _add_qk_scores(
             base.resid_pre[layer],
             layer,
             tuple(groups),
-            delta[:, :, :n_senders],
+            senders.first(n_senders),
             pattern_grads[layer].to(qk.q[layer].device),
         )
         for component, group in groups.items():
