@@ -26,6 +26,7 @@ from interv.circuits import edge_scores
 from interv.engine.backward import GIM, check_gim, frozen_norm_grad, tempered_softmax_grad
 from interv.errors import IntervError
 from tests._families import family
+from tests._norms import MaxNorm
 
 OFF = GIM(temperature=1, q_scale=1, k_scale=1, v_scale=1, freeze_norms=False)
 
@@ -164,18 +165,6 @@ def test_gim_defaults_run_and_say_what_they_modify(zoo):
     assert gim.provenance.settings != eap.provenance.settings
 
 
-class _NotANorm(torch.nn.Module):
-    """Has a norm's weight and eps, computes no LayerNorm or RMSNorm."""
-
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(d))
-        self.eps = 1e-6
-
-    def forward(self, x):
-        return self.weight * x / x.abs().amax(-1, keepdim=True)
-
-
 @pytest.mark.parametrize("name", ["qwen3", "gemma3"])
 def test_query_and_key_norms_are_frozen_as_the_autograd_reference(name):
     """Per-head QK norms (Qwen3's RMSNorm ``w``, Gemma-3's ``1 + w``): within GIM's block the
@@ -216,10 +205,10 @@ def test_gim_is_refused_where_it_cannot_modify_the_backward(zoo):
     inner = recipe_of(qwen3, 1).k_norm
     attention = qwen3.blocks[1].attn.original_component
     assert attention.k_norm is inner
-    attention.k_norm = _NotANorm(inner.weight.shape[0])
+    attention.k_norm = MaxNorm(inner.weight.shape[0])
     try:
         with pytest.raises(
-            IntervError, match=r"^qwen3: layer 1's key norm \(_NotANorm\) is neither a LayerNorm"
+            IntervError, match=r"^qwen3: layer 1's key norm \(MaxNorm\) is neither a LayerNorm"
         ):
             check_gim(qwen3, True)
         assert check_gim(qwen3, GIM(freeze_norms=False)) is not None

@@ -39,6 +39,7 @@ from interv.engine.targets import get_metric
 from interv.tasks.tokenized import TokenizedPairs
 from tests._families import family
 from tests._gpt2 import tiny_gpt2
+from tests._norms import norms
 
 
 def _reference_qk_fixed_scores(model, graph, base: QKBase, x, layer, component, delta, g_pattern):
@@ -313,42 +314,6 @@ def test_a_layer_whose_reading_overflows_takes_the_softmax(monkeypatch):
     assert "terms" in overflowed
 
 
-class _Gemma3Norm(torch.nn.Module):
-    """Gemma's RMSNorm as Hugging Face writes it: the gain is ``1 + weight``."""
-
-    def __init__(self, d: int):
-        super().__init__()
-        self.eps = 1e-6
-        self.weight = torch.nn.Parameter(torch.randn(d) * 0.1)
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
-
-
-class _MaxNorm(torch.nn.Module):
-    """A norm of neither form (by the largest entry): the QK fix calls it for every sender."""
-
-    def __init__(self, d: int):
-        super().__init__()
-        self.eps = 1e-6
-        self.weight = torch.nn.Parameter(torch.ones(d))
-
-    def forward(self, x):
-        return self.weight * x / x.abs().amax(-1, keepdim=True)
-
-
-def _norms(d: int = 16) -> dict[str, torch.nn.Module]:
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
-
-    llama = LlamaRMSNorm(d, eps=1e-5)
-    layer = torch.nn.LayerNorm(d)
-    with torch.no_grad():
-        llama.weight.copy_(torch.randn(d))
-        layer.weight.copy_(torch.randn(d))
-        layer.bias.copy_(torch.randn(d))
-    return {"llama": llama, "gemma": _Gemma3Norm(d), "layernorm": layer, "max": _MaxNorm(d)}
-
-
 @pytest.mark.parametrize("name", ["llama", "gemma", "layernorm", "max"])
 def test_the_norm_change_is_the_modules_own(name):
     """Where the norm is identified (RMSNorm with ``w`` or ``1 + w``, LayerNorm), ``r' * (U *
@@ -357,7 +322,7 @@ def test_the_norm_change_is_the_modules_own(name):
     from interv.circuits.screens import _NormChange, _Senders
 
     torch.manual_seed(5)
-    module = _norms()[name].double()
+    module = norms()[name].double()
     x = torch.randn(2, 3, 16, dtype=torch.float64) * 2
     change = _NormChange.of(module, x)
     if name == "max":
@@ -389,7 +354,7 @@ def test_a_norm_is_identified_again_after_a_hook_or_an_edit():
     that changes the output makes the norm unidentified: the module is then called)."""
     from interv.circuits.screens import _NormChange
 
-    module = _norms()["llama"]
+    module = norms()["llama"]
     x = torch.randn(2, 3, 16)
     assert _NormChange.of(module, x) is not None
     handle = module.register_forward_hook(lambda mod, args, out: out * 2)

@@ -11,34 +11,12 @@ import pytest
 import torch
 
 from interv.engine.norms import norm_form
-
-
-class _Gemma(torch.nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(d))
-        self.eps = 1e-6
-
-    def forward(self, x):
-        return (1 + self.weight) * x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
-
-
-class _Max(_Gemma):
-    def forward(self, x):
-        return self.weight * x / x.abs().amax(-1, keepdim=True)
+from tests._norms import norms
 
 
 def _modules(d: int = 12) -> dict[str, torch.nn.Module]:
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
-
     torch.manual_seed(4)
-    llama = LlamaRMSNorm(d, eps=1e-5)
-    layer = torch.nn.LayerNorm(d)
-    with torch.no_grad():
-        llama.weight.copy_(torch.randn(d))
-        layer.weight.copy_(torch.randn(d))
-        layer.bias.copy_(torch.randn(d))
-    return {"layernorm": layer, "llama": llama, "gemma": _Gemma(d), "max": _Max(d)}
+    return norms(d)
 
 
 @pytest.mark.parametrize(
