@@ -574,6 +574,13 @@ def _groups(heads: torch.Tensor, n_heads: int) -> torch.Tensor:
     return heads.repeat_interleave(n_heads // heads.shape[-2], dim=-2)
 
 
+EDGE_BATCH_BYTES = 128 << 20
+"""The sender outputs (``[prompts, positions, senders, d_model]`` float32) one gradient run of
+:func:`edge_scores` holds by default (its ``batch_size=None``): 10 IOI prompts of SmolLM2-135M,
+16 prompts of 16 tokens on GPT-2 small (about 1.8 GB of working memory there). Batching
+prompts is several times faster than one prompt per run (SmolLM2 IOI, 8 pairs: 2.4 s at 8 per
+run against 6.9 s at 1)."""
+
 QK_CHUNK_BYTES = 128 << 20
 """About the working memory of one chunk of senders in the QK fix (their block inputs and
 changed patterns)."""
@@ -1288,8 +1295,8 @@ def edge_scores(
         metric: a metric name or :class:`~interv.engine.targets.TargetMetric`.
         direction: ``"noise"`` (default) or ``"denoise"`` (transformer-lens's convention).
         batch_size: prompts per gradient run (memory grows with it, about 110 MiB per
-            16-token prompt on a GPT-2-small-shaped model); None: about 8 MiB of
-            sender outputs per run.
+            16-token prompt on a GPT-2-small-shaped model); None: about
+            :data:`EDGE_BATCH_BYTES` of sender outputs per run.
         progress: called with a short message after each gradient run.
         kv: ``"grouped"`` (default: key and value edges per key/value head) or
             ``"ungrouped"`` (MIB's graph: per query head, :class:`~interv.circuits.Graph`).
@@ -1343,7 +1350,7 @@ def edge_scores(
     n = task.n_pairs
     if batch_size is None:
         per_prompt_bytes = task.n_positions * len(graph.senders) * model.cfg.d_model * 4
-        batch_size = max(1, min(n, (8 << 20) // max(per_prompt_bytes, 1)))
+        batch_size = max(1, min(n, EDGE_BATCH_BYTES // max(per_prompt_bytes, 1)))
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise IntervError(f"batch_size must be a positive int or None; got {batch_size!r}")
     per_prompt = torch.zeros(graph.n_edges, n, dtype=torch.float64)
