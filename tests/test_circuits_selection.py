@@ -114,7 +114,7 @@ def test_selection_with_bootstrap_survives_a_round_trip(model):
             r"exceeds the maximum of 10000 .* [kMGT]B of memory",
         ),
         ({"select": "bogus"}, r"unknown select 'bogus'; choose one of \('top', 'stability'\)"),
-        ({"pi": 0.9}, "apply to select='stability' only"),
+        ({"pi": 0.9}, "pi applies to select='stability' only"),
         ({"select": "stability", "q": 10**6}, "exceeds the graph's"),
         ({"select": "stability", "groups": [0] * 8}, "at least two labels"),
         ({"select": "stability", "groups": [0, 1]}, "one label per prompt pair"),

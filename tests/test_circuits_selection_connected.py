@@ -172,7 +172,7 @@ def test_connected_selection_survives_a_round_trip(model):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"connected": True}, r"connected apply to select='stability' only"),
+        ({"connected": True}, r"connected applies to select='stability' only"),
         (
             {"select": "stability", "connected": "yes"},
             r"connected must be True or False; got 'yes'",

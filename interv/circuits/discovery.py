@@ -386,7 +386,8 @@ def discover(
             given.append("connected")
         if given:
             raise IntervError(
-                f"{', '.join(given)} apply to select='stability' only; got select={select!r}"
+                f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to "
+                f"select='stability' only; got select={select!r}"
             )
     graph = Graph.from_model(model, kv=kv)
     if screen is None:  # the default fits the graph it runs on
