@@ -89,6 +89,28 @@ UNRECORDED_ESTIMATE = "estimated by a screen whose estimator is not recorded, no
 before rows named their estimator, a result built without its screens)."""
 
 
+StoredScore = Annotated[float, Within(0.0)] | Literal["inf"] | None
+"""A stored reliability score (:func:`scores_to_json`): a finite value, ``"inf"`` (only the
+first-order term is 0: the least reliable estimate), or null (not a number)."""
+
+
+def scores_to_json(scores: torch.Tensor) -> list[float | str | None]:
+    """Reliability scores ``[n]`` as JSON: finite ones as numbers, ``inf`` as ``"inf"``, NaN
+    as null (:func:`scores_from_json` reads them back)."""
+    return [
+        float(r) if math.isfinite(r) else "inf" if r == math.inf else None for r in scores.tolist()
+    ]
+
+
+def scores_from_json(stored: Sequence[float | str | None]) -> torch.Tensor:
+    """The reliability scores :func:`scores_to_json` wrote (null: NaN; audits stored before
+    ``"inf"`` was written hold null for it too)."""
+    return torch.tensor(
+        [math.inf if r == "inf" else math.nan if r is None else float(r) for r in stored],
+        dtype=torch.float64,
+    )
+
+
 def _estimated_by(method: str) -> str:
     """The sentence of a value a screen estimated with ``method`` (its estimator in words)."""
     return f"estimated by {method}, not intervened"
@@ -228,7 +250,8 @@ class Screen:
             :attr:`Audit.reliability`; :func:`interv.engine.screening.second_order_estimates`).
             Edge screens choose theirs by :func:`interv.circuits.discover`'s ``method``,
             ``gim`` and ``hvp``.
-        steps: the integrated gradients' points (``"integrated"`` only; 1 is attribution).
+        steps: the integrated gradients' points (``"integrated"`` only, refused with another
+            estimator; 1 is attribution).
         hvp_steps: the multi-step HVP estimate's segments (``"hvp"`` only; 1: the single HVP
             correction).
     """
@@ -273,6 +296,11 @@ class Screen:
             )
         as_int(self.steps, "Screen steps (integrated-gradient points)", minimum=1)
         as_int(self.hvp_steps, "Screen hvp_steps (the multi-step HVP's segments)", minimum=1)
+        if self.steps != 5 and self.estimator != "integrated":
+            raise IntervError(
+                f"Screen steps ({self.steps}) applies with estimator='integrated' only; got "
+                f"estimator={self.estimator!r}"
+            )
         if self.hvp_steps != 1 and self.estimator != "hvp":
             raise IntervError(
                 f"Screen hvp_steps ({self.hvp_steps}) applies with estimator='hvp' only; got "
@@ -369,8 +397,9 @@ class Audit:
             before it was computed.
         reliability: ``[n_candidates]`` float64 Zhang & Wang's reliability score of each
             prompt-mean estimate, ``|second-order term| / |first-order term|`` at the base
-            run, for ``Screen(estimator="hvp")`` (stored as null where not finite, read back
-            as NaN); None for other estimators and for a screen resumed from stored estimates.
+            run, for ``Screen(estimator="hvp")`` (stored by :func:`scores_to_json`: ``inf``,
+            only the first-order term 0, as ``"inf"``, NaN as null); None for other estimators
+            and for a screen resumed from estimates stored without them.
     """
 
     screen: Screen
@@ -495,9 +524,7 @@ class Audit:
             "rank_interval": [None if math.isnan(v) else v for v in self.rank_interval],
             "method": self.method,
             "unchecked_bound": self.unchecked_bound,
-            "reliability": None
-            if self.reliability is None
-            else [float(r) if math.isfinite(r) else None for r in self.reliability.tolist()],
+            "reliability": None if self.reliability is None else scores_to_json(self.reliability),
         }
 
     @classmethod
@@ -524,9 +551,7 @@ class Audit:
             unchecked_bound=stored.unchecked_bound,
             reliability=None
             if stored.reliability is None
-            else torch.tensor(
-                [math.nan if r is None else r for r in stored.reliability], dtype=torch.float64
-            ),
+            else scores_from_json(stored.reliability),
         )
 
     def describe(self) -> str:
@@ -583,7 +608,7 @@ class StoredAudit:
     rank_interval: tuple[Annotated[float, Within(-1.0, 1.0)], Annotated[float, Within(-1.0, 1.0)]]
     method: str
     unchecked_bound: Count | None = None  # absent from audits stored before it existed
-    reliability: list[Annotated[float, Within(0.0)] | None] | None = None  # HVP screens only
+    reliability: list[StoredScore] | None = None  # HVP screens only
 
     def __post_init__(self) -> None:
         n = len(self.estimates)

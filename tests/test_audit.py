@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
@@ -13,6 +15,7 @@ from interv.audit import (
     ESTIMATED,
     EXACT_AUDIT,
     EXACT_VERIFIED,
+    Audit,
     Screen,
     clopper_pearson_upper,
     hypergeometric_upper,
@@ -183,6 +186,7 @@ def test_no_rank_correlation_from_too_few_checked_candidates():
         ({"bound": "count"}, r"unknown Screen bound 'count'; choose one of \('rate', 'any'\)"),
         ({"estimator": "ig"}, "unknown Screen estimator 'ig'; choose one of"),
         ({"steps": 0}, r"steps \(integrated-gradient points\) must be >= 1; got 0"),
+        ({"steps": 50}, r"steps \(50\) applies with estimator='integrated' only; got estimator="),
     ],
 )
 def test_bad_screens_are_refused_naming_the_value(kwargs, message):
@@ -286,3 +290,18 @@ def test_bound_any_extends_verification_until_no_unchecked_candidate_can_beat_th
     # at most a share alpha of the unverified candidates is left unaudited
     assert (audit.n_unverified - audit.audited.numel()) <= 0.05 * audit.n_unverified
     assert Screen(bound="any").describe().count("finite-population") == 1
+
+
+def test_reliability_scores_keep_infinity_apart_from_no_value_when_stored():
+    """An HVP audit's reliability ``inf`` (only the first-order term is 0: the least reliable
+    estimate) reads back as ``inf``, NaN as NaN; audits stored with null for both still read."""
+    exact = torch.tensor([3.0, 2.0, 1.0, 0.5])
+    audit = verify_screen(Screen(top_k=2, audit=1, alpha=None), exact, exact.__getitem__)
+    scores = torch.tensor([0.25, math.inf, math.nan, 0.0], dtype=torch.float64)
+    audit = dataclasses.replace(audit, reliability=scores)
+    stored = audit.to_dict()
+    assert stored["reliability"] == [0.25, "inf", None, 0.0]
+    back = Audit.from_dict(json.loads(json.dumps(stored))).reliability
+    torch.testing.assert_close(back, scores, equal_nan=True)
+    stored["reliability"] = [0.25, None, None, 0.0]  # as written before "inf" was
+    assert Audit.from_dict(stored).reliability[1].isnan()

@@ -23,7 +23,6 @@ runs in one process: ``--shard`` and the Ray executor refuse it.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from interv._progress import Progress, show_progress
-from interv.audit import Screen
+from interv.audit import Screen, scores_from_json, scores_to_json
 from interv.engine.results import (
     InterventionResult,
     MetricInfo,
@@ -122,7 +121,8 @@ def _screen_entry(
     first = indices.start
     stored = done.get(estimates_id(entry))
     estimates = None if stored is None else torch.tensor(stored["estimates"])
-    reliability = None if stored is None else _scores_of(stored.get("reliability"))
+    scores = None if stored is None else stored.get("reliability")
+    reliability = None if scores is None else scores_from_json(scores)
     known = torch.full((len(members), worker.task.n_pairs), torch.nan, dtype=torch.float64)
     for record in done.values():
         if record.get("entry") == entry and "indices" in record:
@@ -140,7 +140,7 @@ def _screen_entry(
             "estimates": values.tolist(),
         }
         if scores is not None:  # absent for estimators without one: their records unchanged
-            record["reliability"] = _stored_scores(scores)
+            record["reliability"] = scores_to_json(scores)
         store.append(record)
 
     def keep_exact(local: list[int], values: torch.Tensor) -> None:
@@ -180,20 +180,6 @@ def _screen_entry(
         }
     )
     return computed
-
-
-def _stored_scores(scores: torch.Tensor) -> list[float | None]:
-    """Reliability scores as JSON, as :meth:`~interv.audit.Audit.to_dict` writes them (null
-    where a score is not finite)."""
-    return [float(r) if math.isfinite(r) else None for r in scores.tolist()]
-
-
-def _scores_of(stored: Sequence[float | None] | None) -> torch.Tensor | None:
-    """The reliability scores :func:`_stored_scores` wrote (NaN for null, as
-    :meth:`~interv.audit.Audit.from_dict` reads them); None: none stored."""
-    if stored is None:
-        return None
-    return torch.tensor([math.nan if r is None else r for r in stored], dtype=torch.float64)
 
 
 def _fields(members: Sequence[Intervention]) -> dict[str, Any]:

@@ -48,7 +48,8 @@ from typing import Annotated, Any, Literal
 from interv._checks import as_path, read_json
 from interv._journal import MANIFEST, STATUSES, Journal, Layout, Store, now, resumed, started
 from interv._outputs import complete_lines, regular_file
-from interv._schema import AtLeast, BeforeProvenance, Finite, NonEmpty, Within, in_file, parse
+from interv._schema import AtLeast, BeforeProvenance, Finite, NonEmpty, in_file, parse
+from interv.audit import StoredScore
 from interv.engine.results import MetricInfo, Scope, StoredOutcome
 from interv.engine.sites import Site
 from interv.errors import IntervError
@@ -160,7 +161,8 @@ class UnitRecord:
 @dataclass(frozen=True)
 class EstimatesRecord:
     """A screened entry's estimates (id ``e...``), with their reliability scores where the
-    screen's estimator gives them (``"hvp"``; null where a score is not finite, as in
+    screen's estimator gives them (``"hvp"``; written and read by
+    :func:`~interv.audit.scores_to_json` / :func:`~interv.audit.scores_from_json`, as in
     :class:`~interv.audit.StoredAudit`)."""
 
     unit: str
@@ -173,7 +175,7 @@ class EstimatesRecord:
     estimates: Rows
     sites: list[Site | None] | None = None
     params: list[dict[str, Any]] | None = None
-    reliability: list[Annotated[float, Within(0.0)] | None] | None = None  # HVP screens only
+    reliability: list[StoredScore] | None = None  # HVP screens only
 
     def __post_init__(self) -> None:
         _rows(self, len(self.estimates))
