@@ -165,9 +165,10 @@ def test_gim_defaults_run_and_say_what_they_modify(zoo):
     assert gim.provenance.settings != eap.provenance.settings
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "olmo2"])
 def test_query_and_key_norms_are_frozen_as_the_autograd_reference(name):
-    """Per-head QK norms (Qwen3's RMSNorm ``w``, Gemma-3's ``1 + w``): within GIM's block the
+    """QK norms (Qwen3's per-head RMSNorm ``w``, Gemma-3's ``1 + w``, OLMo-2's over all heads, a
+    bridge normalization component): within GIM's block the
     module's input gradient is autograd's through the norm written with its root mean square
     detached; the forward is the module's own; after the block, the module's own gradient."""
     from interv.engine.architecture import recipe_of
@@ -208,7 +209,8 @@ def test_gim_is_refused_where_it_cannot_modify_the_backward(zoo):
     attention.k_norm = MaxNorm(inner.weight.shape[0])
     try:
         with pytest.raises(
-            IntervError, match=r"^qwen3: layer 1's key norm \(MaxNorm\) is neither a LayerNorm"
+            IntervError,
+            match=r"^qwen3: layer 1's key norm \(MaxNorm, weight shape \(8,\)\) is not identified",
         ):
             check_gim(qwen3, True)
         assert check_gim(qwen3, GIM(freeze_norms=False)) is not None

@@ -41,3 +41,14 @@ def test_a_module_of_another_form_or_shape_is_not_named():
     assert norm_form(_modules()["max"]) is None
     assert norm_form(torch.nn.Linear(4, 4)) is None  # a weight of two axes
     assert norm_form(_modules()["llama"], torch.randn(2, 7)) is None  # the input's width
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["layernorm", "llama", "gemma"])
+def test_a_half_precision_norm_is_named_by_its_weights(name, dtype):
+    """Its own rounding (~4e-3 relative) would hide every form at float32's tolerance: the
+    form is identified on a float64 copy, and the module is left in its dtype."""
+    module = _modules()[name].to(dtype)
+    full = _modules()[name]
+    assert norm_form(module) == norm_form(full) is not None
+    assert module.weight.dtype == dtype

@@ -13,8 +13,9 @@ are the defaults here):
   ``dx = h - mean(h)``, ``h = w dy / s`` (``dx = w dy / s`` for an RMSNorm). Every norm the
   bridge runs as a transformer-lens normalization component is frozen: each block's
   ``ln1``, ``ln2`` (and the post-norms of Gemma-2/3), and the final norm; and the per-head
-  query and key norms of Gemma-3, Qwen3 or OLMo-2 (Hugging Face modules, their form
-  identified from their outputs by :func:`interv.engine.norms.norm_form`).
+  query and key norms of Gemma-3 and Qwen3 (Hugging Face modules, their form identified
+  from their outputs by :func:`interv.engine.norms.norm_form`; OLMo-2's, over all heads,
+  are the bridge's normalization components, frozen as such).
 - **the softmax's gradient at temperature T**: the attention softmax's backward is
   ``dscores = s_T * (dpattern - sum_keys(s_T * dpattern))`` with ``s_T = softmax(scores /
   T)``, no ``1 / T`` factor (the package's rule), where the forward keeps ``T = 1``. It is
@@ -192,16 +193,23 @@ def check_gim(model: Any, gim: Any) -> GIM | None:
     arch.require("attention_rows", hint=supported)
     arch.require("normalized_rows", hint=supported)
     if gim.freeze_norms:
+        components = {id(norm) for norm in _norm_components(model)}
         for layer in arch.attention_layers:
             if not arch.layer(layer).qk_norm:
                 continue
             recipe = recipe_of(model, layer)
             for name, module in (("query", recipe.q_norm), ("key", recipe.k_norm)):
-                if module is not None and norm_form(module) is None:
+                if (
+                    module is not None
+                    and id(module) not in components
+                    and norm_form(module) is None
+                ):
+                    weight = getattr(module, "weight", None)
+                    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
                     arch.refuse(
-                        f"layer {layer}'s {name} norm ({type(module).__name__}) is neither a "
-                        "LayerNorm nor an RMSNorm by its outputs, so GIM cannot freeze its "
-                        "statistic",
+                        f"layer {layer}'s {name} norm ({type(module).__name__}, weight shape "
+                        f"{shape}) is not identified as a LayerNorm or RMSNorm over its last "
+                        "axis, so GIM cannot freeze its statistic",
                         hint=supported + "; or use GIM(freeze_norms=False)",
                     )
     if gim.freeze_norms and not _norm_components(model) and arch.pre_attention_norm:
@@ -288,22 +296,26 @@ def _patch(module: Any, name: str, original: Any, spec: _NormSpec, patched: list
 
 
 def _qk_norms(model: Any) -> list[tuple[Any, NormForm]]:
-    """Every layer's query and key norm modules (Hugging Face's, per head) with their forms
+    """Every layer's query and key norm modules that are not the bridge's normalization
+    components (those are frozen as components: OLMo-2's, over all heads; Hugging Face's
+    per-head ones of Gemma-3 and Qwen3 are not), with their forms
     (:func:`~interv.engine.norms.norm_form`; :func:`check_gim` refused any it cannot name)."""
     arch = architecture_of(model)
+    components = {id(norm) for norm in _norm_components(model)}
     found = []
     for layer in arch.attention_layers:
         if not arch.layer(layer).qk_norm:
             continue
         recipe = recipe_of(model, layer)
         for module in (recipe.q_norm, recipe.k_norm):
-            if module is None:
+            if module is None or id(module) in components:
                 continue
             form = norm_form(module)
             if form is None:
                 raise IntervError(
-                    f"layer {layer}'s query/key norm ({type(module).__name__}) is neither a "
-                    "LayerNorm nor an RMSNorm by its outputs; check_gim refuses this model"
+                    f"layer {layer}'s query/key norm ({type(module).__name__}) is not "
+                    "identified as a LayerNorm or RMSNorm over its last axis; check_gim "
+                    "refuses this model"
                 )
             found.append((module, form))
     return found

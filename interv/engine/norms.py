@@ -14,15 +14,17 @@ Hugging Face modules under it (a Gemma-3 layer's per-head ``q_norm``, Llama's
 
 with ``r = (mean of the squares (of x centered, for a LayerNorm) + eps) ** -0.5`` over the
 last axis, must reproduce the module's output on an input and on a moved one to float32
-precision; a module none reproduces is not identified (None), and each consumer says what it
-does then. The result is cached per module and identified again after the module's weight is
-edited in place or a hook is added to it.
+precision (on a float64 copy of the module, so a bfloat16 model's norms are identified by
+their weights, not hidden by their rounding); a module none reproduces is not identified
+(None), and each consumer says what it does then. The result is cached per module and
+identified again after the module's weight is edited in place or a hook is added to it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import weakref
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +92,8 @@ def norm_form(module: Any, x: torch.Tensor | None = None) -> NormForm | None:
     if known is None or known[0] != state:
         if x is None:
             generator = torch.Generator().manual_seed(0)
-            x = torch.randn(4, weight.shape[0], generator=generator, dtype=torch.float64)
-            x = (3.0 * x + 0.5).to(weight.dtype)
+            x = 3.0 * torch.randn(4, weight.shape[0], generator=generator, dtype=torch.float64)
+            x = x + 0.5
         known = (state, _identify(module, x, float(eps)))
         with contextlib.suppress(TypeError):  # a module that cannot be weakly referenced
             _KNOWN[module] = known
@@ -99,10 +101,15 @@ def norm_form(module: Any, x: torch.Tensor | None = None) -> NormForm | None:
 
 
 def _identify(module: Any, x: torch.Tensor, eps: float) -> NormForm | None:
+    """On a float64 copy of ``module`` (a bfloat16 or float16 module's own rounding, ~4e-3
+    relative, would hide every form; a module that computes in float32 inside stays within
+    the tolerance), the first form that reproduces it, or None."""
     bias = getattr(module, "bias", None)
+    x = x.double()
     moved = x + 0.5 * x.flip(-1)
+    copy = deepcopy(module).double()
     with torch.no_grad():
-        wants = [module(x).double(), module(moved).double()]
+        wants = [copy(x).double(), copy(moved).double()]
         for shape in _FORMS:
             form = NormForm(centered=shape.centered, plus_one=shape.plus_one, eps=eps)
             if not form.centered and isinstance(bias, torch.Tensor):
