@@ -167,6 +167,10 @@ def test_connected_selection_survives_a_round_trip(model):
         damaged["selection"]["mean_size"] = damage
         with pytest.raises(IntervError, match="mean_size"):
             CircuitResult.from_dict(json.loads(json.dumps(damaged)))
+    plain = result.to_dict()  # a plain selection that claims pruned edges
+    plain["selection"].update(connected=False, mean_size=None, n_pruned=2)
+    with pytest.raises(IntervError, match="'n_pruned' is 2 in a plain selection"):
+        CircuitResult.from_dict(json.loads(json.dumps(plain)))
 
 
 @pytest.mark.parametrize(

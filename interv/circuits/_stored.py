@@ -203,6 +203,11 @@ class StoredSelection:
         _same_length(self, ("group_pairs", "group_jaccard"), len(self.groups), "groups")
         if not 0.5 < self.pi <= 1:
             raise IntervError(f"'pi' is {self.pi!r}; a stability selection's pi lies in (0.5, 1]")
+        if not self.connected and self.n_pruned:
+            raise IntervError(
+                f"'n_pruned' is {self.n_pruned!r} in a plain selection; only a connected one "
+                "prunes its selected edges"
+            )
         if self.connected != (self.mean_size is not None) or not (
             self.mean_size is None or self.q <= self.mean_size < math.inf
         ):

@@ -619,6 +619,7 @@ def connected_circuits(
     rows: list[torch.Tensor] = []
     edges: list[torch.Tensor] = []
     pending = torch.arange(n_rows)
+    verified = torch.sort(tops[:, : audit.n_verified], dim=-1).values  # [rows, n_verified]
     while True:
         for first in range(0, pending.numel(), _ROWS):
             chunk = pending[first : first + _ROWS]
@@ -644,6 +645,13 @@ def connected_circuits(
                 f"depth {size} to reach {q} connected edges"
             )
         tops = resampled_tops(per_prompt, weights[pending], min(size + checked, graph.n_edges))
+        again = torch.sort(tops[:, : audit.n_verified], dim=-1).values
+        if not torch.equal(again, verified[pending]):  # only their exact values are at hand
+            raise IntervError(
+                "stability selection: a resample's verified edges changed when it was ranked "
+                f"again to depth {size} (a tie at its {audit.n_verified}th estimate broken the "
+                "other way); its exact values would be missing. Report this with the command"
+            )
     row = torch.cat(rows)
     order = torch.sort(row, stable=True).indices
     sizes = torch.bincount(row, minlength=n_rows)
