@@ -84,9 +84,13 @@ EXACT_VERIFIED = "exact (verified)"
 EXACT_AUDIT = "exact (audit)"
 ESTIMATED = "estimated"
 STOPPED_BY = ("bound", "budget", "all checked", "one look")
-UNRECORDED_ESTIMATE = "estimated by a screen whose estimator is not recorded, not intervened"
+UNRECORDED_ESTIMATE = (
+    "estimated by a screen whose estimator is not recorded (a semantics line written before "
+    "interv named estimators may misname it), not intervened"
+)
 """The sentence of an estimated value whose screen is not at hand (a saved report written
-before rows named their estimator, a result built without its screens)."""
+before rows named their estimator, whose own semantics line may misname it; a result built
+without its screens)."""
 
 
 StoredScore = Annotated[float, Within(0.0)] | Literal["inf"] | None

@@ -582,8 +582,10 @@ prompts is several times faster than one prompt per run (SmolLM2 IOI, 8 pairs: 2
 run against 6.9 s at 1)."""
 
 QK_CHUNK_BYTES = 128 << 20
-"""About the working memory of one chunk of senders in the QK fix (their block inputs and
-changed patterns)."""
+"""About the working memory of one chunk of senders where the QK fix calls the norm module
+for each sender (their block inputs and changed patterns). Where the norm is taken apart
+every sender of a batch is multiplied at once (memory grows with the batch's senders times
+its positions; :data:`EDGE_BATCH_BYTES` bounds the batch)."""
 
 QK_DIRECTIONS_BYTES = 256 << 20
 """The most memory one layer's query (key) directions may take (:func:`_qk_directions`);

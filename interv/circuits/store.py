@@ -35,10 +35,12 @@ neither for the audit nor for the stability figures (whose resamples re-average 
 per-prompt values), and ``faithfulness(..., resume=store.curve_resume)`` evaluates no
 stored circuit again, with either executor (:mod:`interv.circuits.executor`); the figures
 and files are the uninterrupted run's (an edge a resample needed counts as patched for it,
-whichever run patched it). A kill leaves at most a torn last line in each log, cut off by
-the rerun; a missing log is work not done yet. Another discovery (other method, screen,
-prompts or model) into the same directory is refused in one line naming the keys that
-differ.
+whichever run patched it), byte for byte at ``batch_size=1``; at larger batch sizes the
+edges left to patch may be stacked in other groups than the uninterrupted run's, which can
+move their values in the last bits (float sums in another order). A kill leaves at most a
+torn last line in each log, cut off by the rerun; a missing log is work not done yet.
+Another discovery (other method, screen, prompts or model) into the same directory is
+refused in one line naming the keys that differ.
 """
 
 from __future__ import annotations
