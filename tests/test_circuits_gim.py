@@ -168,9 +168,9 @@ def test_gim_defaults_run_and_say_what_they_modify(zoo):
 @pytest.mark.parametrize("name", ["qwen3", "gemma3", "olmo2"])
 def test_query_and_key_norms_are_frozen_as_the_autograd_reference(name):
     """QK norms (Qwen3's per-head RMSNorm ``w``, Gemma-3's ``1 + w``, OLMo-2's over all heads, a
-    bridge normalization component): within GIM's block the
-    module's input gradient is autograd's through the norm written with its root mean square
-    detached; the forward is the module's own; after the block, the module's own gradient."""
+    bridge normalization component): within GIM's block the module's input gradient is
+    autograd's through the norm written with its root mean square detached; the forward is
+    the module's own; after the block, the module's own gradient."""
     from interv.engine.architecture import recipe_of
 
     model = family(name).bridge
