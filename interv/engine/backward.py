@@ -156,7 +156,9 @@ class GIM:
                     _patch(original, "forward", original.forward, spec, patched)
                 if hasattr(norm, "_python_norm_forward"):
                     _patch(norm, "_python_norm_forward", norm._python_norm_forward, spec, patched)
-            for module, form in _qk_norms(model):
+            for layer, name, module, form in _qk_norms(model):
+                if form is None:  # check_gim refuses the model
+                    raise IntervError(_unidentified(layer, name, module))
                 spec = _NormSpec(rms=not form.centered, weight=form.gain(module), eps=form.eps)
                 _patch(module, "forward", module.forward, spec, patched)
             yield
@@ -193,25 +195,12 @@ def check_gim(model: Any, gim: Any) -> GIM | None:
     arch.require("attention_rows", hint=supported)
     arch.require("normalized_rows", hint=supported)
     if gim.freeze_norms:
-        components = {id(norm) for norm in _norm_components(model)}
-        for layer in arch.attention_layers:
-            if not arch.layer(layer).qk_norm:
-                continue
-            recipe = recipe_of(model, layer)
-            for name, module in (("query", recipe.q_norm), ("key", recipe.k_norm)):
-                if (
-                    module is not None
-                    and id(module) not in components
-                    and norm_form(module) is None
-                ):
-                    weight = getattr(module, "weight", None)
-                    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
-                    arch.refuse(
-                        f"layer {layer}'s {name} norm ({type(module).__name__}, weight shape "
-                        f"{shape}) is not identified as a LayerNorm or RMSNorm over its last "
-                        "axis, so GIM cannot freeze its statistic",
-                        hint=supported + "; or use GIM(freeze_norms=False)",
-                    )
+        for layer, name, module, form in _qk_norms(model):
+            if form is None:
+                arch.refuse(
+                    _unidentified(layer, name, module) + ", so GIM cannot freeze its statistic",
+                    hint=supported + "; or use GIM(freeze_norms=False)",
+                )
     if gim.freeze_norms and not _norm_components(model) and arch.pre_attention_norm:
         arch.refuse("no transformer-lens normalization component found", hint=supported)
     return gim
@@ -295,11 +284,11 @@ def _patch(module: Any, name: str, original: Any, spec: _NormSpec, patched: list
     patched.append((module, name))
 
 
-def _qk_norms(model: Any) -> list[tuple[Any, NormForm]]:
+def _qk_norms(model: Any) -> list[tuple[int, str, Any, NormForm | None]]:
     """Every layer's query and key norm modules that are not the bridge's normalization
     components (those are frozen as components: OLMo-2's, over all heads; Hugging Face's
-    per-head ones of Gemma-3 and Qwen3 are not), with their forms
-    (:func:`~interv.engine.norms.norm_form`; :func:`check_gim` refused any it cannot name)."""
+    per-head ones of Gemma-3 and Qwen3 are not), as ``(layer, "query" or "key", module, its
+    form)`` (:func:`~interv.engine.norms.norm_form`; None where not identified)."""
     arch = architecture_of(model)
     components = {id(norm) for norm in _norm_components(model)}
     found = []
@@ -307,18 +296,20 @@ def _qk_norms(model: Any) -> list[tuple[Any, NormForm]]:
         if not arch.layer(layer).qk_norm:
             continue
         recipe = recipe_of(model, layer)
-        for module in (recipe.q_norm, recipe.k_norm):
-            if module is None or id(module) in components:
-                continue
-            form = norm_form(module)
-            if form is None:
-                raise IntervError(
-                    f"layer {layer}'s query/key norm ({type(module).__name__}) is not "
-                    "identified as a LayerNorm or RMSNorm over its last axis; check_gim "
-                    "refuses this model"
-                )
-            found.append((module, form))
+        for name, module in (("query", recipe.q_norm), ("key", recipe.k_norm)):
+            if module is not None and id(module) not in components:
+                found.append((layer, name, module, norm_form(module)))
     return found
+
+
+def _unidentified(layer: int, name: str, module: Any) -> str:
+    """Why a query/key norm cannot be frozen, naming it (its class and weight shape)."""
+    weight = getattr(module, "weight", None)
+    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
+    return (
+        f"layer {layer}'s {name} norm ({type(module).__name__}, weight shape {shape}) is not "
+        "identified as a LayerNorm or RMSNorm over its last axis"
+    )
 
 
 def _norm_components(model: Any) -> list[Any]:
