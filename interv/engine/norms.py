@@ -59,11 +59,8 @@ class NormForm:
         return gain * x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
 
 
-_FORMS = (
-    NormForm(centered=True, plus_one=False, eps=0.0),
-    NormForm(centered=False, plus_one=False, eps=0.0),
-    NormForm(centered=False, plus_one=True, eps=0.0),
-)
+_SHAPES = ((True, False), (False, False), (False, True))
+"""``(centered, plus_one)`` of each form tried, in order: LayerNorm, RMSNorm, Gemma's."""
 
 _KNOWN: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 """Per module, the form :func:`norm_form` identified and the module's state then."""
@@ -110,8 +107,8 @@ def _identify(module: Any, x: torch.Tensor, eps: float) -> NormForm | None:
     copy = deepcopy(module).double()
     with torch.no_grad():
         wants = [copy(x).double(), copy(moved).double()]
-        for shape in _FORMS:
-            form = NormForm(centered=shape.centered, plus_one=shape.plus_one, eps=eps)
+        for centered, plus_one in _SHAPES:
+            form = NormForm(centered=centered, plus_one=plus_one, eps=eps)
             if not form.centered and isinstance(bias, torch.Tensor):
                 continue
             gain = form.gain(module)
