@@ -1,5 +1,5 @@
-"""What the long-context bench and the device check share: the machine and its load, peak
-memory of a process, and workers run in fresh processes.
+"""What the benchmarks share: the machine and its load, peak memory of a process, workers run
+in fresh processes, and the circuit job the Ray and resume benchmarks run.
 
 Memory method (CPU): Linux resident set size. A worker runs with
 ``MALLOC_MMAP_THRESHOLD_=65536`` so every large buffer is its own mapping and returns to the OS
@@ -11,6 +11,7 @@ model and a warm-up it reads ``VmRSS`` (the resident model), resets the peak by 
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -22,6 +23,19 @@ from pathlib import Path
 from typing import Any
 
 MIB = 2**20
+
+
+def circuit_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the circuit job ``circuit_ray.py`` and ``circuit_resume.py`` run (a
+    screen, its verified and audited edges, stability resamples and the selection's
+    subsamples, patched in batches), with the same defaults in both."""
+    parser.add_argument("--model", default="induction-2l")
+    parser.add_argument("--task", default="induction")
+    parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--audit", type=int, default=10)
+    parser.add_argument("--resamples", type=int, default=50)
+    parser.add_argument("--batch-size", type=int, default=4)
 
 
 def machine() -> dict[str, Any]:

@@ -20,6 +20,8 @@ import json
 import os
 import time
 
+from _measure import circuit_job_arguments  # the sibling benchmarks (sys.path[0])
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -47,13 +49,7 @@ def _diff(a, b) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="induction-2l")
-    parser.add_argument("--task", default="induction")
-    parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--audit", type=int, default=10)
-    parser.add_argument("--resamples", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=4)
+    circuit_job_arguments(parser)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()

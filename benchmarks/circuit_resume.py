@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _measure import circuit_job_arguments  # the sibling benchmarks (sys.path[0])
+
 KILLER = """
 import os, signal, sys
 import interv.circuits.store as store
@@ -102,13 +104,7 @@ def _strip(directory: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="induction-2l")
-    parser.add_argument("--task", default="induction")
-    parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--audit", type=int, default=10)
-    parser.add_argument("--resamples", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=4)
+    circuit_job_arguments(parser)
     parser.add_argument("--kill-in", choices=("resamples", "curve"), default="curve")
     parser.add_argument("--after", type=int, default=4, help="stored jobs of that stage")
     args = parser.parse_args()
