@@ -7,29 +7,17 @@ verdict "beats EAP-IG on both" with its paired intervals.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from tests._benchmarks import imported_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
     """The benchmark module, imported with the environment it sets restored afterwards."""
-    environment = os.environ.copy()
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_estimators
-
-        yield bench_estimators
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(environment)
+    with imported_benchmark("bench_estimators") as module:
+        yield module
 
 
 def test_top_recall_per_column(bench):

